@@ -1,0 +1,1 @@
+"""Application layer: use-case services and the ports they depend on."""

@@ -1,0 +1,1 @@
+"""In-memory adapters: fakes of every port with the real adapters' semantics."""

@@ -1,0 +1,317 @@
+"""Ports: what the application services need from the outside world (DESIGN §3).
+
+Adapters implement these protocols structurally (no inheritance); mypy checks conformance where
+the composition root wires them. Every adapter wraps its driver's exceptions at the boundary:
+callers see only ``dtq.domain.errors`` types (``BackendUnavailable`` for infrastructure trouble).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Protocol, TypeVar
+from uuid import UUID
+
+from dtq.domain.entities import Job, Task, TaskRun, Worker
+from dtq.domain.status import TaskStatus
+
+T = TypeVar("T")
+
+
+# --- clock ------------------------------------------------------------------------------------
+
+
+class Clock(Protocol):
+    """Time for the host side (timeouts, heartbeat pacing). Durable comparisons use the store's
+    clock (``Transaction.now``), never this one."""
+
+    def now(self) -> datetime:
+        """Current time, aware UTC."""
+        ...
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep ``seconds`` (a fake clock may return at once after advancing itself)."""
+        ...
+
+
+# --- store ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DueTask:
+    """A ``queued`` task whose ``scheduled_at <= now``, as listed by the reconciler."""
+
+    id: UUID
+    priority: str
+    scheduled_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class RunningTask:
+    """A ``running`` task with its live run, as listed by the reclaimer."""
+
+    id: UUID
+    run_id: UUID
+    priority: str
+    started_at: datetime
+
+
+class JobRepository(Protocol):
+    """Jobs, and job creation with all tasks and edges (spec §4: one transaction)."""
+
+    async def add(self, job: Job, tasks: Sequence[Task], edges: Sequence[tuple[UUID, UUID]]) -> None:
+        """Insert a job, its tasks and its ``(task_id, depends_on_task_id)`` edges.
+
+        Uses a constant number of statements whatever the job size.
+
+        Raises:
+            DuplicateIdempotencyKey: another job already holds ``job.idempotency_key``.
+        """
+        ...
+
+    async def get(self, job_id: UUID) -> Job | None:
+        """The job, or None for an unknown id."""
+        ...
+
+    async def get_by_idempotency_key(self, key: str) -> Job | None:
+        """The job created under ``key``, or None."""
+        ...
+
+    async def save(self, job: Job) -> None:
+        """Write ``job`` if its row still has ``job.version``; then bump ``job.version``.
+
+        Raises:
+            ConcurrentUpdate: the row changed since it was read (the transaction is re-run).
+        """
+        ...
+
+
+class TaskRepository(Protocol):
+    """Tasks and the dependency edges between them."""
+
+    async def get(self, task_id: UUID) -> Task | None:
+        """The task, or None for an unknown id."""
+        ...
+
+    async def get_many(self, task_ids: Sequence[UUID]) -> list[Task]:
+        """The known tasks among ``task_ids`` (unknown ids are left out), in no set order."""
+        ...
+
+    async def list_by_job(self, job_id: UUID) -> list[Task]:
+        """Every task of the job, ordered by ``created_at`` then ``name``."""
+        ...
+
+    async def save(self, task: Task) -> None:
+        """Write ``task`` if its row still has ``task.version``; then bump ``task.version``.
+
+        Raises:
+            ConcurrentUpdate: the row changed since it was read.
+        """
+        ...
+
+    async def dependents(self, task_id: UUID) -> list[UUID]:
+        """Ids of the tasks that depend directly on ``task_id``."""
+        ...
+
+    async def dependencies_completed(self, task_id: UUID) -> bool:
+        """True when every direct dependency of ``task_id`` is ``completed`` (index probe)."""
+        ...
+
+    async def job_has_status(self, job_id: UUID, statuses: Sequence[TaskStatus]) -> bool:
+        """True when some task of the job has one of ``statuses`` (an index probe, not a count)."""
+        ...
+
+    async def due_queued(
+        self, *, now: datetime, after: tuple[datetime, UUID] | None, limit: int
+    ) -> list[DueTask]:
+        """``queued`` tasks with ``scheduled_at <= now``, ordered by ``(scheduled_at, id)``,
+        strictly after the keyset cursor ``after``; at most ``limit``."""
+        ...
+
+    async def stale_running(
+        self, *, started_before: datetime, after: UUID | None, limit: int
+    ) -> list[RunningTask]:
+        """``running`` tasks whose ``started_at < started_before``, ordered by id, with id
+        strictly greater than ``after``; at most ``limit``."""
+        ...
+
+
+class RunRepository(Protocol):
+    """Run history (``task_runs``)."""
+
+    async def add(self, run: TaskRun) -> None:
+        """Insert a new run."""
+        ...
+
+    async def get(self, run_id: UUID) -> TaskRun | None:
+        """The run, or None."""
+        ...
+
+    async def save(self, run: TaskRun) -> None:
+        """Write the run's status, error and finished_at.
+
+        Raises:
+            ConcurrentUpdate: the stored run is no longer ``running`` (it was ended elsewhere).
+        """
+        ...
+
+    async def list_for_task(self, task_id: UUID) -> list[TaskRun]:
+        """Every run of the task ordered by ``started_at`` (then id)."""
+        ...
+
+
+class WorkerRepository(Protocol):
+    """The optional worker registry (spec §4 ``workers``)."""
+
+    async def upsert(self, worker: Worker) -> None:
+        """Insert or update the worker row (hostname, last_heartbeat_at, metadata)."""
+        ...
+
+    async def list_active(self, since: datetime) -> list[Worker]:
+        """Workers with ``last_heartbeat_at >= since``, most recent first."""
+        ...
+
+
+class Transaction(Protocol):
+    """One database transaction: the repositories plus the database clock."""
+
+    @property
+    def jobs(self) -> JobRepository: ...
+
+    @property
+    def tasks(self) -> TaskRepository: ...
+
+    @property
+    def runs(self) -> RunRepository: ...
+
+    @property
+    def workers(self) -> WorkerRepository: ...
+
+    async def now(self) -> datetime:
+        """The transaction's timestamp (database clock, aware UTC; fixed within one try)."""
+        ...
+
+
+class Store(Protocol):
+    """The system of record. ``run`` is the unit of retry (DESIGN §3)."""
+
+    async def run(self, fn: Callable[[Transaction], Awaitable[T]]) -> T:
+        """Run ``fn`` in one transaction and commit; return its result.
+
+        On a retryable conflict (SQLSTATE 40001, ``ConcurrentUpdate``, a connection lost before
+        COMMIT) the whole function is run again on a fresh transaction, with jittered
+        exponential backoff, a bounded number of times. ``fn`` must have no side effects
+        outside the transaction.
+
+        Raises:
+            CommitOutcomeUnknown: the outcome of COMMIT is unknown; re-read before acting.
+            BackendUnavailable: the database failed, or retries were exhausted.
+            DtqError: whatever ``fn`` raised (the transaction is rolled back).
+        """
+        ...
+
+    async def ping(self) -> None:
+        """Raise ``BackendUnavailable`` unless the database answers."""
+        ...
+
+
+# --- queue ------------------------------------------------------------------------------------
+
+
+class LeaseState(StrEnum):
+    """Result of a lease heartbeat (``Queue.extend_lease``)."""
+
+    EXTENDED = "extended"  # the lease was ours and now lasts ttl longer
+    MISSING = "missing"  # no lease hash exists (expired, evicted or Redis flushed)
+    LOST = "lost"  # the lease hash names another run: stop working on the task
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """The lease hash ``{prefix}lease:task:{task_id}`` (spec §5 Lease / visibility)."""
+
+    task_id: UUID
+    worker_id: str
+    run_id: UUID
+    deadline_ms: int  # Unix epoch milliseconds at which the lease ends
+
+
+class Queue(Protocol):
+    """The fast path (Redis): ready lists by priority, pending markers, leases, scheduled set.
+
+    Durations are in seconds (float). Nothing here is authoritative: the store wins.
+    """
+
+    async def enqueue(self, task_id: UUID, priority: str) -> bool:
+        """Atomically set the pending marker (SET NX with the marker TTL) and LPUSH the id onto
+        ``queue:ready:{priority}``.
+
+        Returns:
+            True when pushed; False when a marker already exists (a delivery is in flight).
+        """
+        ...
+
+    async def release_marker(self, task_id: UUID) -> None:
+        """Delete the pending marker; idempotent (spec §5: all three exit paths call it)."""
+        ...
+
+    async def has_marker(self, task_id: UUID) -> bool:
+        """True while the pending marker exists."""
+        ...
+
+    async def pop(self, priorities: Sequence[str], timeout: float) -> UUID | None:
+        """BRPOP over the ready lists in the given order (first tier wins).
+
+        Args:
+            priorities: tier names, highest first.
+            timeout: seconds to block; 0 means do not block.
+
+        Returns:
+            A task id, or None when nothing arrived within ``timeout``.
+        """
+        ...
+
+    async def schedule(self, task_id: UUID, priority: str, due_at: datetime) -> None:
+        """Add the id to the scheduled sorted set, scored by ``due_at`` (epoch ms)."""
+        ...
+
+    async def promote_due(self, limit: int) -> int:
+        """Atomically move up to ``limit`` entries due by the queue server's clock from the
+        scheduled set to their ready lists, each behind a pending marker (an entry whose marker
+        is already set is dropped: that task is already in flight).
+
+        Returns:
+            How many ids were pushed onto ready lists.
+        """
+        ...
+
+    async def set_lease(self, lease: Lease, ttl: float) -> None:
+        """Create or overwrite the lease hash with a TTL of ``ttl`` seconds."""
+        ...
+
+    async def extend_lease(self, lease: Lease, ttl: float) -> LeaseState:
+        """Extend the lease if it still names ``lease.run_id``.
+
+        Returns:
+            EXTENDED, MISSING (no hash: the caller may re-create it after checking the store),
+            or LOST (another run holds it; nothing was changed).
+        """
+        ...
+
+    async def delete_lease(self, task_id: UUID, run_id: UUID) -> None:
+        """Delete the lease hash if it names ``run_id``; idempotent."""
+        ...
+
+    async def leases_present(self, task_ids: Sequence[UUID]) -> set[UUID]:
+        """The ids among ``task_ids`` that have a lease hash (one round trip)."""
+        ...
+
+    async def get_lease(self, task_id: UUID) -> Lease | None:
+        """The lease hash of the task, or None."""
+        ...
+
+    async def ping(self) -> None:
+        """Raise ``BackendUnavailable`` unless the queue server answers."""
+        ...

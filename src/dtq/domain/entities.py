@@ -1,0 +1,308 @@
+"""Entities of the task orchestrator: Job, Task, TaskRun, Worker (spec §4, DESIGN §2).
+
+Entities are plain slotted dataclasses that guard their own invariants. Methods take the time
+as ``at=`` (an aware UTC datetime from the database clock) and never read a clock themselves.
+``version`` is the optimistic-concurrency counter: repositories write an entity only if the row
+still has the version that was read, and bump it; domain methods never touch it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+from dtq.domain.errors import InvalidTransition, StaleRun, TaskNotClaimable
+from dtq.domain.policy import RetryDecision, decide_retry
+from dtq.domain.status import RUN_TRANSITIONS, TASK_TRANSITIONS, JobStatus, RunStatus, TaskStatus
+
+#: Priority tier used when a task does not name one (spec §5: ``queue:ready:default``).
+DEFAULT_PRIORITY = "default"
+
+#: ``last_error`` prefix written when the crash budget (DESIGN §3) is exhausted.
+WORKER_LOST = "worker lost"
+
+
+@dataclass(slots=True)
+class TaskRun:
+    """One delivery of a task to a worker (a ``task_runs`` row).
+
+    ``attempt_number`` is NOT unique per task: a reclaimed run (``dead``) and its successor share
+    it (spec §4 attempt invariant). The run key is ``id``; history is ordered by ``started_at``.
+    """
+
+    id: UUID
+    task_id: UUID
+    attempt_number: int
+    worker_id: str
+    status: RunStatus
+    started_at: datetime
+    error: str | None = None
+    finished_at: datetime | None = None
+
+    def _end(self, status: RunStatus, *, at: datetime, error: str | None = None) -> None:
+        if status not in RUN_TRANSITIONS[self.status]:
+            raise InvalidTransition(f"run {self.id} cannot go from {self.status} to {status}")
+        self.status = status
+        self.finished_at = at
+        if error is not None:
+            self.error = error
+
+
+@dataclass(slots=True)
+class Task:
+    """A unit of work bound to a handler ``kind`` with a JSON ``payload`` (a ``tasks`` row).
+
+    Attributes:
+        attempt: how much of ``max_attempts`` has been consumed (a budget counter, not a run
+            key); reclaim rolls it back by one.
+        reclaims: how many times a lost worker cost this task its run; capped by the crash
+            budget (DESIGN §3).
+        current_run_id: the live run while ``running``; every write ending a run is fenced on it.
+        scheduled_at: the task is not claimable before this instant.
+    """
+
+    id: UUID
+    job_id: UUID
+    name: str
+    kind: str
+    payload: Any
+    status: TaskStatus
+    scheduled_at: datetime
+    created_at: datetime
+    updated_at: datetime
+    priority: str = DEFAULT_PRIORITY
+    max_attempts: int = 3
+    attempt: int = 0
+    reclaims: int = 0
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    last_error: str | None = None
+    current_run_id: UUID | None = None
+    version: int = 0
+
+    # -- guard -----------------------------------------------------------------------------
+
+    def _move(self, target: TaskStatus, *, at: datetime) -> None:
+        if target not in TASK_TRANSITIONS[self.status]:
+            raise InvalidTransition(f"task {self.id} cannot go from {self.status} to {target}")
+        self.status = target
+        self.updated_at = at
+
+    def _live_run(self, run: TaskRun) -> None:
+        """Raise StaleRun unless ``run`` is this task's live run and still running."""
+        if (
+            self.status is not TaskStatus.RUNNING
+            or self.current_run_id != run.id
+            or run.status is not RunStatus.RUNNING
+        ):
+            raise StaleRun(f"run {run.id} is no longer the live run of task {self.id}")
+
+    # -- transitions -------------------------------------------------------------------------
+
+    def is_due(self, at: datetime) -> bool:
+        """True when ``scheduled_at <= at``."""
+        return self.scheduled_at <= at
+
+    def claim(self, *, run_id: UUID, worker_id: str, at: datetime) -> TaskRun:
+        """Start a new run: ``queued -> running``, ``attempt += 1`` (spec §5 ClaimQueuedTask).
+
+        Args:
+            run_id: id of the new ``task_runs`` row (client-generated, so a retried or
+                ambiguous claim can be recognised).
+            worker_id: the claiming worker (``task_runs.worker_id``).
+            at: claim time (database clock).
+
+        Returns:
+            The new run, ``running``, with ``attempt_number`` equal to the new ``attempt``.
+
+        Raises:
+            TaskNotClaimable: the task is not ``queued``, not yet due (a stale duplicate id
+                popped early), or has no attempts left.
+        """
+        if self.status is not TaskStatus.QUEUED:
+            raise TaskNotClaimable(f"task {self.id} is {self.status}, not queued")
+        if not self.is_due(at):
+            raise TaskNotClaimable(f"task {self.id} is not due until {self.scheduled_at}")
+        if self.attempt >= self.max_attempts:
+            raise TaskNotClaimable(f"task {self.id} has no attempts left")
+        self._move(TaskStatus.RUNNING, at=at)
+        self.attempt += 1
+        self.started_at = at
+        self.finished_at = None
+        self.current_run_id = run_id
+        return TaskRun(
+            id=run_id,
+            task_id=self.id,
+            attempt_number=self.attempt,
+            worker_id=worker_id,
+            status=RunStatus.RUNNING,
+            started_at=at,
+        )
+
+    def succeed(self, run: TaskRun, *, at: datetime) -> bool:
+        """Record the handler's success: task ``completed``, run ``succeeded`` (spec §6 Success).
+
+        Returns:
+            True when the state changed; False when this very run had already succeeded
+            (a replayed report is a no-op, not a conflict).
+
+        Raises:
+            StaleRun: the run is not the task's live run (reclaimed, or another outcome).
+        """
+        if run.status is RunStatus.SUCCEEDED and run.task_id == self.id:
+            return False
+        self._live_run(run)
+        run._end(RunStatus.SUCCEEDED, at=at)
+        self._move(TaskStatus.COMPLETED, at=at)
+        self.finished_at = at
+        self.current_run_id = None
+        self.last_error = None
+        return True
+
+    def fail(
+        self,
+        run: TaskRun,
+        *,
+        error: str,
+        permanent: bool,
+        backoff: timedelta,
+        at: datetime,
+    ) -> RetryDecision | None:
+        """Record the handler's failure (spec §6 Failure, DESIGN §2 failure).
+
+        The run becomes ``failed``. While attempts remain and the error is not permanent, the
+        task goes back to ``queued`` with ``scheduled_at = at + backoff``; otherwise it is
+        ``failed`` (the caller then cascades to pending dependents).
+
+        Returns:
+            The retry decision, or None when this run had already failed (replay: no-op).
+
+        Raises:
+            StaleRun: the run is not the task's live run.
+        """
+        if run.status is RunStatus.FAILED and run.task_id == self.id:
+            return None
+        self._live_run(run)
+        decision = decide_retry(
+            attempt=self.attempt,
+            max_attempts=self.max_attempts,
+            permanent=permanent,
+            backoff=backoff,
+            at=at,
+        )
+        run._end(RunStatus.FAILED, at=at, error=error)
+        self.last_error = error
+        self.current_run_id = None
+        if decision.retry:
+            assert decision.next_attempt_at is not None
+            self._move(TaskStatus.QUEUED, at=at)
+            self.scheduled_at = decision.next_attempt_at
+        else:
+            self._move(TaskStatus.FAILED, at=at)
+            self.finished_at = at
+        return decision
+
+    def reclaim(self, run: TaskRun, *, reason: str, max_reclaims: int, at: datetime) -> bool:
+        """Abandon a run whose worker was lost (spec §2 invariant, §4 attempt invariant).
+
+        The run becomes ``dead``; the task goes back to ``queued`` due now with ``attempt``
+        rolled back by one, so losing a worker costs no retry. ``reclaims`` counts lost runs;
+        once it exceeds ``max_reclaims`` the task fails with a ``worker lost`` error instead
+        (DESIGN §3 crash budget).
+
+        Returns:
+            True when the task was re-queued, False when the crash budget failed it.
+
+        Raises:
+            StaleRun: the run is not the task's live run (already ended or reclaimed).
+        """
+        self._live_run(run)
+        run._end(RunStatus.DEAD, at=at, error=reason)
+        self.current_run_id = None
+        self.reclaims += 1
+        if self.reclaims > max_reclaims:
+            self.last_error = f"{WORKER_LOST}: {self.reclaims} runs abandoned ({reason})"
+            self._move(TaskStatus.FAILED, at=at)
+            self.finished_at = at
+            return False
+        self.attempt -= 1
+        self.last_error = reason
+        self._move(TaskStatus.QUEUED, at=at)
+        self.scheduled_at = at
+        return True
+
+    def promote(self, *, at: datetime) -> None:
+        """``pending -> queued``, due now: all dependencies have completed (DESIGN §2 promotion).
+
+        Raises:
+            InvalidTransition: the task is not ``pending``.
+        """
+        self._move(TaskStatus.QUEUED, at=at)
+        self.scheduled_at = at
+
+    def cascade_fail(self, *, failed_dependency: str, at: datetime) -> None:
+        """``pending -> failed`` because a dependency failed (spec README: transitive cascade).
+
+        Raises:
+            InvalidTransition: the task is not ``pending``.
+        """
+        self._move(TaskStatus.FAILED, at=at)
+        self.finished_at = at
+        self.last_error = f"dependency {failed_dependency!r} failed"
+
+    def cancel(self, *, at: datetime) -> None:
+        """``pending|queued -> cancelled``.
+
+        Raises:
+            InvalidTransition: the task has started or finished.
+        """
+        self._move(TaskStatus.CANCELLED, at=at)
+        self.finished_at = at
+
+
+@dataclass(slots=True)
+class Job:
+    """A group of tasks submitted together (a ``jobs`` row).
+
+    Attributes:
+        idempotency_key: the client's ``Idempotency-Key``, unique across jobs, or None.
+        request_hash: fingerprint of the request body that created the job under that key.
+    """
+
+    id: UUID
+    name: str
+    status: JobStatus
+    created_at: datetime
+    updated_at: datetime
+    metadata: Any = None
+    idempotency_key: str | None = None
+    request_hash: str | None = None
+    version: int = 0
+
+    def set_status(self, status: JobStatus, *, at: datetime) -> bool:
+        """Move to ``status`` if it differs; a terminal ``failed`` job stays failed.
+
+        Returns:
+            True when the status changed (and the row must be written), else False.
+        """
+        if status is self.status or self.status is JobStatus.FAILED:
+            return False
+        self.status = status
+        self.updated_at = at
+        return True
+
+
+@dataclass(slots=True)
+class Worker:
+    """A worker process in the optional registry (``workers`` row, spec §4).
+
+    Attributes:
+        metadata: free-form JSON object, e.g. ``{"kinds": [...], "concurrency": 4}``.
+    """
+
+    id: str
+    hostname: str | None
+    last_heartbeat_at: datetime
+    metadata: dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,167 @@
+"""Domain errors: one root, business facts as subclasses, infrastructure as a separate branch.
+
+Every error carries a ``detail`` that is safe to show to an API client and, where the error is
+about one input field, the ``field`` it concerns (a dotted path such as ``tasks[2].depends_on``).
+"""
+
+from __future__ import annotations
+
+
+class DtqError(Exception):
+    """Root of every error dtq raises on purpose.
+
+    Args:
+        detail: human-readable message, safe to return to a client. Defaults to the class
+            docstring's first line.
+        field: the request field the error is about, when there is one.
+    """
+
+    code = "dtq_error"
+
+    def __init__(self, detail: str | None = None, *, field: str | None = None) -> None:
+        doc = (type(self).__doc__ or type(self).__name__).strip().splitlines()[0]
+        self.detail = detail or doc
+        self.field = field
+        super().__init__(self.detail)
+
+
+# --- not found ------------------------------------------------------------------------------
+
+
+class NotFound(DtqError):
+    """The requested object does not exist."""
+
+    code = "not_found"
+
+
+class TaskNotFound(NotFound):
+    """No task has this id."""
+
+    code = "task_not_found"
+
+
+class JobNotFound(NotFound):
+    """No job has this id."""
+
+    code = "job_not_found"
+
+
+# --- invalid input (400) ----------------------------------------------------------------------
+
+
+class ValidationError(DtqError):
+    """The request is not valid."""
+
+    code = "validation_error"
+
+
+class DagError(ValidationError):
+    """The job's dependency graph is not valid (spec §7: 400 on validation)."""
+
+    code = "invalid_dag"
+
+
+class DuplicateTaskName(DagError):
+    """Two tasks of one job share a name; names must be unique per job."""
+
+    code = "duplicate_task_name"
+
+
+class UnknownDependency(DagError):
+    """A task depends on a name that is not a task of the same job."""
+
+    code = "unknown_dependency"
+
+
+class SelfDependency(DagError):
+    """A task depends on itself."""
+
+    code = "self_dependency"
+
+
+class DependencyCycle(DagError):
+    """The dependencies form a cycle.
+
+    Attributes:
+        path: the task names around the cycle, first name repeated at the end
+            (``["a", "b", "a"]``).
+    """
+
+    code = "dependency_cycle"
+
+    def __init__(self, path: list[str], *, field: str | None = "tasks") -> None:
+        self.path = path
+        super().__init__("dependency cycle: " + " -> ".join(path), field=field)
+
+
+class InvalidPayload(ValidationError):
+    """A payload or metadata value cannot be stored (NUL character, number out of range, too big)."""
+
+    code = "invalid_payload"
+
+
+# --- conflicts (409) --------------------------------------------------------------------------
+
+
+class Conflict(DtqError):
+    """The request conflicts with the current state."""
+
+    code = "conflict"
+
+
+class InvalidTransition(Conflict):
+    """The entity's status does not allow this transition (DESIGN §2)."""
+
+    code = "invalid_transition"
+
+
+class TaskNotClaimable(Conflict):
+    """The task is not ``queued`` and due, so it cannot be claimed (spec §5, ErrTaskNotClaimable)."""
+
+    code = "task_not_claimable"
+
+
+class StaleRun(Conflict):
+    """The reporting run is no longer the task's live run (it was reclaimed); nothing changed."""
+
+    code = "stale_run"
+
+
+class IdempotencyConflict(Conflict):
+    """The Idempotency-Key was already used with a different request body."""
+
+    code = "idempotency_conflict"
+
+
+class DuplicateKind(DtqError):
+    """A handler kind was registered twice on one worker runtime (spec §6 Registration)."""
+
+    code = "duplicate_kind"
+
+
+# --- concurrency / infrastructure -------------------------------------------------------------
+
+
+class ConcurrentUpdate(DtqError):
+    """A version-guarded write found the row changed since it was read; the transaction is re-run."""
+
+    code = "concurrent_update"
+
+
+class DuplicateIdempotencyKey(DtqError):
+    """Another transaction inserted a job with the same Idempotency-Key first (a race)."""
+
+    code = "duplicate_idempotency_key"
+
+
+class BackendUnavailable(DtqError):
+    """A backing service (database or Redis) failed or could not be reached."""
+
+    code = "backend_unavailable"
+
+
+class CommitOutcomeUnknown(BackendUnavailable):
+    """The connection was lost during COMMIT (or SQLSTATE 40003): the write may or may not have
+    been applied. Re-read state before acting again."""
+
+    code = "commit_outcome_unknown"
