@@ -61,7 +61,9 @@ class RunningTask:
 class JobRepository(Protocol):
     """Jobs, and job creation with all tasks and edges (spec §4: one transaction)."""
 
-    async def add(self, job: Job, tasks: Sequence[Task], edges: Sequence[tuple[UUID, UUID]]) -> None:
+    async def add(
+        self, job: Job, tasks: Sequence[Task], edges: Sequence[tuple[UUID, UUID]]
+    ) -> None:
         """Insert a job, its tasks and its ``(task_id, depends_on_task_id)`` edges.
 
         Uses a constant number of statements whatever the job size.

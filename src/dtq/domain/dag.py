@@ -93,6 +93,6 @@ def _find_cycle(nodes: Sequence[TaskNode], stuck: set[str]) -> list[str]:
         path.append(current)
         current = deps[current][0]
     # path runs along "depends on" edges; report it in execution order (a -> b means b needs a).
-    cycle = path[seen[current] :] + [current]
+    cycle = [*path[seen[current] :], current]
     cycle.reverse()
     return cycle

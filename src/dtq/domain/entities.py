@@ -124,7 +124,11 @@ class Task:
         if self.status is not TaskStatus.QUEUED:
             raise TaskNotClaimable(f"task {self.id} is {self.status}, not queued")
         if not self.is_due(at):
-            raise TaskNotClaimable(f"task {self.id} is not due until {self.scheduled_at}")
+            raise TaskNotClaimable(
+                f"task {self.id} is not due until {self.scheduled_at}",
+                not_before=self.scheduled_at,
+                priority=self.priority,
+            )
         if self.attempt >= self.max_attempts:
             raise TaskNotClaimable(f"task {self.id} has no attempts left")
         self._move(TaskStatus.RUNNING, at=at)
@@ -204,13 +208,22 @@ class Task:
             self.finished_at = at
         return decision
 
-    def reclaim(self, run: TaskRun, *, reason: str, max_reclaims: int, at: datetime) -> bool:
+    def reclaim(
+        self,
+        run: TaskRun,
+        *,
+        reason: str,
+        max_reclaims: int,
+        at: datetime,
+        worker_lost: bool = True,
+    ) -> bool:
         """Abandon a run whose worker was lost (spec §2 invariant, §4 attempt invariant).
 
         The run becomes ``dead``; the task goes back to ``queued`` due now with ``attempt``
         rolled back by one, so losing a worker costs no retry. ``reclaims`` counts lost runs;
         once it exceeds ``max_reclaims`` the task fails with a ``worker lost`` error instead
-        (DESIGN §3 crash budget).
+        (DESIGN §3 crash budget). A graceful hand-back at worker shutdown passes
+        ``worker_lost=False``: the run is still ``dead`` but the crash budget is not charged.
 
         Returns:
             True when the task was re-queued, False when the crash budget failed it.
@@ -221,7 +234,8 @@ class Task:
         self._live_run(run)
         run._end(RunStatus.DEAD, at=at, error=reason)
         self.current_run_id = None
-        self.reclaims += 1
+        if worker_lost:
+            self.reclaims += 1
         if self.reclaims > max_reclaims:
             self.last_error = f"{WORKER_LOST}: {self.reclaims} runs abandoned ({reason})"
             self._move(TaskStatus.FAILED, at=at)

@@ -6,6 +6,8 @@ about one input field, the ``field`` it concerns (a dotted path such as ``tasks[
 
 from __future__ import annotations
 
+from datetime import datetime
+
 
 class DtqError(Exception):
     """Root of every error dtq raises on purpose.
@@ -95,7 +97,7 @@ class DependencyCycle(DagError):
 
 
 class InvalidPayload(ValidationError):
-    """A payload or metadata value cannot be stored (NUL character, number out of range, too big)."""
+    """A payload or metadata value cannot be stored (NUL character, number out of range)."""
 
     code = "invalid_payload"
 
@@ -116,9 +118,26 @@ class InvalidTransition(Conflict):
 
 
 class TaskNotClaimable(Conflict):
-    """The task is not ``queued`` and due, so it cannot be claimed (spec §5, ErrTaskNotClaimable)."""
+    """The task is not ``queued`` and due, so it cannot be claimed (spec §5, ErrTaskNotClaimable).
+
+    Attributes:
+        not_before: set when the task is queued but not yet due: its ``scheduled_at``, so the
+            caller can put the delivery back on the scheduled set instead of dropping it.
+        priority: the task's priority tier, set together with ``not_before``.
+    """
 
     code = "task_not_claimable"
+
+    def __init__(
+        self,
+        detail: str | None = None,
+        *,
+        not_before: datetime | None = None,
+        priority: str | None = None,
+    ) -> None:
+        self.not_before = not_before
+        self.priority = priority
+        super().__init__(detail)
 
 
 class StaleRun(Conflict):
@@ -143,7 +162,7 @@ class DuplicateKind(DtqError):
 
 
 class ConcurrentUpdate(DtqError):
-    """A version-guarded write found the row changed since it was read; the transaction is re-run."""
+    """A version-guarded write found the row changed since it was read; the function re-runs."""
 
     code = "concurrent_update"
 

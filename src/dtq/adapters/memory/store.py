@@ -1,0 +1,339 @@
+"""An in-memory ``Store``: the embedded default of ``dtq dev`` and the fake of the unit tests.
+
+Transactions are serialised by one ``asyncio.Lock`` (trivially serialisable). Each try works on
+copies and a private write set that is applied only at commit, so a function that raises leaves
+nothing behind. Saves are version-guarded like the SQL adapter's, and conflicts and ambiguous
+commits can be injected to exercise the retry paths.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
+from datetime import datetime
+from typing import TypeVar
+from uuid import UUID
+
+from dtq.application.ports import Clock, DueTask, RunningTask
+from dtq.domain.entities import Job, Task, TaskRun, Worker
+from dtq.domain.errors import (
+    BackendUnavailable,
+    CommitOutcomeUnknown,
+    ConcurrentUpdate,
+    DuplicateIdempotencyKey,
+)
+from dtq.domain.status import RunStatus, TaskStatus
+
+T = TypeVar("T")
+
+
+class _Tables:
+    """The committed state."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[UUID, Job] = {}
+        self.tasks: dict[UUID, Task] = {}
+        self.runs: dict[UUID, TaskRun] = {}
+        self.workers: dict[str, Worker] = {}
+        self.idempotency: dict[str, UUID] = {}
+        self.job_tasks: dict[UUID, list[UUID]] = defaultdict(list)
+        self.task_runs: dict[UUID, list[UUID]] = defaultdict(list)
+        self.dependents: dict[UUID, list[UUID]] = defaultdict(list)
+        self.dependencies: dict[UUID, list[UUID]] = defaultdict(list)
+
+
+class InMemoryStore:
+    """Implements ``dtq.application.ports.Store`` in process memory.
+
+    Args:
+        clock: gives ``Transaction.now()``.
+        max_retries: tries of a transaction function on conflict before ``BackendUnavailable``.
+
+    Attributes:
+        retries: how many times a transaction function was re-run after a conflict.
+        available: set False to make every call raise ``BackendUnavailable`` (outage drills).
+    """
+
+    def __init__(self, clock: Clock, *, max_retries: int = 10) -> None:
+        self._clock = clock
+        self._max_retries = max_retries
+        self._tables = _Tables()
+        self._lock = asyncio.Lock()
+        self._conflicts = 0
+        self._ambiguous = 0
+        self.retries = 0
+        self.available = True
+
+    # -- test hooks ----------------------------------------------------------------------------
+
+    def inject_conflicts(self, count: int) -> None:
+        """Make the next ``count`` commits fail with a retryable conflict (like SQLSTATE 40001)."""
+        self._conflicts += count
+
+    def inject_ambiguous_commits(self, count: int) -> None:
+        """Make the next ``count`` commits apply, then raise ``CommitOutcomeUnknown``."""
+        self._ambiguous += count
+
+    # -- Store ---------------------------------------------------------------------------------
+
+    async def run(self, fn: Callable[[_MemoryTransaction], Awaitable[T]]) -> T:
+        """Run ``fn`` in a serialised transaction; re-run it on a conflict (see ``Store.run``)."""
+        for attempt in range(self._max_retries):
+            self._check_available()
+            async with self._lock:
+                tx = _MemoryTransaction(self._tables, self._clock.now())
+                try:
+                    result = await fn(tx)
+                    if self._conflicts:
+                        self._conflicts -= 1
+                        raise ConcurrentUpdate("injected serialization failure")
+                    tx.commit()
+                except ConcurrentUpdate:
+                    self.retries += 1
+                    retry = True
+                else:
+                    retry = False
+                if not retry:
+                    if self._ambiguous:
+                        self._ambiguous -= 1
+                        raise CommitOutcomeUnknown("injected: connection lost during COMMIT")
+                    return result
+            await asyncio.sleep(min(0.001 * 2**attempt, 0.05) * random.random())
+        raise BackendUnavailable(f"transaction still conflicting after {self._max_retries} tries")
+
+    async def ping(self) -> None:
+        """Raise ``BackendUnavailable`` when marked unavailable."""
+        self._check_available()
+
+    def _check_available(self) -> None:
+        if not self.available:
+            raise BackendUnavailable("in-memory store marked unavailable")
+
+
+class _MemoryTransaction:
+    """One try of a transaction: reads see this try's writes; ``commit`` publishes them."""
+
+    def __init__(self, tables: _Tables, now: datetime) -> None:
+        self._t = tables
+        self._now = now
+        self._jobs: dict[UUID, Job] = {}
+        self._tasks: dict[UUID, Task] = {}
+        self._runs: dict[UUID, TaskRun] = {}
+        self._workers: dict[str, Worker] = {}
+        self._new_jobs: list[tuple[Job, list[Task], list[tuple[UUID, UUID]]]] = []
+        self.jobs = _Jobs(self)
+        self.tasks = _Tasks(self)
+        self.runs = _Runs(self)
+        self.workers = _Workers(self)
+
+    async def now(self) -> datetime:
+        """The transaction's fixed timestamp."""
+        return self._now
+
+    # reads through the write set
+    def job(self, job_id: UUID) -> Job | None:
+        return self._jobs.get(job_id) or self._t.jobs.get(job_id)
+
+    def task(self, task_id: UUID) -> Task | None:
+        return self._tasks.get(task_id) or self._t.tasks.get(task_id)
+
+    def run(self, run_id: UUID) -> TaskRun | None:
+        return self._runs.get(run_id) or self._t.runs.get(run_id)
+
+    def commit(self) -> None:
+        t = self._t
+        for job, tasks, edges in self._new_jobs:
+            if job.idempotency_key is not None:
+                t.idempotency[job.idempotency_key] = job.id
+            t.job_tasks[job.id].extend(task.id for task in tasks)
+            for task_id, dep_id in edges:
+                t.dependents[dep_id].append(task_id)
+                t.dependencies[task_id].append(dep_id)
+        for run in self._runs.values():
+            if run.id not in t.runs:
+                t.task_runs[run.task_id].append(run.id)
+        t.jobs.update(self._jobs)
+        t.tasks.update(self._tasks)
+        t.runs.update(self._runs)
+        t.workers.update(self._workers)
+
+
+class _Jobs:
+    def __init__(self, tx: _MemoryTransaction) -> None:
+        self._tx = tx
+
+    async def add(
+        self, job: Job, tasks: Sequence[Task], edges: Sequence[tuple[UUID, UUID]]
+    ) -> None:
+        tx = self._tx
+        key = job.idempotency_key
+        pending_keys = {j.idempotency_key for j, _, _ in tx._new_jobs}
+        if key is not None and (key in tx._t.idempotency or key in pending_keys):
+            raise DuplicateIdempotencyKey(f"idempotency key {key!r} already used")
+        tx._jobs[job.id] = replace(job)
+        for task in tasks:
+            tx._tasks[task.id] = replace(task)
+        tx._new_jobs.append((replace(job), list(tasks), list(edges)))
+
+    async def get(self, job_id: UUID) -> Job | None:
+        job = self._tx.job(job_id)
+        return replace(job) if job else None
+
+    async def get_by_idempotency_key(self, key: str) -> Job | None:
+        tx = self._tx
+        for job, _, _ in tx._new_jobs:
+            if job.idempotency_key == key:
+                return await self.get(job.id)
+        job_id = tx._t.idempotency.get(key)
+        return await self.get(job_id) if job_id else None
+
+    async def save(self, job: Job) -> None:
+        stored = self._tx.job(job.id)
+        if stored is None or stored.version != job.version:
+            raise ConcurrentUpdate(f"job {job.id} changed since it was read")
+        job.version += 1
+        self._tx._jobs[job.id] = replace(job)
+
+
+class _Tasks:
+    def __init__(self, tx: _MemoryTransaction) -> None:
+        self._tx = tx
+
+    def _job_task_ids(self, job_id: UUID) -> list[UUID]:
+        tx = self._tx
+        ids = list(tx._t.job_tasks.get(job_id, ()))
+        for job, tasks, _ in tx._new_jobs:
+            if job.id == job_id:
+                ids.extend(t.id for t in tasks)
+        return ids
+
+    def _edges(self, index: str, task_id: UUID) -> list[UUID]:
+        tx = self._tx
+        committed: dict[UUID, list[UUID]] = getattr(tx._t, index)
+        ids = list(committed.get(task_id, ()))
+        for _, _, edges in tx._new_jobs:
+            for child, parent in edges:
+                if index == "dependents" and parent == task_id:
+                    ids.append(child)
+                elif index == "dependencies" and child == task_id:
+                    ids.append(parent)
+        return ids
+
+    async def get(self, task_id: UUID) -> Task | None:
+        task = self._tx.task(task_id)
+        return replace(task) if task else None
+
+    async def get_many(self, task_ids: Sequence[UUID]) -> list[Task]:
+        found = (self._tx.task(i) for i in task_ids)
+        return [replace(t) for t in found if t is not None]
+
+    async def list_by_job(self, job_id: UUID) -> list[Task]:
+        tasks = await self.get_many(self._job_task_ids(job_id))
+        return sorted(tasks, key=lambda t: (t.created_at, t.name))
+
+    async def save(self, task: Task) -> None:
+        stored = self._tx.task(task.id)
+        if stored is None or stored.version != task.version:
+            raise ConcurrentUpdate(f"task {task.id} changed since it was read")
+        task.version += 1
+        self._tx._tasks[task.id] = replace(task)
+
+    async def dependents(self, task_id: UUID) -> list[UUID]:
+        return self._edges("dependents", task_id)
+
+    async def dependencies_completed(self, task_id: UUID) -> bool:
+        for dep_id in self._edges("dependencies", task_id):
+            dep = self._tx.task(dep_id)
+            if dep is None or dep.status is not TaskStatus.COMPLETED:
+                return False
+        return True
+
+    async def job_has_status(self, job_id: UUID, statuses: Sequence[TaskStatus]) -> bool:
+        wanted = set(statuses)
+        for task_id in self._job_task_ids(job_id):
+            task = self._tx.task(task_id)
+            if task is not None and task.status in wanted:
+                return True
+        return False
+
+    def _all(self) -> list[Task]:
+        merged = dict(self._tx._t.tasks)
+        merged.update(self._tx._tasks)
+        return list(merged.values())
+
+    async def due_queued(
+        self, *, now: datetime, after: tuple[datetime, UUID] | None, limit: int
+    ) -> list[DueTask]:
+        due = sorted(
+            (t.scheduled_at, t.id, t.priority)
+            for t in self._all()
+            if t.status is TaskStatus.QUEUED and t.scheduled_at <= now
+        )
+        if after is not None:
+            due = [d for d in due if (d[0], d[1]) > after]
+        return [DueTask(id=i, priority=p, scheduled_at=at) for at, i, p in due[:limit]]
+
+    async def stale_running(
+        self, *, started_before: datetime, after: UUID | None, limit: int
+    ) -> list[RunningTask]:
+        stale = sorted(
+            (
+                t
+                for t in self._all()
+                if t.status is TaskStatus.RUNNING
+                and t.started_at is not None
+                and t.started_at < started_before
+                and t.current_run_id is not None
+                and (after is None or t.id > after)
+            ),
+            key=lambda t: t.id,
+        )
+        return [
+            RunningTask(
+                id=t.id, run_id=t.current_run_id, priority=t.priority, started_at=t.started_at
+            )
+            for t in stale[:limit]
+            if t.current_run_id is not None and t.started_at is not None
+        ]
+
+
+class _Runs:
+    def __init__(self, tx: _MemoryTransaction) -> None:
+        self._tx = tx
+
+    async def add(self, run: TaskRun) -> None:
+        self._tx._runs[run.id] = replace(run)
+
+    async def get(self, run_id: UUID) -> TaskRun | None:
+        run = self._tx.run(run_id)
+        return replace(run) if run else None
+
+    async def save(self, run: TaskRun) -> None:
+        stored = self._tx.run(run.id)
+        if stored is None or stored.status is not RunStatus.RUNNING:
+            raise ConcurrentUpdate(f"run {run.id} already ended")
+        self._tx._runs[run.id] = replace(run)
+
+    async def list_for_task(self, task_id: UUID) -> list[TaskRun]:
+        tx = self._tx
+        ids = list(tx._t.task_runs.get(task_id, ()))
+        ids.extend(r.id for r in tx._runs.values() if r.task_id == task_id and r.id not in ids)
+        runs = [replace(r) for r in (tx.run(i) for i in ids) if r is not None]
+        return sorted(runs, key=lambda r: (r.started_at, str(r.id)))
+
+
+class _Workers:
+    def __init__(self, tx: _MemoryTransaction) -> None:
+        self._tx = tx
+
+    async def upsert(self, worker: Worker) -> None:
+        self._tx._workers[worker.id] = replace(worker, metadata=dict(worker.metadata))
+
+    async def list_active(self, since: datetime) -> list[Worker]:
+        merged = dict(self._tx._t.workers)
+        merged.update(self._tx._workers)
+        active = [replace(w) for w in merged.values() if w.last_heartbeat_at >= since]
+        return sorted(active, key=lambda w: w.last_heartbeat_at, reverse=True)

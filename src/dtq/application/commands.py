@@ -1,0 +1,129 @@
+"""Inputs and outputs of the application services (no HTTP types here)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+from uuid import UUID
+
+from dtq.domain.entities import DEFAULT_PRIORITY, Job, Task, TaskRun
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSpec:
+    """One task of a job to submit.
+
+    Attributes:
+        name: unique within the job; dependencies refer to it.
+        kind: handler key, e.g. ``email.send`` (spec §6 Registration).
+        payload: decoded JSON handed to the handler.
+        depends_on: names of tasks of the same job that must complete first.
+        max_attempts: retry budget, >= 1.
+        priority: ready-queue tier (``queue:ready:{priority}``).
+    """
+
+    name: str
+    kind: str
+    payload: Any = None
+    depends_on: tuple[str, ...] = ()
+    max_attempts: int = 3
+    priority: str = DEFAULT_PRIORITY
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitJob:
+    """A job to create (spec §7 POST /v1/jobs; POST /v1/tasks is a one-task job).
+
+    Attributes:
+        idempotency_key: the client's ``Idempotency-Key`` header, or None.
+        request_hash: fingerprint of the request body; the same key with another hash is a
+            conflict.
+    """
+
+    tasks: tuple[TaskSpec, ...]
+    name: str = ""
+    metadata: Any = None
+    idempotency_key: str | None = None
+    request_hash: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitResult:
+    """Ids of a submitted job. ``created`` is False for an idempotent replay."""
+
+    job_id: UUID
+    task_ids: dict[str, UUID]
+    created: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TaskView:
+    """A task with its run history ordered by ``started_at``."""
+
+    task: Task
+    runs: list[TaskRun]
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """A job with all its tasks."""
+
+    job: Job
+    tasks: list[Task]
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionPolicy:
+    """Timings and budgets of execution; all durations in seconds.
+
+    Attributes:
+        lease_duration: logical lease window (``LEASE_DURATION``).
+        retry_backoff: delay before a failed task is retried (``RETRY_BACKOFF``).
+        stale_running_after: minimum age of a ``running`` task before reclaim is considered
+            (``STALE_RUNNING_AFTER``); reclaim also needs the lease to be absent.
+        max_reclaims: crash budget: lost-worker reclaims allowed per task before it fails with
+            ``worker lost`` (DESIGN §3).
+        lease_ttl_buffer: added to ``lease_duration`` for the Redis key TTL (spec §5).
+    """
+
+    lease_duration: float = 30.0
+    retry_backoff: float = 5.0
+    stale_running_after: float = 60.0
+    max_reclaims: int = 5
+    lease_ttl_buffer: float = 5.0
+
+    @property
+    def lease_ttl(self) -> float:
+        """TTL of the lease hash in seconds: ``lease_duration + lease_ttl_buffer``."""
+        return self.lease_duration + self.lease_ttl_buffer
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A task claimed by a worker: the task as claimed and its new live run.
+
+    ``task.attempt == run.attempt_number`` (1-based).
+    """
+
+    task: Task
+    run: TaskRun
+    worker_id: str
+
+
+class ReportOutcome(StrEnum):
+    """What happened to a worker's report of an outcome."""
+
+    RECORDED = "recorded"  # the state changed
+    DUPLICATE = "duplicate"  # the same outcome was already recorded for this run: no-op
+    STALE = "stale"  # the run is no longer live (reclaimed): refused, nothing changed
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileReport:
+    """Counts of one reconcile pass."""
+
+    enqueued: int = 0
+    reclaimed: int = 0
+    promoted: int = 0
+    extra: dict[str, int] = field(default_factory=dict)

@@ -1,0 +1,151 @@
+"""Submitting jobs (spec §7 POST /v1/jobs and /v1/tasks; spec §4 one transaction per job)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from uuid import UUID, uuid4
+
+from dtq.application.commands import SubmitJob, SubmitResult, TaskSpec
+from dtq.application.ports import Queue, Store, Transaction
+from dtq.domain.dag import TaskNode, validate_dag
+from dtq.domain.entities import Job, Task
+from dtq.domain.errors import (
+    CommitOutcomeUnknown,
+    DuplicateIdempotencyKey,
+    IdempotencyConflict,
+    ValidationError,
+)
+from dtq.domain.payload import check_storable
+from dtq.domain.status import JobStatus, TaskStatus
+
+
+class SubmitService:
+    """Creates jobs with their tasks and dependency edges, then pushes the runnable ones.
+
+    Args:
+        store: the system of record.
+        queue: the fast path; written only after the job's transaction committed.
+    """
+
+    def __init__(self, *, store: Store, queue: Queue) -> None:
+        self._store = store
+        self._queue = queue
+
+    async def submit_job(self, cmd: SubmitJob) -> SubmitResult:
+        """Validate and create a job in one transaction; enqueue its root tasks after commit.
+
+        Tasks without dependencies start ``queued`` and due now; the others start ``pending``
+        and are promoted when their dependencies complete. With an idempotency key, a replay of
+        the same request returns the original ids (``created=False``) and writes nothing, also
+        when two such requests race.
+
+        Args:
+            cmd: the job to create.
+
+        Returns:
+            The job id and a name -> task id map.
+
+        Raises:
+            ValidationError: no tasks, bad ``max_attempts``, or a payload the database cannot
+                store (``InvalidPayload``); DAG errors (``DagError`` subclasses) name the tasks.
+            IdempotencyConflict: the key was used before with a different request.
+            BackendUnavailable: the database failed.
+        """
+        _validate(cmd)
+        job_id = uuid4()
+        task_ids = {spec.name: uuid4() for spec in cmd.tasks}
+
+        async def create(tx: Transaction) -> SubmitResult:
+            if cmd.idempotency_key is not None:
+                existing = await _replay(tx, cmd)
+                if existing is not None:
+                    return existing
+            now = await tx.now()
+            job = Job(
+                id=job_id,
+                name=cmd.name,
+                status=JobStatus.PENDING,
+                created_at=now,
+                updated_at=now,
+                metadata=cmd.metadata,
+                idempotency_key=cmd.idempotency_key,
+                request_hash=cmd.request_hash,
+            )
+            tasks = [_new_task(spec, job_id, task_ids[spec.name], now) for spec in cmd.tasks]
+            edges = [
+                (task_ids[spec.name], task_ids[dep])
+                for spec in cmd.tasks
+                for dep in dict.fromkeys(spec.depends_on)
+            ]
+            await tx.jobs.add(job, tasks, edges)
+            return SubmitResult(job_id=job_id, task_ids=dict(task_ids), created=True)
+
+        try:
+            result = await self._store.run(create)
+        except DuplicateIdempotencyKey:
+            result = await self._store.run(lambda tx: _replay_required(tx, cmd))
+        except CommitOutcomeUnknown:
+            result = await self._store.run(lambda tx: _recover(tx, job_id, task_ids))
+        if result.created:
+            for spec in cmd.tasks:
+                if not spec.depends_on:
+                    await self._queue.enqueue(task_ids[spec.name], spec.priority)
+        return result
+
+
+def _validate(cmd: SubmitJob) -> None:
+    if not cmd.tasks:
+        raise ValidationError("a job needs at least one task", field="tasks")
+    for i, spec in enumerate(cmd.tasks):
+        if spec.max_attempts < 1:
+            raise ValidationError(
+                "max_attempts must be at least 1", field=f"tasks[{i}].max_attempts"
+            )
+        if not spec.kind:
+            raise ValidationError("kind must not be empty", field=f"tasks[{i}].kind")
+        check_storable(spec.payload, field=f"tasks[{i}].payload")
+    check_storable(cmd.metadata, field="metadata")
+    validate_dag([TaskNode(spec.name, tuple(spec.depends_on)) for spec in cmd.tasks])
+
+
+def _new_task(spec: TaskSpec, job_id: UUID, task_id: UUID, now: datetime) -> Task:
+    return Task(
+        id=task_id,
+        job_id=job_id,
+        name=spec.name,
+        kind=spec.kind,
+        payload=spec.payload,
+        status=TaskStatus.PENDING if spec.depends_on else TaskStatus.QUEUED,
+        scheduled_at=now,
+        created_at=now,
+        updated_at=now,
+        priority=spec.priority,
+        max_attempts=spec.max_attempts,
+    )
+
+
+async def _replay(tx: Transaction, cmd: SubmitJob) -> SubmitResult | None:
+    assert cmd.idempotency_key is not None
+    job = await tx.jobs.get_by_idempotency_key(cmd.idempotency_key)
+    if job is None:
+        return None
+    if job.request_hash != cmd.request_hash:
+        raise IdempotencyConflict(
+            f"Idempotency-Key {cmd.idempotency_key!r} was already used with a different request"
+        )
+    tasks = await tx.tasks.list_by_job(job.id)
+    return SubmitResult(job_id=job.id, task_ids={t.name: t.id for t in tasks}, created=False)
+
+
+async def _replay_required(tx: Transaction, cmd: SubmitJob) -> SubmitResult:
+    result = await _replay(tx, cmd)
+    if result is None:  # the racing job vanished again (deleted): report the race plainly
+        raise IdempotencyConflict("a concurrent request with this Idempotency-Key did not persist")
+    return result
+
+
+async def _recover(tx: Transaction, job_id: UUID, task_ids: dict[str, UUID]) -> SubmitResult:
+    """After an ambiguous commit: the job exists exactly when the commit went through."""
+    if await tx.jobs.get(job_id) is None:
+        raise CommitOutcomeUnknown("the job was not stored; submit it again")
+    return SubmitResult(job_id=job_id, task_ids=dict(task_ids), created=True)

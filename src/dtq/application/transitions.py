@@ -1,0 +1,115 @@
+"""Follow-up work inside a transaction after a task changes state (DESIGN §2).
+
+These run inside ``Store.run`` functions. Costs grow with a task's direct neighbourhood (its
+dependents, their dependencies) and never with the size of the job: job status is settled with
+index probes, and the job row is written only when its status changes (DESIGN §3).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from uuid import UUID
+
+from dtq.application.ports import Transaction
+from dtq.domain.entities import Task
+from dtq.domain.policy import derive_job_status
+from dtq.domain.status import JobStatus, TaskStatus
+
+_UNFINISHED = (TaskStatus.PENDING, TaskStatus.QUEUED, TaskStatus.RUNNING)
+
+
+async def promote_dependents(tx: Transaction, task: Task, *, at: datetime) -> list[Task]:
+    """Queue every ``pending`` dependent of ``task`` whose dependencies have all completed.
+
+    Args:
+        tx: the open transaction.
+        task: a task that has just become ``completed``.
+        at: transaction time.
+
+    Returns:
+        The promoted tasks (now ``queued``, due ``at``); the caller enqueues them after commit.
+    """
+    dependent_ids = await tx.tasks.dependents(task.id)
+    if not dependent_ids:
+        return []
+    promoted: list[Task] = []
+    for child in await tx.tasks.get_many(dependent_ids):
+        if child.status is TaskStatus.PENDING and await tx.tasks.dependencies_completed(child.id):
+            child.promote(at=at)
+            await tx.tasks.save(child)
+            promoted.append(child)
+    return promoted
+
+
+async def cascade_failure(tx: Transaction, task: Task, *, at: datetime) -> list[Task]:
+    """Fail every ``pending`` task downstream of ``task``, transitively (breadth first).
+
+    Args:
+        tx: the open transaction.
+        task: a task that has just become ``failed``.
+        at: transaction time.
+
+    Returns:
+        The tasks failed by the cascade.
+    """
+    failed: list[Task] = []
+    frontier: list[Task] = [task]
+    while frontier:
+        next_frontier: list[Task] = []
+        for parent in frontier:
+            dependent_ids = await tx.tasks.dependents(parent.id)
+            if not dependent_ids:
+                continue
+            for child in await tx.tasks.get_many(dependent_ids):
+                if child.status is TaskStatus.PENDING:
+                    child.cascade_fail(failed_dependency=parent.name, at=at)
+                    await tx.tasks.save(child)
+                    failed.append(child)
+                    next_frontier.append(child)
+        frontier = next_frontier
+    return failed
+
+
+async def mark_job_started(tx: Transaction, job_id: UUID, *, at: datetime) -> None:
+    """Move a ``pending`` job to ``running`` (a task of it was just claimed)."""
+    job = await tx.jobs.get(job_id)
+    if (
+        job is not None
+        and job.status is JobStatus.PENDING
+        and job.set_status(JobStatus.RUNNING, at=at)
+    ):
+        await tx.jobs.save(job)
+
+
+async def mark_job_failed(tx: Transaction, job_id: UUID, *, at: datetime) -> None:
+    """Move the job to ``failed`` (a task of it failed permanently); no-op if already failed."""
+    job = await tx.jobs.get(job_id)
+    if job is not None and job.set_status(JobStatus.FAILED, at=at):
+        await tx.jobs.save(job)
+
+
+async def settle_job(tx: Transaction, job_id: UUID, *, at: datetime) -> None:
+    """Re-derive the job's status after a task finished, with at most three index probes.
+
+    The job row is written only when its status changes (spec §4 RefreshJobStatus).
+    """
+    job = await tx.jobs.get(job_id)
+    if job is None or job.status.terminal:
+        return
+    if await tx.tasks.job_has_status(job_id, _UNFINISHED):
+        status = derive_job_status(
+            any_failed=False, any_unfinished=True, any_cancelled=False, any_started=True
+        )
+    else:
+        any_failed = await tx.tasks.job_has_status(job_id, (TaskStatus.FAILED,))
+        any_cancelled = not any_failed and await tx.tasks.job_has_status(
+            job_id, (TaskStatus.CANCELLED,)
+        )
+        status = derive_job_status(
+            any_failed=any_failed,
+            any_unfinished=False,
+            any_cancelled=any_cancelled,
+            any_started=True,
+        )
+    if job.set_status(status, at=at):
+        await tx.jobs.save(job)

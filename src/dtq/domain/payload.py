@@ -1,0 +1,70 @@
+"""What the database can store: refuse it at submit, identically on PostgreSQL and CockroachDB.
+
+PostgreSQL refuses ``\\u0000`` inside JSONB strings while CockroachDB accepts it (CRDB.md), and JSON
+has no representation for NaN or infinities; we refuse all of these ourselves so both databases
+behave the same and a bad payload is a 400, never a 500 or a task stuck mid-transaction.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from dtq.domain.errors import InvalidPayload
+
+#: Largest and smallest integers accepted in a payload (signed 64-bit).
+INT_MAX = 2**63 - 1
+INT_MIN = -(2**63)
+
+
+def check_storable(value: Any, *, field: str, max_depth: int = 64) -> None:
+    """Raise ``InvalidPayload`` unless ``value`` is JSON the database can store.
+
+    Accepted: None, bool, int within signed 64 bits, finite float, str without NUL, list, and
+    dict with str keys without NUL, nested at most ``max_depth`` levels.
+
+    Args:
+        value: decoded JSON value (payload or metadata).
+        field: the request field it came from, e.g. ``tasks[3].payload``; errors name a path
+            below it (``tasks[3].payload.user.name``).
+        max_depth: maximum nesting of lists/objects.
+
+    Raises:
+        InvalidPayload: with ``field`` set to the path of the offending value.
+    """
+    stack: list[tuple[Any, str, int]] = [(value, field, 0)]
+    while stack:
+        item, path, depth = stack.pop()
+        if depth > max_depth:
+            raise InvalidPayload(f"nested deeper than {max_depth} levels", field=path)
+        if isinstance(item, list):
+            stack.extend((v, f"{path}[{i}]", depth + 1) for i, v in enumerate(item))
+        elif isinstance(item, dict):
+            for key, v in item.items():
+                _check_key(key, path)
+                stack.append((v, f"{path}.{key}", depth + 1))
+        else:
+            _check_scalar(item, path)
+
+
+def _check_key(key: object, path: str) -> None:
+    if not isinstance(key, str):
+        raise InvalidPayload("object keys must be strings", field=path)
+    if "\x00" in key:
+        raise InvalidPayload("object key contains a NUL character (\\u0000)", field=path)
+
+
+def _check_scalar(item: object, path: str) -> None:
+    if item is None or isinstance(item, bool):
+        return
+    if isinstance(item, int):
+        if not INT_MIN <= item <= INT_MAX:
+            raise InvalidPayload("integer out of the signed 64-bit range", field=path)
+    elif isinstance(item, float):
+        if not math.isfinite(item):
+            raise InvalidPayload("number is not finite", field=path)
+    elif isinstance(item, str):
+        if "\x00" in item:
+            raise InvalidPayload("string contains a NUL character (\\u0000)", field=path)
+    else:
+        raise InvalidPayload(f"not a JSON value: {type(item).__name__}", field=path)
