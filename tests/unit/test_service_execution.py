@@ -1,0 +1,276 @@
+"""The worker-side use cases (spec §5 claim flow and marker table, §6 semantics; DESIGN §2-§3)."""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+import pytest
+
+from dtq.application.commands import Claim, ReportOutcome, TaskSpec
+from dtq.application.ports import Lease, LeaseState
+from dtq.domain.errors import BackendUnavailable
+from dtq.domain.status import JobStatus, RunStatus, TaskStatus
+from tests.unit.conftest import POLICY, App
+
+
+async def pop_claim(app: App, worker: str = "w1") -> Claim:
+    task_id = await app.queue.pop(["default"], timeout=0)
+    assert task_id is not None, "nothing on the ready list"
+    claim = await app.execution.claim(task_id, worker)
+    assert claim is not None, "claim refused"
+    return claim
+
+
+async def status_of(app: App, task_id: UUID) -> TaskStatus:
+    return (await app.queries.get_task(task_id)).task.status
+
+
+# --- claim ------------------------------------------------------------------------------------
+
+
+async def test_claim_releases_the_marker_and_sets_a_lease(app: App) -> None:
+    result = await app.submit_tasks(TaskSpec("a", "echo"))
+    claim = await pop_claim(app)
+    assert claim.task.attempt == claim.run.attempt_number == 1
+    assert not await app.queue.has_marker(claim.task.id)
+    lease = await app.queue.get_lease(claim.task.id)
+    assert lease is not None and (lease.worker_id, lease.run_id) == ("w1", claim.run.id)
+    view = await app.queries.get_job(result.job_id)
+    assert view.job.status is JobStatus.RUNNING
+
+
+async def test_popped_but_refused_claim_releases_the_marker(app: App) -> None:
+    result = await app.submit_tasks(TaskSpec("a", "echo"))
+    task_id = result.task_ids["a"]
+    await pop_claim(app)
+    # a duplicate id on the ready list, behind a fresh marker (e.g. the reconciler raced us)
+    await app.queue.enqueue(task_id, "default")
+    popped = await app.queue.pop(["default"], timeout=0)
+    assert await app.execution.claim(popped, "w2") is None  # type: ignore[arg-type]
+    assert not await app.queue.has_marker(task_id)
+    assert len((await app.queries.get_task(task_id)).runs) == 1
+
+
+async def test_second_claimer_of_one_task_loses_cleanly(app: App) -> None:
+    result = await app.submit_tasks(TaskSpec("a", "echo"))
+    task_id = result.task_ids["a"]
+    first = await app.execution.claim(task_id, "w1")
+    second = await app.execution.claim(task_id, "w2")
+    assert first is not None and second is None
+    lease = await app.queue.get_lease(task_id)
+    assert lease is not None and lease.worker_id == "w1"
+
+
+async def test_claim_failure_in_the_store_still_releases_the_marker(app: App) -> None:
+    result = await app.submit_tasks(TaskSpec("a", "echo"))
+    task_id = await app.queue.pop(["default"], timeout=0)
+    assert task_id == result.task_ids["a"]
+    app.store.available = False
+    with pytest.raises(BackendUnavailable):
+        await app.execution.claim(task_id, "w1")
+    assert not await app.queue.has_marker(task_id)
+
+
+async def test_stale_duplicate_popped_early_is_refused_and_rescheduled(app: App) -> None:
+    result = await app.submit_tasks(TaskSpec("a", "echo"))
+    task_id = result.task_ids["a"]
+    claim = await pop_claim(app)
+    await app.execution.fail(claim, "boom")  # retry due in 5 s, on the scheduled set
+    await app.queue.enqueue(task_id, "default")  # a stale duplicate reaches the ready list
+    popped = await app.queue.pop(["default"], timeout=0)
+    assert await app.execution.claim(popped, "w2") is None  # type: ignore[arg-type]
+    assert await status_of(app, task_id) is TaskStatus.QUEUED
+    assert task_id in app.queue.scheduled_ids()
+    app.clock.advance(POLICY.retry_backoff)
+    assert await app.reconcile.promote_scheduled() == 1
+    retry = await pop_claim(app)
+    assert retry.run.attempt_number == 2
+
+
+async def test_claim_retried_after_a_conflict_counts_one_attempt(app: App) -> None:
+    await app.submit_tasks(TaskSpec("a", "echo"))
+    app.store.inject_conflicts(3)
+    claim = await pop_claim(app)
+    assert app.store.retries == 3
+    view = await app.queries.get_task(claim.task.id)
+    assert view.task.attempt == 1 and len(view.runs) == 1
+
+
+async def test_ambiguous_claim_commit_is_recognised_by_its_run_id(app: App) -> None:
+    await app.submit_tasks(TaskSpec("a", "echo"))
+    app.store.inject_ambiguous_commits(1)
+    claim = await pop_claim(app)
+    assert (await status_of(app, claim.task.id)) is TaskStatus.RUNNING
+    assert await app.queue.get_lease(claim.task.id) is not None
+
+
+# --- outcomes ---------------------------------------------------------------------------------
+
+
+async def test_success_completes_task_and_job_and_deletes_the_lease(app: App) -> None:
+    result = await app.submit_tasks(TaskSpec("a", "echo"))
+    claim = await pop_claim(app)
+    assert await app.execution.complete(claim) is ReportOutcome.RECORDED
+    view = await app.queries.get_task(claim.task.id)
+    assert view.task.status is TaskStatus.COMPLETED
+    assert [r.status for r in view.runs] == [RunStatus.SUCCEEDED]
+    assert await app.queue.get_lease(claim.task.id) is None
+    assert (await app.queries.get_job(result.job_id)).job.status is JobStatus.COMPLETED
+
+
+async def test_same_success_twice_is_a_noop_not_an_error(app: App) -> None:
+    await app.submit_tasks(TaskSpec("a", "echo"))
+    claim = await pop_claim(app)
+    await app.execution.complete(claim)
+    assert await app.execution.complete(claim) is ReportOutcome.DUPLICATE
+
+
+async def test_success_promotes_dependents_only_when_all_dependencies_completed(app: App) -> None:
+    result = await app.submit_tasks(
+        TaskSpec("a", "echo"),
+        TaskSpec("b", "echo"),
+        TaskSpec("c", "echo", depends_on=("a", "b")),
+    )
+    first, second = await pop_claim(app), await pop_claim(app)
+    await app.execution.complete(first)
+    assert await status_of(app, result.task_ids["c"]) is TaskStatus.PENDING
+    await app.execution.complete(second)
+    assert await status_of(app, result.task_ids["c"]) is TaskStatus.QUEUED
+    assert app.queue.ready_ids("default") == [result.task_ids["c"]]
+
+
+async def test_failure_retries_through_the_scheduled_set(app: App) -> None:
+    result = await app.submit_tasks(TaskSpec("a", "echo", max_attempts=3))
+    task_id = result.task_ids["a"]
+    claim = await pop_claim(app)
+    assert await app.execution.fail(claim, "ValueError: boom") is ReportOutcome.RECORDED
+    view = await app.queries.get_task(task_id)
+    assert view.task.status is TaskStatus.QUEUED
+    assert view.task.last_error == "ValueError: boom"
+    assert view.runs[0].error == "ValueError: boom"
+    assert app.queue.scheduled_ids() == [task_id]
+    assert await app.reconcile.promote_scheduled() == 0  # not due yet
+    app.clock.advance(POLICY.retry_backoff)
+    assert await app.reconcile.promote_scheduled() == 1
+    assert (await pop_claim(app)).task.attempt == 2
+
+
+async def test_exhausted_attempts_fail_task_cascade_transitively_and_fail_job(app: App) -> None:
+    result = await app.submit_tasks(
+        TaskSpec("a", "echo", max_attempts=2),
+        TaskSpec("b", "echo", depends_on=("a",)),
+        TaskSpec("c", "echo", depends_on=("b",)),
+        TaskSpec("side", "echo"),
+    )
+    ids = result.task_ids
+    side = None
+    for attempt in range(2):
+        claim = await pop_claim(app)
+        if claim.task.name == "side":
+            side, claim = claim, await pop_claim(app)
+        await app.execution.fail(claim, f"boom {attempt}")
+        app.clock.advance(POLICY.retry_backoff)
+        await app.reconcile.promote_scheduled()
+    statuses = {name: await status_of(app, i) for name, i in ids.items()}
+    assert statuses["a"] is statuses["b"] is statuses["c"] is TaskStatus.FAILED
+    assert (await app.queries.get_task(ids["c"])).task.last_error == "dependency 'b' failed"
+    assert (await app.queries.get_job(result.job_id)).job.status is JobStatus.FAILED
+    assert side is not None
+    assert await app.execution.complete(side) is ReportOutcome.RECORDED
+    assert (await app.queries.get_job(result.job_id)).job.status is JobStatus.FAILED
+
+
+async def test_unknown_kind_fails_permanently_in_one_run(app: App) -> None:
+    result = await app.submit_tasks(TaskSpec("a", "no.such.kind", max_attempts=5))
+    claim = await pop_claim(app)
+    await app.execution.fail(claim, "unknown kind 'no.such.kind'", permanent=True)
+    view = await app.queries.get_task(result.task_ids["a"])
+    assert view.task.status is TaskStatus.FAILED
+    assert len(view.runs) == 1
+    assert app.queue.scheduled_ids() == []
+
+
+async def test_report_from_a_reclaimed_run_is_refused_and_changes_nothing(app: App) -> None:
+    result = await app.submit_tasks(TaskSpec("a", "echo"))
+    task_id = result.task_ids["a"]
+    stale = await pop_claim(app, "w1")
+    await app.queue.delete_lease(task_id, stale.run.id)  # the worker stopped heartbeating
+    app.clock.advance(POLICY.stale_running_after + 1)
+    assert await app.reconcile.reclaim_stale() == 1
+    fresh = await pop_claim(app, "w2")
+    assert await app.execution.complete(stale) is ReportOutcome.STALE
+    assert await app.execution.fail(stale, "late") is ReportOutcome.STALE
+    view = await app.queries.get_task(task_id)
+    assert view.task.status is TaskStatus.RUNNING
+    assert view.task.current_run_id == fresh.run.id
+    lease = await app.queue.get_lease(task_id)
+    assert lease is not None and lease.run_id == fresh.run.id
+
+
+async def test_job_row_is_written_only_when_its_status_changes(app: App) -> None:
+    result = await app.submit_tasks(*(TaskSpec(f"t{i}", "echo") for i in range(5)))
+    claims = [await pop_claim(app) for _ in range(5)]
+    for claim in claims:
+        await app.execution.complete(claim)
+    job = (await app.queries.get_job(result.job_id)).job
+    assert job.status is JobStatus.COMPLETED
+    assert job.version == 2  # pending -> running -> completed: two writes for five tasks
+
+
+# --- lease heartbeat --------------------------------------------------------------------------
+
+
+async def test_heartbeat_extends_our_lease(app: App) -> None:
+    await app.submit_tasks(TaskSpec("a", "echo"))
+    claim = await pop_claim(app)
+    app.clock.advance(POLICY.lease_ttl - 1)
+    assert await app.execution.heartbeat(claim) is LeaseState.EXTENDED
+    app.clock.advance(POLICY.lease_ttl - 1)
+    assert await app.queue.get_lease(claim.task.id) is not None
+
+
+async def test_heartbeat_recreates_a_lease_redis_lost_while_the_run_is_live(app: App) -> None:
+    await app.submit_tasks(TaskSpec("a", "echo"))
+    claim = await pop_claim(app)
+    app.queue.flush()
+    assert await app.execution.heartbeat(claim) is LeaseState.EXTENDED
+    lease = await app.queue.get_lease(claim.task.id)
+    assert lease is not None and lease.run_id == claim.run.id
+
+
+async def test_heartbeat_reports_lost_when_another_run_owns_the_task(app: App) -> None:
+    await app.submit_tasks(TaskSpec("a", "echo"))
+    claim = await pop_claim(app)
+    other = Lease(task_id=claim.task.id, worker_id="w9", run_id=claim.task.job_id, deadline_ms=0)
+    await app.queue.set_lease(other, 30)
+    assert await app.execution.heartbeat(claim) is LeaseState.LOST
+    lease = await app.queue.get_lease(claim.task.id)
+    assert lease is not None and lease.worker_id == "w9"
+
+
+async def test_heartbeat_of_a_reclaimed_run_reports_lost(app: App) -> None:
+    await app.submit_tasks(TaskSpec("a", "echo"))
+    claim = await pop_claim(app)
+    await app.queue.delete_lease(claim.task.id, claim.run.id)
+    app.clock.advance(POLICY.stale_running_after + 1)
+    await app.reconcile.reclaim_stale()
+    assert await app.execution.heartbeat(claim) is LeaseState.LOST
+    assert await app.queue.get_lease(claim.task.id) is None
+
+
+# --- hand back --------------------------------------------------------------------------------
+
+
+async def test_hand_back_requeues_at_once_without_charging_any_budget(app: App) -> None:
+    result = await app.submit_tasks(TaskSpec("a", "echo"))
+    task_id = result.task_ids["a"]
+    claim = await pop_claim(app)
+    assert await app.execution.hand_back(claim, "worker shutting down") is ReportOutcome.RECORDED
+    view = await app.queries.get_task(task_id)
+    assert view.task.status is TaskStatus.QUEUED
+    assert view.task.attempt == 0 and view.task.reclaims == 0
+    assert [r.status for r in view.runs] == [RunStatus.DEAD]
+    assert app.queue.ready_ids("default") == [task_id]
+    assert await app.queue.get_lease(task_id) is None
+    again = await pop_claim(app, "w2")
+    assert again.run.attempt_number == 1

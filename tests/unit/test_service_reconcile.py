@@ -1,0 +1,159 @@
+"""Reconcile and reclaim (spec §2 invariant, §5 pending marker and canonical state; DESIGN §3, §5)."""
+
+from __future__ import annotations
+
+from dtq.application.commands import ExecutionPolicy, TaskSpec
+from dtq.application.reconcile import LEASE_EXPIRED
+from dtq.domain.entities import WORKER_LOST
+from dtq.domain.status import JobStatus, RunStatus, TaskStatus
+from tests.unit.conftest import POLICY, App, build_app
+from tests.unit.test_service_execution import pop_claim, status_of
+
+
+async def test_reconcile_pushes_due_queued_tasks_redis_lost(app: App) -> None:
+    result = await app.submit_tasks(TaskSpec("a", "echo"), TaskSpec("b", "echo"))
+    app.queue.flush()  # Redis lost its lists and markers after the commit
+    assert await app.reconcile.enqueue_due() == 2
+    assert sorted(app.queue.ready_ids("default")) == sorted(result.task_ids.values())
+
+
+async def test_reconcile_skips_tasks_whose_marker_is_set(app: App) -> None:
+    await app.submit_tasks(TaskSpec("a", "echo"))
+    assert await app.reconcile.enqueue_due() == 0
+    assert len(app.queue.ready_ids("default")) == 1
+
+
+async def test_a_leaked_marker_stalls_a_task_until_its_ttl() -> None:
+    app = build_app(marker_ttl=20.0)
+    result = await app.submit_tasks(TaskSpec("a", "echo"))
+    task_id = result.task_ids["a"]
+    # the id is popped and the popper dies before claiming: the marker leaks
+    assert await app.queue.pop(["default"], timeout=0) == task_id
+    assert await app.reconcile.enqueue_due() == 0
+    assert app.queue.ready_ids("default") == []
+    app.clock.advance(19)
+    assert await app.reconcile.enqueue_due() == 0
+    app.clock.advance(1)
+    assert await app.reconcile.enqueue_due() == 1
+    assert app.queue.ready_ids("default") == [task_id]
+
+
+async def test_a_released_marker_does_not_stall_the_task(app: App) -> None:
+    result = await app.submit_tasks(TaskSpec("a", "echo"))
+    task_id = result.task_ids["a"]
+    claim = await pop_claim(app)
+    await app.execution.hand_back(claim, "shutdown")  # released on the way out, re-pushed
+    assert app.queue.ready_ids("default") == [task_id]
+    await app.queue.pop(["default"], timeout=0)
+    assert await app.execution.claim(task_id, "w2") is not None
+
+
+async def test_reclaim_kills_a_run_with_no_lease_and_repushes_the_task(app: App) -> None:
+    result = await app.submit_tasks(TaskSpec("a", "echo"))
+    task_id = result.task_ids["a"]
+    dead = await pop_claim(app, "w1")
+    await app.queue.delete_lease(task_id, dead.run.id)  # worker died: heartbeats stopped
+    await app.queue.enqueue(task_id, "default")  # a marker left by an abandoned delivery
+    await app.queue.pop(["default"], timeout=0)
+    app.clock.advance(POLICY.stale_running_after + 1)
+    assert await app.reconcile.reclaim_stale() == 1
+    assert app.queue.ready_ids("default") == [task_id]
+    successor = await pop_claim(app, "w2")
+    await app.execution.complete(successor)
+    view = await app.queries.get_task(task_id)
+    assert [r.status for r in view.runs] == [RunStatus.DEAD, RunStatus.SUCCEEDED]
+    assert [r.attempt_number for r in view.runs] == [1, 1]
+    assert view.runs[0].error == LEASE_EXPIRED
+    assert view.runs[0].started_at < view.runs[1].started_at
+    assert view.task.attempt == 1
+
+
+async def test_reclaim_leaves_young_runs_and_leased_runs_alone(app: App) -> None:
+    await app.submit_tasks(TaskSpec("a", "echo"), TaskSpec("b", "echo"))
+    young = await pop_claim(app)
+    leased = await pop_claim(app)
+    await app.queue.delete_lease(young.task.id, young.run.id)
+    app.clock.advance(POLICY.stale_running_after - 1)
+    assert await app.reconcile.reclaim_stale() == 0
+    app.clock.advance(2)
+    assert await app.execution.heartbeat(leased) is not None  # keeps its lease alive
+    assert await app.reconcile.reclaim_stale() == 1
+    assert await status_of(app, leased.task.id) is TaskStatus.RUNNING
+    assert await status_of(app, young.task.id) is TaskStatus.QUEUED
+
+
+async def test_crash_budget_ends_a_task_that_keeps_killing_its_worker() -> None:
+    app = build_app(ExecutionPolicy(stale_running_after=10, max_reclaims=2))
+    result = await app.submit_tasks(
+        TaskSpec("poison", "echo", max_attempts=10),
+        TaskSpec("after", "echo", depends_on=("poison",)),
+    )
+    for _ in range(3):
+        claim = await pop_claim(app)
+        await app.queue.delete_lease(claim.task.id, claim.run.id)
+        app.clock.advance(11)
+        await app.reconcile.reclaim_stale()
+    view = await app.queries.get_task(result.task_ids["poison"])
+    assert view.task.status is TaskStatus.FAILED
+    assert view.task.last_error is not None and view.task.last_error.startswith(WORKER_LOST)
+    assert [r.status for r in view.runs] == [RunStatus.DEAD] * 3
+    assert await status_of(app, result.task_ids["after"]) is TaskStatus.FAILED
+    assert (await app.queries.get_job(result.job_id)).job.status is JobStatus.FAILED
+    assert app.queue.ready_ids("default") == []
+
+
+async def test_reclaim_passes_reach_every_candidate_past_many_healthy_long_tasks() -> None:
+    app = build_app(ExecutionPolicy(stale_running_after=10))
+    await app.submit_tasks(*(TaskSpec(f"t{i}", "echo") for i in range(25)))
+    claims = [await pop_claim(app) for _ in range(25)]
+    orphans = claims[::6]  # scattered among healthy leased runs
+    for claim in orphans:
+        await app.queue.delete_lease(claim.task.id, claim.run.id)
+    app.clock.advance(11)
+    for claim in claims:
+        if claim not in orphans:
+            await app.execution.heartbeat(claim)
+    reclaimed = 0
+    for _ in range(6):  # batches of 5: each pass moves the cursor on
+        reclaimed += await app.reconcile.reclaim_stale(limit=5)
+    assert reclaimed == len(orphans)
+
+
+async def test_enqueue_due_pages_through_a_large_backlog(app: App) -> None:
+    await app.submit_tasks(*(TaskSpec(f"t{i}", "echo") for i in range(12)))
+    app.queue.flush()
+    pushed = [await app.reconcile.enqueue_due(limit=5) for _ in range(3)]
+    assert pushed == [5, 5, 2]
+    assert len(app.queue.ready_ids("default")) == 12
+
+
+async def test_flush_in_the_middle_of_a_run_is_repaired_with_no_task_lost(app: App) -> None:
+    result = await app.submit_tasks(
+        *(TaskSpec(f"t{i}", "echo") for i in range(6)),
+        TaskSpec("last", "echo", depends_on=("t0", "t1")),
+    )
+    running = [await pop_claim(app) for _ in range(2)]
+    app.queue.flush()  # ready list, markers and leases are gone
+    await app.execution.complete(running[0])
+    app.clock.advance(POLICY.stale_running_after + 1)
+    report = await app.reconcile.reconcile_once()
+    assert report.reclaimed == 1 and report.enqueued >= 4
+    for _ in range(20):
+        task_id = await app.queue.pop(["default"], timeout=0)
+        if task_id is None:
+            break
+        claim = await app.execution.claim(task_id, "w2")
+        if claim is not None:
+            await app.execution.complete(claim)
+    job = await app.queries.get_job(result.job_id)
+    assert {t.status for t in job.tasks} == {TaskStatus.COMPLETED}
+    assert job.job.status is JobStatus.COMPLETED
+
+
+async def test_worker_registry_lists_recent_heartbeats(app: App) -> None:
+    await app.registry.heartbeat("old", "h1", {"kinds": ["echo"]})
+    app.clock.advance(300)
+    await app.registry.heartbeat("new", "h2", {"concurrency": 4})
+    workers = await app.queries.list_workers(active_within=120)
+    assert [(w.id, w.hostname, w.metadata) for w in workers] == [("new", "h2", {"concurrency": 4})]
+    assert {w.id for w in await app.queries.list_workers(active_within=600)} == {"old", "new"}
