@@ -1,4 +1,4 @@
-"""Reconcile and reclaim (spec §2 invariant, §5 pending marker and canonical state; DESIGN §3, §5)."""
+"""Reconcile and reclaim (spec §2 invariant, §5 pending marker; DESIGN §3, §5)."""
 
 from __future__ import annotations
 

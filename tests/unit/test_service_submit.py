@@ -1,4 +1,4 @@
-"""Submitting jobs (spec §4 one transaction, §7; DESIGN §2 DAG validation, §3 Redis after commit)."""
+"""Submitting jobs (spec §4 one transaction, §7; DESIGN §2 DAG rules, §3 Redis after commit)."""
 
 from __future__ import annotations
 

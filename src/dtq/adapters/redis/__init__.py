@@ -1,0 +1,5 @@
+"""Redis adapter: the ``Queue`` port on lists, markers, lease hashes and a sorted set (spec §5)."""
+
+from dtq.adapters.redis.queue import RedisQueue, check_eviction_policy, connect_redis
+
+__all__ = ["RedisQueue", "check_eviction_policy", "connect_redis"]
