@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 
 import pytest
 
@@ -63,7 +64,7 @@ def test_cycle_is_refused_with_its_path() -> None:
     assert set(path) == {"a", "b", "c"}
     # each step of the reported path is a real edge: the next task depends on the previous one
     graph = {"a": {"c", "root"}, "b": {"a"}, "c": {"b"}}
-    for before, after in zip(path, path[1:], strict=False):
+    for before, after in pairwise(path):
         assert before in graph[after]
     assert " -> ".join(path) in err.value.detail
 

@@ -50,41 +50,36 @@ async def check_invariants(app: App, job_id: UUID, deps: dict[str, tuple[str, ..
             assert runs[-1].status is RunStatus.RUNNING and runs[-1].id == task.current_run_id
 
 
-async def scenario(specs: list[TaskSpec], steps: list[tuple[str, int]]) -> None:
-    app = build_app(POLICY, marker_ttl=15)
-    deps = {s.name: s.depends_on for s in specs}
-    job = await app.submit_tasks(*specs)
-    held: list[Claim] = []
-    for action, pick in steps:
-        if action == "claim":
-            task_id = await app.queue.pop(["default"], timeout=0)
-            if task_id is not None:
-                claim = await app.execution.claim(task_id, f"w{pick}")
-                if claim is not None:
-                    held.append(claim)
-        elif action in ("succeed", "fail", "lose_lease") and held:
-            claim = held.pop(pick % len(held))
-            if action == "succeed":
-                await app.execution.complete(claim)
-            elif action == "fail":
-                await app.execution.fail(claim, "boom")
-            else:  # the worker dies: its lease is gone and it reports nothing
-                await app.queue.delete_lease(claim.task.id, claim.run.id)
-        elif action == "reconcile":
-            await app.reconcile.reconcile_once()
-        elif action == "tick":
-            app.clock.advance(1 + pick)
-            await app.reconcile.promote_scheduled()
-        for claim in held:  # live workers keep heartbeating
-            await app.execution.heartbeat(claim)
-        await check_invariants(app, job.job_id, deps)
-    # Drain: workers keep running and every handler now succeeds.
-    for claim in held:
-        await app.execution.complete(claim)
+async def step(app: App, held: list[Claim], action: str, pick: int) -> None:
+    """Apply one random action; ``held`` are the claims of live workers."""
+    if action == "claim":
+        task_id = await app.queue.pop(["default"], timeout=0)
+        claim = await app.execution.claim(task_id, f"w{pick}") if task_id else None
+        if claim is not None:
+            held.append(claim)
+    elif action in ("succeed", "fail", "lose_lease") and held:
+        claim = held.pop(pick % len(held))
+        if action == "succeed":
+            await app.execution.complete(claim)
+        elif action == "fail":
+            await app.execution.fail(claim, "boom")
+        else:  # the worker dies: its lease is gone and it reports nothing
+            await app.queue.delete_lease(claim.task.id, claim.run.id)
+    elif action == "reconcile":
+        await app.reconcile.reconcile_once()
+    elif action == "tick":
+        app.clock.advance(1 + pick)
+        await app.reconcile.promote_scheduled()
+    for claim in held:  # live workers keep heartbeating
+        await app.execution.heartbeat(claim)
+
+
+async def drain(app: App, job_id: UUID, deps: dict[str, tuple[str, ...]]) -> None:
+    """Workers keep running and every handler now succeeds."""
     for _ in range(200):
-        view = await app.queries.get_job(job.job_id)
+        view = await app.queries.get_job(job_id)
         if view.job.status is JobStatus.COMPLETED:
-            break
+            return
         task_id = await app.queue.pop(["default"], timeout=0)
         if task_id is None:
             app.clock.advance(5)
@@ -93,7 +88,20 @@ async def scenario(specs: list[TaskSpec], steps: list[tuple[str, int]]) -> None:
         claim = await app.execution.claim(task_id, "drain")
         if claim is not None:
             await app.execution.complete(claim)
+        await check_invariants(app, job_id, deps)
+
+
+async def scenario(specs: list[TaskSpec], steps: list[tuple[str, int]]) -> None:
+    app = build_app(POLICY, marker_ttl=15)
+    deps = {s.name: s.depends_on for s in specs}
+    job = await app.submit_tasks(*specs)
+    held: list[Claim] = []
+    for action, pick in steps:
+        await step(app, held, action, pick)
         await check_invariants(app, job.job_id, deps)
+    for claim in held:
+        await app.execution.complete(claim)
+    await drain(app, job.job_id, deps)
     view = await app.queries.get_job(job.job_id)
     assert {t.status for t in view.tasks} == {TaskStatus.COMPLETED}
     assert view.job.status is JobStatus.COMPLETED
