@@ -84,7 +84,9 @@ class ExecutionPolicy:
             (``STALE_RUNNING_AFTER``); reclaim also needs the lease to be absent.
         max_reclaims: crash budget: lost-worker reclaims allowed per task before it fails with
             ``worker lost`` (DESIGN §3).
-        lease_ttl_buffer: added to ``lease_duration`` for the Redis key TTL (spec §5).
+        lease_ttl_buffer: most that is added to ``lease_duration`` for the Redis key TTL
+            (spec §5); never more than half the lease, so a short lease set for a demo or a
+            drill is not stretched by a fixed buffer.
     """
 
     lease_duration: float = 30.0
@@ -95,8 +97,8 @@ class ExecutionPolicy:
 
     @property
     def lease_ttl(self) -> float:
-        """TTL of the lease hash in seconds: ``lease_duration + lease_ttl_buffer``."""
-        return self.lease_duration + self.lease_ttl_buffer
+        """TTL of the lease hash in seconds: ``lease_duration + min(buffer, lease_duration / 2)``."""
+        return self.lease_duration + min(self.lease_ttl_buffer, self.lease_duration / 2)
 
 
 @dataclass(frozen=True, slots=True)
