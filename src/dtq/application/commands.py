@@ -97,7 +97,7 @@ class ExecutionPolicy:
 
     @property
     def lease_ttl(self) -> float:
-        """TTL of the lease hash in seconds: ``lease_duration + min(buffer, lease_duration / 2)``."""
+        """Lease hash TTL in seconds: ``lease_duration + min(buffer, lease_duration / 2)``."""
         return self.lease_duration + min(self.lease_ttl_buffer, self.lease_duration / 2)
 
 
