@@ -1,0 +1,294 @@
+"""In-memory fake of the ``Queue`` port with the Redis adapter's semantics (spec §5, DESIGN §4).
+
+What it mirrors, key by key of spec §5:
+
+* ``queue:ready:{priority}`` (LIST, LPUSH + BRPOP): one FIFO per tier; ``pop`` takes the oldest
+  id of the first non-empty tier in the order given, and a blocked ``pop`` is served directly by
+  the next push to any of its tiers, longest-waiting popper first, as Redis serves blocked clients.
+* ``queue:pending:{task_id}`` (SET NX PX): a marker with an expiry time read from the clock port.
+* ``lease:task:{task_id}`` (HASH + PEXPIRE): the ``Lease`` plus an expiry time read from the clock.
+* ``queue:scheduled`` (ZSET): one entry per ``(priority, task_id)`` member, scored by the due
+  time in epoch milliseconds; ``promote_due`` compares it with ``clock.now()`` (the fake's
+  "server clock").
+
+Expiry is lazy and driven by the clock only: a key whose expiry time is ``<= clock.now()`` is gone
+(so a 60 s TTL has lapsed once ``FakeClock.advance(60)`` ran). Blocking in ``pop`` is the one place
+where real (event-loop) time is used, as the port's ``timeout`` is real seconds.
+
+Every method runs without awaiting between reading and writing its state, so each one is atomic
+under asyncio concurrency, like a Redis command or Lua script. Not thread-safe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections import defaultdict, deque
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from uuid import UUID
+
+from dtq.application.ports import Clock, Lease, LeaseState
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_ONE_MS = timedelta(milliseconds=1)
+
+# A blocked popper: the future a push resolves with ``(priority, task_id)``.
+_Waiter = asyncio.Future[tuple[str, UUID]]
+
+
+def _epoch_ms(moment: datetime) -> int:
+    """Whole milliseconds since the Unix epoch (floor), for an aware ``moment``."""
+    if moment.tzinfo is None:
+        raise ValueError("a timezone-aware datetime is required")
+    return (moment - _EPOCH) // _ONE_MS
+
+
+def _check_ttl(ttl: float) -> None:
+    if ttl <= 0:
+        raise ValueError(f"ttl must be > 0 seconds, got {ttl!r}")
+
+
+def _check_priorities(priorities: Sequence[str]) -> list[str]:
+    if isinstance(priorities, str) or not priorities:
+        raise ValueError("priorities must be a non-empty sequence of tier names")
+    return list(priorities)
+
+
+class InMemoryQueue:
+    """Fake ``Queue`` (spec §5 Redis data model) for unit tests and ``dtq dev``.
+
+    Args:
+        clock: time source for marker/lease expiry and for ``promote_due``'s notion of "now".
+        marker_ttl: lifetime of a pending marker in seconds (float, > 0); the backstop for a
+            marker whose release never happened (spec §5 Pending enqueue deduplication).
+
+    Raises:
+        ValueError: ``marker_ttl`` is not positive.
+    """
+
+    def __init__(self, clock: Clock, *, marker_ttl: float = 60.0) -> None:
+        _check_ttl(marker_ttl)
+        self._clock = clock
+        self._marker_ttl = timedelta(seconds=marker_ttl)
+        self._ready: defaultdict[str, deque[UUID]] = defaultdict(deque)  # oldest at the left
+        self._waiters: defaultdict[str, deque[_Waiter]] = defaultdict(deque)  # longest first
+        self._markers: dict[UUID, datetime] = {}  # task id -> expiry
+        self._leases: dict[UUID, tuple[Lease, datetime]] = {}  # task id -> (lease, expiry)
+        self._scheduled: dict[tuple[str, UUID], int] = {}  # (priority, task id) -> due epoch ms
+
+    # --- pending markers ----------------------------------------------------------------------
+
+    def _marker_live(self, task_id: UUID) -> bool:
+        expires = self._markers.get(task_id)
+        if expires is None:
+            return False
+        if expires <= self._clock.now():
+            del self._markers[task_id]
+            return False
+        return True
+
+    def _reserve(self, task_id: UUID) -> bool:
+        """SET NX PX: set the marker unless a live one exists."""
+        if self._marker_live(task_id):
+            return False
+        self._markers[task_id] = self._clock.now() + self._marker_ttl
+        return True
+
+    async def enqueue(self, task_id: UUID, priority: str) -> bool:
+        """Set the pending marker and push the id onto the ``priority`` tier, atomically.
+
+        Returns:
+            True when pushed; False when a live marker already exists (nothing changed).
+        """
+        if not self._reserve(task_id):
+            return False
+        self._push(priority, task_id)
+        return True
+
+    async def release_marker(self, task_id: UUID) -> None:
+        """Delete the pending marker; idempotent."""
+        self._markers.pop(task_id, None)
+
+    async def has_marker(self, task_id: UUID) -> bool:
+        """True while the pending marker exists and has not expired by the clock."""
+        return self._marker_live(task_id)
+
+    # --- ready lists --------------------------------------------------------------------------
+
+    def _push(self, priority: str, task_id: UUID, *, front: bool = False) -> None:
+        """LPUSH: hand the id to the longest-waiting popper of the tier, else append it.
+
+        ``front`` puts it where the next pop takes it (used to give back an undelivered id).
+        """
+        waiters = self._waiters[priority]
+        while waiters:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result((priority, task_id))
+                return
+        if front:
+            self._ready[priority].appendleft(task_id)
+        else:
+            self._ready[priority].append(task_id)
+
+    def _take(self, priorities: Sequence[str]) -> UUID | None:
+        for priority in priorities:
+            ready = self._ready.get(priority)
+            if ready:
+                return ready.popleft()
+        return None
+
+    async def pop(self, priorities: Sequence[str], timeout: float) -> UUID | None:
+        """Take the oldest id of the first non-empty tier, blocking up to ``timeout`` seconds.
+
+        Args:
+            priorities: tier names, highest first (non-empty).
+            timeout: real seconds to wait for a push; ``<= 0`` returns at once.
+
+        Returns:
+            A task id, or None when nothing arrived in time.
+
+        Raises:
+            ValueError: ``priorities`` is empty or a bare string.
+        """
+        tiers = _check_priorities(priorities)
+        found = self._take(tiers)
+        if found is not None or timeout <= 0:
+            return found
+        waiter: _Waiter = asyncio.get_running_loop().create_future()
+        for tier in dict.fromkeys(tiers):
+            self._waiters[tier].append(waiter)
+        try:
+            async with asyncio.timeout(timeout):
+                return (await waiter)[1]
+        except TimeoutError:
+            # The deadline may have fired after a push resolved the future: keep that id.
+            return waiter.result()[1] if waiter.done() and not waiter.cancelled() else None
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                priority, task_id = waiter.result()
+                self._push(priority, task_id, front=True)  # not delivered: give it back
+            raise
+        finally:
+            for tier in dict.fromkeys(tiers):
+                waiters = self._waiters[tier]
+                if waiter in waiters:
+                    waiters.remove(waiter)
+
+    # --- scheduled set ------------------------------------------------------------------------
+
+    async def schedule(self, task_id: UUID, priority: str, due_at: datetime) -> None:
+        """Add (or re-score) the ``(priority, task_id)`` entry, due at ``due_at`` (epoch ms).
+
+        Raises:
+            ValueError: ``due_at`` is naive.
+        """
+        self._scheduled[(priority, task_id)] = _epoch_ms(due_at)
+
+    async def promote_due(self, limit: int) -> int:
+        """Move up to ``limit`` entries due by ``clock.now()`` to their ready lists.
+
+        Entries are taken in (due time, ``"{priority}|{task_id}"``) order, like ZRANGEBYSCORE.
+        Each is removed; it is pushed only if its pending marker could be set, else dropped.
+
+        Returns:
+            How many ids were pushed.
+        """
+        if limit <= 0:
+            return 0
+        now_ms = _epoch_ms(self._clock.now())
+        due = sorted(
+            (score, f"{priority}|{task_id}", priority, task_id)
+            for (priority, task_id), score in self._scheduled.items()
+            if score <= now_ms
+        )[:limit]
+        pushed = 0
+        for _, _, priority, task_id in due:
+            del self._scheduled[(priority, task_id)]
+            if self._reserve(task_id):
+                self._push(priority, task_id)
+                pushed += 1
+        return pushed
+
+    # --- leases -------------------------------------------------------------------------------
+
+    def _live_lease(self, task_id: UUID) -> Lease | None:
+        entry = self._leases.get(task_id)
+        if entry is None:
+            return None
+        if entry[1] <= self._clock.now():
+            del self._leases[task_id]
+            return None
+        return entry[0]
+
+    async def set_lease(self, lease: Lease, ttl: float) -> None:
+        """Create or overwrite the lease, expiring ``ttl`` seconds from ``clock.now()``.
+
+        Raises:
+            ValueError: ``ttl`` is not positive.
+        """
+        _check_ttl(ttl)
+        self._leases[lease.task_id] = (lease, self._clock.now() + timedelta(seconds=ttl))
+
+    async def extend_lease(self, lease: Lease, ttl: float) -> LeaseState:
+        """Extend the lease by ``ttl`` seconds and store ``lease.deadline_ms`` if it names
+        ``lease.run_id``.
+
+        Returns:
+            EXTENDED; MISSING when there is no live lease; LOST when another run holds it
+            (nothing changed).
+
+        Raises:
+            ValueError: ``ttl`` is not positive.
+        """
+        _check_ttl(ttl)
+        current = self._live_lease(lease.task_id)
+        if current is None:
+            return LeaseState.MISSING
+        if current.run_id != lease.run_id:
+            return LeaseState.LOST
+        updated = dataclasses.replace(current, deadline_ms=lease.deadline_ms)
+        self._leases[lease.task_id] = (updated, self._clock.now() + timedelta(seconds=ttl))
+        return LeaseState.EXTENDED
+
+    async def delete_lease(self, task_id: UUID, run_id: UUID) -> None:
+        """Delete the lease if it names ``run_id``; idempotent."""
+        current = self._live_lease(task_id)
+        if current is not None and current.run_id == run_id:
+            del self._leases[task_id]
+
+    async def leases_present(self, task_ids: Sequence[UUID]) -> set[UUID]:
+        """The ids among ``task_ids`` that hold a live lease."""
+        return {task_id for task_id in task_ids if self._live_lease(task_id) is not None}
+
+    async def get_lease(self, task_id: UUID) -> Lease | None:
+        """The live lease of the task, or None."""
+        return self._live_lease(task_id)
+
+    async def ping(self) -> None:
+        """Always succeeds: the fake is always reachable."""
+
+    # --- test helpers -------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Drop every marker, ready id, lease and scheduled entry (like FLUSHALL).
+
+        Blocked poppers keep waiting, as blocked Redis clients do.
+        """
+        self._ready.clear()
+        self._markers.clear()
+        self._leases.clear()
+        self._scheduled.clear()
+
+    def ready_ids(self, priority: str) -> list[UUID]:
+        """The ids on the ``priority`` tier, in the order ``pop`` returns them (oldest first)."""
+        return list(self._ready.get(priority, ()))
+
+    def scheduled_ids(self) -> list[UUID]:
+        """The ids in the scheduled set, due or not, soonest first (ties by member text)."""
+        entries = sorted(
+            (score, f"{priority}|{task_id}", task_id)
+            for (priority, task_id), score in self._scheduled.items()
+        )
+        return [task_id for _, _, task_id in entries]

@@ -1,0 +1,596 @@
+"""Contract suite of the ``Queue`` port (spec §5), run against every adapter.
+
+The same test bodies run on ``InMemoryQueue`` (driven by a ``FakeClock``) and on ``RedisQueue``
+(TTLs and due times on the Redis server's clock). To serve both, the fake clock starts at the real
+current time and the ``advance`` fixture sleeps for real *and* moves the fake clock by the same
+amount; TTLs in these tests are therefore short (a few tenths of a second).
+
+Redis-only checks (key layout, socket timeouts, error wrapping, helpers) follow the contract suite.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+import pytest
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ResponseError
+
+from dtq.adapters.memory.clock import FakeClock
+from dtq.adapters.memory.queue import InMemoryQueue
+from dtq.adapters.redis import RedisQueue, check_eviction_policy, connect_redis
+from dtq.application.ports import Lease, LeaseState, Queue
+from dtq.domain.errors import BackendUnavailable
+
+from .conftest import REDIS_URL
+
+Advance = Callable[[float], Awaitable[None]]
+Flush = Callable[[], Awaitable[None]]
+
+SHORT_TTL = 0.3  # seconds; for the tests that watch a TTL run out
+
+
+# --- fixtures -------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def marker_ttl() -> float:
+    """Pending-marker TTL of the queue under test; override with ``parametrize``."""
+    return 30.0
+
+
+@pytest.fixture
+def fake_clock() -> FakeClock:
+    """Starts at the real time, so due times agree with the Redis server's clock."""
+    return FakeClock(start=datetime.now(UTC))
+
+
+@pytest.fixture
+def memory_queue(fake_clock: FakeClock, marker_ttl: float) -> InMemoryQueue:
+    return InMemoryQueue(fake_clock, marker_ttl=marker_ttl)
+
+
+@pytest.fixture
+def redis_queue(redis_client: Redis, redis_prefix: str, marker_ttl: float) -> RedisQueue:
+    return RedisQueue(redis_client, prefix=redis_prefix, marker_ttl=marker_ttl)
+
+
+@pytest.fixture
+def memory_flush(memory_queue: InMemoryQueue) -> Flush:
+    async def flush() -> None:
+        memory_queue.flush()
+
+    return flush
+
+
+@pytest.fixture
+def redis_flush(redis_wipe: Flush) -> Flush:
+    return redis_wipe
+
+
+@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.integration)])
+def queue(request: pytest.FixtureRequest) -> Queue:
+    queue: Queue = request.getfixturevalue(f"{request.param}_queue")
+    return queue
+
+
+@pytest.fixture
+def flush(request: pytest.FixtureRequest, queue: Queue) -> Flush:
+    """Lose every marker, lease, list and scheduled entry of the queue under test."""
+    flush: Flush = request.getfixturevalue(f"{request.node.callspec.params['queue']}_flush")
+    return flush
+
+
+@pytest.fixture
+def advance(fake_clock: FakeClock) -> Advance:
+    """Let ``seconds`` pass on both clocks: real sleep (Redis) and fake advance (memory)."""
+
+    async def advance(seconds: float) -> None:
+        await asyncio.sleep(seconds)
+        fake_clock.advance(seconds)
+
+    return advance
+
+
+@pytest.fixture
+def now(fake_clock: FakeClock) -> Callable[[], datetime]:
+    """The queue's current time (the fake clock, kept in step with real time)."""
+    return fake_clock.now
+
+
+def new_id() -> UUID:
+    return uuid.uuid4()
+
+
+def lease_for(task_id: UUID, *, run_id: UUID | None = None, deadline_ms: int = 1_000) -> Lease:
+    return Lease(
+        task_id=task_id, worker_id="w-1", run_id=run_id or new_id(), deadline_ms=deadline_ms
+    )
+
+
+# --- pending marker + enqueue -----------------------------------------------------------------
+
+
+async def test_enqueue_sets_marker_and_pushes_once(queue: Queue) -> None:
+    task_id = new_id()
+
+    assert await queue.enqueue(task_id, "default") is True
+    assert await queue.has_marker(task_id) is True
+    assert await queue.enqueue(task_id, "default") is False
+
+    assert await queue.pop(["default"], 0) == task_id
+    assert await queue.pop(["default"], 0) is None
+
+
+async def test_enqueue_refused_while_marker_lives_even_on_another_tier(queue: Queue) -> None:
+    task_id = new_id()
+    await queue.enqueue(task_id, "default")
+
+    assert await queue.enqueue(task_id, "high") is False
+    assert await queue.pop(["high"], 0) is None
+
+
+async def test_release_marker_allows_enqueue_again(queue: Queue) -> None:
+    task_id = new_id()
+    await queue.enqueue(task_id, "default")
+    assert await queue.pop(["default"], 0) == task_id
+
+    await queue.release_marker(task_id)
+
+    assert await queue.has_marker(task_id) is False
+    assert await queue.enqueue(task_id, "default") is True
+    assert await queue.pop(["default"], 0) == task_id
+
+
+async def test_release_marker_is_idempotent(queue: Queue) -> None:
+    task_id = new_id()
+    await queue.release_marker(task_id)
+    await queue.enqueue(task_id, "default")
+    await queue.release_marker(task_id)
+    await queue.release_marker(task_id)
+    assert await queue.has_marker(task_id) is False
+
+
+@pytest.mark.parametrize("marker_ttl", [SHORT_TTL])
+async def test_leaked_marker_stalls_enqueue_until_its_ttl(
+    queue: Queue, advance: Advance, marker_ttl: float
+) -> None:
+    # Given a delivery whose worker died between pop and claim: the marker is never released.
+    task_id = new_id()
+    await queue.enqueue(task_id, "default")
+    assert await queue.pop(["default"], 0) == task_id
+
+    # Then the task cannot be enqueued again while the marker lives...
+    await advance(marker_ttl / 2)
+    assert await queue.enqueue(task_id, "default") is False
+
+    # ...and can once the TTL has run out.
+    await advance(marker_ttl / 2 + 0.1)
+    assert await queue.has_marker(task_id) is False
+    assert await queue.enqueue(task_id, "default") is True
+    assert await queue.pop(["default"], 0) == task_id
+
+
+# --- pop --------------------------------------------------------------------------------------
+
+
+async def test_pop_is_fifo_within_a_tier(queue: Queue) -> None:
+    ids = [new_id() for _ in range(5)]
+    for task_id in ids:
+        await queue.enqueue(task_id, "default")
+
+    popped = [await queue.pop(["default"], 0) for _ in ids]
+
+    assert popped == ids
+
+
+async def test_pop_tries_tiers_in_the_given_order(queue: Queue) -> None:
+    low1, high1, low2, high2 = (new_id() for _ in range(4))
+    for task_id, tier in [(low1, "low"), (high1, "high"), (low2, "low"), (high2, "high")]:
+        await queue.enqueue(task_id, tier)
+
+    assert await queue.pop(["high", "low"], 0) == high1
+    assert await queue.pop(["low", "high"], 0) == low1
+    assert await queue.pop(["high", "low"], 0) == high2
+    assert await queue.pop(["high", "low"], 0) == low2
+    assert await queue.pop(["high", "low"], 0) is None
+
+
+async def test_pop_ignores_tiers_not_asked_for(queue: Queue) -> None:
+    await queue.enqueue(new_id(), "other")
+    assert await queue.pop(["default"], 0) is None
+
+
+async def test_pop_without_timeout_returns_none_at_once_on_empty(queue: Queue) -> None:
+    started = time.monotonic()
+    assert await queue.pop(["default", "low"], 0) is None
+    assert time.monotonic() - started < 0.1
+
+
+async def test_pop_with_timeout_returns_none_after_waiting(queue: Queue) -> None:
+    started = time.monotonic()
+    assert await queue.pop(["default"], 0.2) is None
+    assert 0.15 <= time.monotonic() - started < 1.0
+
+
+async def test_blocking_pop_wakes_when_another_coroutine_enqueues(queue: Queue) -> None:
+    task_id = new_id()
+    popper = asyncio.create_task(queue.pop(["high", "default"], 5.0))
+    await asyncio.sleep(0.05)
+    assert not popper.done()
+
+    started = time.monotonic()
+    await queue.enqueue(task_id, "default")
+
+    assert await asyncio.wait_for(popper, 2.0) == task_id
+    assert time.monotonic() - started < 1.0
+
+
+async def test_pop_refuses_an_empty_tier_list(queue: Queue) -> None:
+    with pytest.raises(ValueError, match="priorities"):
+        await queue.pop([], 0)
+
+
+# --- scheduled set ----------------------------------------------------------------------------
+
+
+async def test_promote_due_moves_only_due_entries(
+    queue: Queue, now: Callable[[], datetime], advance: Advance
+) -> None:
+    due, later = new_id(), new_id()
+    await queue.schedule(due, "default", now() - timedelta(seconds=1))
+    await queue.schedule(later, "default", now() + timedelta(seconds=0.3))
+
+    assert await queue.promote_due(100) == 1
+    assert await queue.has_marker(due) is True
+    assert await queue.has_marker(later) is False
+    assert await queue.pop(["default"], 0) == due
+    assert await queue.pop(["default"], 0) is None
+
+    await advance(0.4)
+    assert await queue.promote_due(100) == 1
+    assert await queue.pop(["default"], 0) == later
+    assert await queue.promote_due(100) == 0
+
+
+async def test_promote_due_drops_an_entry_whose_marker_is_set(
+    queue: Queue, now: Callable[[], datetime]
+) -> None:
+    task_id = new_id()
+    await queue.enqueue(task_id, "default")  # a delivery is already in flight
+    await queue.schedule(task_id, "default", now() - timedelta(seconds=1))
+
+    assert await queue.promote_due(100) == 0
+
+    # The entry was dropped, not kept for later.
+    await queue.release_marker(task_id)
+    assert await queue.promote_due(100) == 0
+    assert await queue.pop(["default"], 0) == task_id
+    assert await queue.pop(["default"], 0) is None
+
+
+async def test_promote_due_respects_limit_and_due_order(
+    queue: Queue, now: Callable[[], datetime]
+) -> None:
+    ids = [new_id() for _ in range(5)]
+    base = now() - timedelta(seconds=10)
+    for offset, task_id in reversed(list(enumerate(ids))):
+        await queue.schedule(task_id, "default", base + timedelta(seconds=offset))
+
+    assert await queue.promote_due(2) == 2
+    assert await queue.promote_due(10) == 3
+    assert [await queue.pop(["default"], 0) for _ in ids] == ids
+
+
+async def test_promote_due_pushes_onto_the_entry_priority(
+    queue: Queue, now: Callable[[], datetime]
+) -> None:
+    task_id = new_id()
+    await queue.schedule(task_id, "high", now() - timedelta(seconds=1))
+
+    assert await queue.promote_due(10) == 1
+    assert await queue.pop(["default"], 0) is None
+    assert await queue.pop(["high"], 0) == task_id
+
+
+async def test_schedule_again_moves_the_due_time(queue: Queue, now: Callable[[], datetime]) -> None:
+    task_id = new_id()
+    await queue.schedule(task_id, "default", now() - timedelta(seconds=1))
+    await queue.schedule(task_id, "default", now() + timedelta(seconds=60))
+
+    assert await queue.promote_due(10) == 0
+    assert await queue.has_marker(task_id) is False
+
+
+async def test_promote_due_with_no_room_moves_nothing(
+    queue: Queue, now: Callable[[], datetime]
+) -> None:
+    await queue.schedule(new_id(), "default", now() - timedelta(seconds=1))
+    assert await queue.promote_due(0) == 0
+    assert await queue.promote_due(1) == 1
+
+
+async def test_schedule_refuses_a_naive_due_time(queue: Queue) -> None:
+    with pytest.raises(ValueError, match="timezone"):
+        await queue.schedule(new_id(), "default", datetime(2026, 1, 1))
+
+
+# --- leases -----------------------------------------------------------------------------------
+
+
+async def test_get_lease_round_trips_fields(queue: Queue) -> None:
+    lease = Lease(
+        task_id=new_id(), worker_id="worker-7", run_id=new_id(), deadline_ms=1_767_225_600_123
+    )
+    await queue.set_lease(lease, 30.0)
+    assert await queue.get_lease(lease.task_id) == lease
+
+
+async def test_get_lease_of_unknown_task_is_none(queue: Queue) -> None:
+    assert await queue.get_lease(new_id()) is None
+
+
+async def test_set_lease_overwrites_another_runs_lease(queue: Queue) -> None:
+    task_id = new_id()
+    await queue.set_lease(lease_for(task_id), 30.0)
+    newer = Lease(task_id=task_id, worker_id="w-2", run_id=new_id(), deadline_ms=5)
+
+    await queue.set_lease(newer, 30.0)
+
+    assert await queue.get_lease(task_id) == newer
+
+
+async def test_extend_lease_by_its_run_extends_ttl_and_deadline(
+    queue: Queue, advance: Advance
+) -> None:
+    lease = lease_for(new_id(), deadline_ms=1_000)
+    await queue.set_lease(lease, SHORT_TTL)
+    await advance(0.2)
+
+    renewed = Lease(lease.task_id, lease.worker_id, lease.run_id, deadline_ms=2_000)
+    assert await queue.extend_lease(renewed, SHORT_TTL) is LeaseState.EXTENDED
+
+    await advance(0.2)  # 0.4 s after set_lease: alive only because it was extended
+    assert await queue.get_lease(lease.task_id) == renewed
+
+
+async def test_extend_lease_by_another_run_is_lost_and_changes_nothing(
+    queue: Queue, advance: Advance
+) -> None:
+    lease = lease_for(new_id())
+    await queue.set_lease(lease, SHORT_TTL)
+    intruder = Lease(lease.task_id, "w-2", new_id(), deadline_ms=99_999)
+
+    assert await queue.extend_lease(intruder, 30.0) is LeaseState.LOST
+    assert await queue.get_lease(lease.task_id) == lease
+
+    await advance(SHORT_TTL + 0.1)  # the TTL was not extended either
+    assert await queue.get_lease(lease.task_id) is None
+
+
+async def test_extend_lease_after_expiry_is_missing(queue: Queue, advance: Advance) -> None:
+    lease = lease_for(new_id())
+    await queue.set_lease(lease, 0.2)
+    await advance(0.3)
+
+    assert await queue.extend_lease(lease, 30.0) is LeaseState.MISSING
+    assert await queue.get_lease(lease.task_id) is None
+
+
+async def test_extend_lease_never_set_is_missing(queue: Queue) -> None:
+    assert await queue.extend_lease(lease_for(new_id()), 30.0) is LeaseState.MISSING
+
+
+async def test_delete_lease_only_by_its_run(queue: Queue) -> None:
+    lease = lease_for(new_id())
+    await queue.set_lease(lease, 30.0)
+
+    await queue.delete_lease(lease.task_id, new_id())
+    assert await queue.get_lease(lease.task_id) == lease
+
+    await queue.delete_lease(lease.task_id, lease.run_id)
+    assert await queue.get_lease(lease.task_id) is None
+    await queue.delete_lease(lease.task_id, lease.run_id)  # idempotent
+
+
+async def test_leases_present_lists_live_leases_only(queue: Queue, advance: Advance) -> None:
+    held, expiring, never = new_id(), new_id(), new_id()
+    await queue.set_lease(lease_for(held), 30.0)
+    await queue.set_lease(lease_for(expiring), 0.2)
+    await advance(0.3)
+
+    assert await queue.leases_present([held, expiring, never]) == {held}
+    assert await queue.leases_present([]) == set()
+
+
+async def test_set_lease_refuses_a_non_positive_ttl(queue: Queue) -> None:
+    with pytest.raises(ValueError, match="ttl"):
+        await queue.set_lease(lease_for(new_id()), 0)
+
+
+# --- losing the queue's data ------------------------------------------------------------------
+
+
+async def test_flush_loses_markers_leases_lists_and_schedule(
+    queue: Queue, flush: Flush, now: Callable[[], datetime]
+) -> None:
+    queued, leased, scheduled = new_id(), new_id(), new_id()
+    await queue.enqueue(queued, "default")
+    await queue.set_lease(lease_for(leased), 30.0)
+    await queue.schedule(scheduled, "default", now() - timedelta(seconds=1))
+
+    await flush()
+
+    assert await queue.has_marker(queued) is False
+    assert await queue.get_lease(leased) is None
+    assert await queue.leases_present([leased]) == set()
+    assert await queue.pop(["default"], 0) is None
+    assert await queue.promote_due(10) == 0
+    assert await queue.enqueue(queued, "default") is True  # the reconciler can repair
+
+
+async def test_ping_succeeds(queue: Queue) -> None:
+    await queue.ping()
+
+
+# --- Redis only -------------------------------------------------------------------------------
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+@pytest.mark.integration
+async def test_redis_keys_follow_spec_layout_under_the_prefix(
+    redis_client: Redis, redis_prefix: str
+) -> None:
+    queue = RedisQueue(redis_client, prefix=redis_prefix, marker_ttl=30.0)
+    queued, leased, scheduled = new_id(), new_id(), new_id()
+    lease = lease_for(leased, deadline_ms=123)
+    await queue.enqueue(queued, "high")
+    await queue.set_lease(lease, 30.0)
+    await queue.schedule(scheduled, "low|tier", datetime(2030, 1, 1, tzinfo=UTC))
+
+    keys = {_text(key) async for key in redis_client.scan_iter(match=f"{redis_prefix}*")}
+    assert keys == {
+        f"{redis_prefix}queue:ready:high",
+        f"{redis_prefix}queue:pending:{queued}",
+        f"{redis_prefix}lease:task:{leased}",
+        f"{redis_prefix}queue:scheduled",
+    }
+    for task_id in (queued, leased, scheduled):
+        anywhere = [_text(k) async for k in redis_client.scan_iter(match=f"*{task_id}*")]
+        assert all(key.startswith(redis_prefix) for key in anywhere)
+
+    assert await redis_client.lrange(f"{redis_prefix}queue:ready:high", 0, -1) == [
+        str(queued).encode()
+    ]
+    assert 0 < await redis_client.pttl(f"{redis_prefix}queue:pending:{queued}") <= 30_000
+    assert 0 < await redis_client.pttl(f"{redis_prefix}lease:task:{leased}") <= 30_000
+    assert await redis_client.hgetall(f"{redis_prefix}lease:task:{leased}") == {
+        b"worker_id": b"w-1",
+        b"run_id": str(lease.run_id).encode(),
+        b"deadline_ms": b"123",
+    }
+    members = await redis_client.zrange(f"{redis_prefix}queue:scheduled", 0, -1, withscores=True)
+    assert members == [(f"low|tier|{scheduled}".encode(), 1_893_456_000_000.0)]
+
+    # A priority containing "|" survives promotion (the member is split at the last "|").
+    await queue.schedule(scheduled, "low|tier", datetime(2020, 1, 1, tzinfo=UTC))
+    assert await queue.promote_due(10) == 1
+    assert await queue.pop(["low|tier"], 0) == scheduled
+
+
+@pytest.mark.integration
+async def test_redis_pop_waits_longer_than_the_socket_timeout(redis_prefix: str) -> None:
+    client: Redis = Redis.from_url(REDIS_URL, socket_timeout=0.4)
+    try:
+        queue = RedisQueue(client, prefix=redis_prefix)
+        started = time.monotonic()
+        assert await queue.pop(["default"], 1.0) is None
+        assert 0.9 <= time.monotonic() - started < 2.0
+
+        task_id = new_id()
+        popper = asyncio.create_task(queue.pop(["default"], 2.0))
+        await asyncio.sleep(0.6)  # past the first BRPOP slice
+        await queue.enqueue(task_id, "default")
+        assert await asyncio.wait_for(popper, 2.0) == task_id
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.integration
+async def test_redis_pop_discards_malformed_entries(redis_client: Redis, redis_prefix: str) -> None:
+    queue = RedisQueue(redis_client, prefix=redis_prefix)
+    task_id = new_id()
+    await redis_client.lpush(f"{redis_prefix}queue:ready:default", "not-a-uuid")
+    await queue.enqueue(task_id, "default")
+
+    assert await queue.pop(["default"], 0.5) == task_id
+
+
+async def test_redis_errors_become_backend_unavailable() -> None:
+    client = Redis(
+        host="127.0.0.1", port=1, socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0)
+    )
+    queue = RedisQueue(client, prefix="dtqtest:down:")
+    try:
+        with pytest.raises(BackendUnavailable) as caught:
+            await queue.ping()
+        assert caught.value.__cause__ is not None
+        with pytest.raises(BackendUnavailable):
+            await queue.enqueue(new_id(), "default")
+        with pytest.raises(BackendUnavailable):
+            await queue.pop(["default"], 0.1)
+        with pytest.raises(BackendUnavailable):
+            await queue.leases_present([new_id()])
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.parametrize(
+    ("addr", "host", "port"),
+    [
+        ("127.0.0.1:6379", "127.0.0.1", 6379),
+        ("redis.internal:6380", "redis.internal", 6380),
+        ("localhost", "localhost", 6379),
+        ("[::1]:6381", "::1", 6381),
+        ("redis://cache:6390/2", "cache", 6390),
+    ],
+)
+async def test_connect_redis_parses_addresses(addr: str, host: str, port: int) -> None:
+    client = connect_redis(addr)
+    try:
+        options = client.connection_pool.connection_kwargs
+        assert (options["host"], options["port"]) == (host, port)
+        assert options.get("decode_responses", False) is False
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.parametrize("addr", ["host:notaport", "host:6379/0", ""])
+def test_connect_redis_rejects_bad_addresses(addr: str) -> None:
+    with pytest.raises(ValueError, match="Redis address"):
+        connect_redis(addr)
+
+
+class _ConfigStub:
+    """Stands in for a client in ``check_eviction_policy`` (the shared server is not touched)."""
+
+    def __init__(self, reply: dict[str, str] | Exception) -> None:
+        self._reply = reply
+
+    async def config_get(self, pattern: str) -> dict[str, str]:
+        if isinstance(self._reply, Exception):
+            raise self._reply
+        return self._reply
+
+
+@pytest.mark.parametrize(
+    ("reply", "warns"),
+    [
+        ({"maxmemory-policy": "noeviction"}, False),
+        ({"maxmemory-policy": "allkeys-lru"}, True),
+        (ResponseError("unknown command 'CONFIG'"), True),
+    ],
+)
+async def test_check_eviction_policy_warns_unless_noeviction(reply: Any, warns: bool) -> None:
+    warning = await check_eviction_policy(_ConfigStub(reply))  # type: ignore[arg-type]
+    assert (warning is not None) is warns
+    if warns:
+        assert "maxmemory-policy" in warning
+
+
+@pytest.mark.integration
+async def test_check_eviction_policy_agrees_with_the_server(redis_client: Redis) -> None:
+    policy = _text(next(iter((await redis_client.config_get("maxmemory-policy")).values())))
+    warning = await check_eviction_policy(redis_client)
+    assert (warning is None) is (policy == "noeviction")
