@@ -1,0 +1,120 @@
+"""The Litestar application factory of the orchestrator API (spec §7, DESIGN §5).
+
+Nothing is built at import time: :func:`create_app` assembles the controllers, the dependency
+providers, the error table, the body-size limit, the OpenAPI document and the HTTP metrics for
+the services it is given, so every test (or process) gets its own app.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+from litestar import Litestar
+from litestar.di import Provide
+from litestar.openapi import OpenAPIConfig
+from prometheus_client import CollectorRegistry
+
+from dtq.application.health import HealthService
+from dtq.application.queries import QueryService
+from dtq.application.submit import SubmitService
+from dtq.entrypoints.api.errors import EXCEPTION_HANDLERS
+from dtq.entrypoints.api.health import HealthController, MetricsController
+from dtq.entrypoints.api.jobs import JobController
+from dtq.entrypoints.api.middleware import install_http_metrics
+from dtq.entrypoints.api.tasks import TaskController
+from dtq.entrypoints.api.workers import WorkerController
+from dtq.entrypoints.config import Settings
+from dtq.entrypoints.container import Services
+from dtq.entrypoints.metrics import OrchestratorMetrics
+
+
+def _package_version() -> str:
+    try:
+        return version("dtq")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        return "0.0.0"
+
+
+def _dependencies(
+    services: Services,
+    settings: Settings,
+    metrics: OrchestratorMetrics,
+    registry: CollectorRegistry,
+) -> dict[str, Provide]:
+    """Litestar providers for what the handlers take by name (STYLE: Provide, typed functions)."""
+
+    def provide_submit() -> SubmitService:
+        return services.submit
+
+    def provide_queries() -> QueryService:
+        return services.queries
+
+    def provide_health() -> HealthService:
+        return services.health
+
+    def provide_settings() -> Settings:
+        return settings
+
+    def provide_metrics() -> OrchestratorMetrics:
+        return metrics
+
+    def provide_registry() -> CollectorRegistry:
+        return registry
+
+    providers = {
+        "submit": provide_submit,
+        "queries": provide_queries,
+        "health": provide_health,
+        "settings": provide_settings,
+        "metrics": provide_metrics,
+        "registry": provide_registry,
+    }
+    return {
+        name: Provide(fn, use_cache=True, sync_to_thread=False) for name, fn in providers.items()
+    }
+
+
+def create_app(
+    services: Services,
+    settings: Settings,
+    metrics: OrchestratorMetrics,
+    registry: CollectorRegistry,
+) -> Litestar:
+    """Build the orchestrator's HTTP API.
+
+    Routes: ``GET /healthz``, ``GET /metrics``, ``POST /v1/tasks``, ``GET /v1/tasks/{id}``,
+    ``POST /v1/jobs``, ``GET /v1/jobs/{id}``, ``GET /v1/workers`` (spec §7), and the OpenAPI
+    document under ``/schema`` (``/schema/openapi.json``).
+
+    Args:
+        services: the application services (``submit``, ``queries``, ``health`` are used).
+        settings: limits: ``api_max_body_bytes`` (413 above it), ``api_max_tasks_per_job``,
+            ``api_max_payload_bytes``.
+        metrics: receives HTTP request metrics and submission counters.
+        registry: the registry ``GET /metrics`` exposes (the one ``metrics`` lives in).
+
+    Returns:
+        The ASGI application. It does not configure logging (``logging_config=None``): the
+        process entrypoint does that once for everything.
+    """
+    app = Litestar(
+        route_handlers=[
+            HealthController,
+            MetricsController,
+            TaskController,
+            JobController,
+            WorkerController,
+        ],
+        dependencies=_dependencies(services, settings, metrics, registry),
+        exception_handlers=EXCEPTION_HANDLERS,
+        request_max_body_size=settings.api_max_body_bytes,
+        openapi_config=OpenAPIConfig(
+            title="dtq",
+            version=_package_version(),
+            description="Distributed task orchestrator: jobs of tasks with dependencies.",
+            path="/schema",
+        ),
+        logging_config=None,
+    )
+    install_http_metrics(app, metrics)
+    return app

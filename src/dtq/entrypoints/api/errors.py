@@ -1,0 +1,221 @@
+"""The one error table of the HTTP API and its exception handlers (DESIGN §5, STYLE Entrypoints).
+
+Every error response has the same body, :class:`~dtq.entrypoints.api.schemas.ErrorBody`::
+
+    {"error": {"code": "dependency_cycle", "message": "dependency cycle: a -> b -> a",
+               "field": "tasks"}}
+
+Domain errors map to a status through :data:`STATUS_BY_ERROR` (the most specific class in the
+exception's MRO wins); Litestar's own exceptions (decode/validation errors, unknown route, wrong
+method, body too large) and anything unexpected are translated here as well, so no handler
+contains a try/except. Responses with a 5xx status log the traceback; 4xx responses log one line
+without it.
+
+``field`` paths use the domain's notation: dotted keys and ``[i]`` indexes from the body's root
+(``tasks[0].kind``), ``id`` for the path parameter, ``active_since`` for the query parameter and
+the header name for a header.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+from litestar import MediaType, Request, Response
+from litestar.exceptions import (
+    HTTPException,
+    MethodNotAllowedException,
+    NotFoundException,
+    SerializationException,
+    ValidationException,
+)
+from litestar.exceptions.http_exceptions import RequestEntityTooLarge
+from litestar.types import ExceptionHandlersMap
+
+from dtq.domain.errors import (
+    BackendUnavailable,
+    ConcurrentUpdate,
+    Conflict,
+    DtqError,
+    DuplicateIdempotencyKey,
+    NotFound,
+    ValidationError,
+)
+from dtq.entrypoints.api.schemas import ErrorBody, ErrorDetail
+
+logger = logging.getLogger("dtq.api")
+
+#: Domain error class -> HTTP status. Looked up along the exception's MRO, so subclasses
+#: (``TaskNotFound``, ``DependencyCycle``, ``InvalidPayload``, ``CommitOutcomeUnknown``...)
+#: inherit their family's status. A ``DtqError`` outside every family is a server bug: 500.
+STATUS_BY_ERROR: Mapping[type[DtqError], int] = {
+    NotFound: 404,
+    ValidationError: 400,
+    Conflict: 409,  # includes IdempotencyConflict, InvalidTransition, StaleRun
+    DuplicateIdempotencyKey: 409,  # a lost idempotency race the service could not resolve
+    BackendUnavailable: 503,  # includes CommitOutcomeUnknown: the client should retry
+    ConcurrentUpdate: 503,  # the store gave up retrying a conflicting transaction
+}
+
+#: Litestar HTTP exceptions -> stable codes; other statuses fall back to ``http_error``.
+CODE_BY_HTTP_ERROR: Mapping[type[HTTPException], str] = {
+    NotFoundException: "route_not_found",
+    MethodNotAllowedException: "method_not_allowed",
+    RequestEntityTooLarge: "request_too_large",
+}
+
+#: Handler parameters whose name in an error differs from the Python name.
+PARAMETER_FIELDS: Mapping[str, str] = {"idempotency_key": "Idempotency-Key"}
+
+_AT_PATH = re.compile(r"^(?P<message>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.DOTALL)
+_NAMED_FIELD = re.compile(r"^Object (?:missing required|contains unknown) field `(?P<name>[^`]+)`")
+
+
+def error_response(
+    status: int,
+    code: str,
+    message: str,
+    field: str | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> Response[ErrorBody]:
+    """Build a response with the API's one error body.
+
+    Args:
+        status: HTTP status code.
+        code: stable machine-readable error code.
+        message: human-readable explanation, safe to show a client.
+        field: the request field at fault, if any.
+        headers: extra response headers (e.g. ``Allow`` on a 405).
+
+    Returns:
+        A JSON response.
+    """
+    return Response(
+        ErrorBody(error=ErrorDetail(code=code, message=message, field=field)),
+        status_code=status,
+        media_type=MediaType.JSON,
+        headers=dict(headers) if headers else None,
+    )
+
+
+def status_for(exc: DtqError) -> int:
+    """The HTTP status of a domain error: its nearest family in :data:`STATUS_BY_ERROR`."""
+    for cls in type(exc).__mro__:
+        status = STATUS_BY_ERROR.get(cls)
+        if status is not None:
+            return status
+    return 500
+
+
+def _log(request: Request[Any, Any, Any], status: int, exc: BaseException, code: str) -> None:
+    if status >= 500:
+        logger.error(
+            "request failed: %s %s -> %d %s",
+            request.method,
+            request.url.path,
+            status,
+            code,
+            exc_info=exc,
+        )
+    else:
+        logger.info(
+            "request rejected: %s %s -> %d %s: %s",
+            request.method,
+            request.url.path,
+            status,
+            code,
+            exc,
+        )
+
+
+def handle_domain_error(request: Request[Any, Any, Any], exc: DtqError) -> Response[ErrorBody]:
+    """Map a :class:`~dtq.domain.errors.DtqError` through the table; keep its code and field."""
+    status = status_for(exc)
+    _log(request, status, exc, exc.code)
+    if status >= 500 and status != 503:
+        return _internal_error()
+    return error_response(status, exc.code, exc.detail, exc.field)
+
+
+def _field_path(path: str, message: str) -> str | None:
+    """``.data.tasks[0]`` + "Object missing required field `kind`" -> ``tasks[0].kind``."""
+    path = path.removeprefix(".data").lstrip(".")
+    if named := _NAMED_FIELD.match(message):
+        name = named["name"]
+        path = f"{path}.{name}" if path else name
+    return path or None
+
+
+def handle_validation_exception(
+    request: Request[Any, Any, Any], exc: ValidationException
+) -> Response[ErrorBody]:
+    """Translate Litestar's decode/validation failure into a 400 naming the field.
+
+    msgspec reports ``"<reason> - at `$.data.tasks[0].kind`"``; the path is taken from there
+    (``$.data`` is Litestar's name for the body). Errors about a parameter (header, query)
+    carry its name in ``extra`` instead.
+    """
+    cause = exc.__cause__
+    if isinstance(cause, msgspec.ValidationError):
+        parts = _AT_PATH.match(str(cause))
+        assert parts is not None  # the pattern matches any text
+        message, field = parts["message"], _field_path(parts["path"] or "", parts["message"])
+        if field == "data":
+            message, field = "a JSON request body is required", None
+    else:
+        extra = exc.extra[0] if isinstance(exc.extra, list) and exc.extra else {}
+        message = str(extra.get("message") or exc.detail)
+        field = str(extra["key"]) if extra.get("key") else None
+    if field is not None:
+        field = PARAMETER_FIELDS.get(field, field)
+    _log(request, 400, exc, "validation_error")
+    return error_response(400, "validation_error", message, field)
+
+
+def handle_http_exception(
+    request: Request[Any, Any, Any], exc: HTTPException
+) -> Response[ErrorBody]:
+    """Translate Litestar's HTTP exceptions (unknown route, 405, 413, undecodable body)."""
+    if exc.status_code >= 500:
+        return handle_unexpected(request, exc)
+    if isinstance(exc.__cause__, SerializationException):
+        code, message = "invalid_json", f"request body is not valid JSON: {exc.__cause__.detail}"
+    else:
+        code = next(
+            (c for cls, c in CODE_BY_HTTP_ERROR.items() if isinstance(exc, cls)), "http_error"
+        )
+        message = exc.detail
+    _log(request, exc.status_code, exc, code)
+    return error_response(exc.status_code, code, message, headers=exc.headers)
+
+
+def handle_recursion_error(
+    request: Request[Any, Any, Any], exc: RecursionError
+) -> Response[ErrorBody]:
+    """A body nested deeper than the interpreter's recursion limit (msgspec raises while
+    decoding it). dtq's own code paths are iterative, so this is always the client's input."""
+    _log(request, 400, exc, "invalid_json")
+    return error_response(400, "invalid_json", "request body is nested too deeply")
+
+
+def _internal_error() -> Response[ErrorBody]:
+    return error_response(500, "internal_error", "internal server error")
+
+
+def handle_unexpected(request: Request[Any, Any, Any], exc: Exception) -> Response[ErrorBody]:
+    """Anything else: a generic 500 for the client, the traceback for the log."""
+    _log(request, 500, exc, "internal_error")
+    return _internal_error()
+
+
+#: Registered once on the app (``Litestar(exception_handlers=...)``).
+EXCEPTION_HANDLERS: ExceptionHandlersMap = {
+    DtqError: handle_domain_error,
+    ValidationException: handle_validation_exception,
+    HTTPException: handle_http_exception,
+    RecursionError: handle_recursion_error,
+    Exception: handle_unexpected,
+}

@@ -1,0 +1,58 @@
+"""Operational routes: ``GET /healthz`` and ``GET /metrics`` (spec §7)."""
+
+from __future__ import annotations
+
+from litestar import Controller, Response, get
+from litestar.di import NamedDependency
+from litestar.openapi.datastructures import ResponseSpec
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import generate_latest
+
+from dtq.application.health import HealthService
+from dtq.entrypoints.api import convert, responses
+from dtq.entrypoints.api.schemas import HealthBody
+
+#: Prometheus text format 0.0.4; Litestar appends ``; charset=utf-8`` to ``text/*`` types.
+EXPOSITION_MEDIA_TYPE = "text/plain; version=0.0.4"
+
+UNHEALTHY = ResponseSpec(
+    data_container=HealthBody,
+    description="A backend failed its ping; `checks` carries the error per backend",
+    generate_examples=False,
+)
+
+
+class HealthController(Controller):
+    """Liveness of the backends: ``GET /healthz``."""
+
+    path = "/healthz"
+    tags = ["operations"]
+
+    @get(
+        "/",
+        summary="Ping the database and Redis",
+        responses={503: UNHEALTHY, 500: responses.INTERNAL},
+    )
+    async def healthz(self, health: NamedDependency[HealthService]) -> Response[HealthBody]:
+        """200 ``{"status": "ok", "checks": {"store": "ok", "queue": "ok"}}`` when both pings
+        succeed, else 503 with ``status`` ``unavailable`` and the failing check's error."""
+        body, status = convert.health_body(await health.check())
+        return Response(body, status_code=status)
+
+
+class MetricsController(Controller):
+    """Prometheus exposition: ``GET /metrics``."""
+
+    path = "/metrics"
+    tags = ["operations"]
+
+    @get(
+        "/",
+        summary="Prometheus metrics",
+        media_type=EXPOSITION_MEDIA_TYPE,
+        responses={500: responses.INTERNAL},
+    )
+    async def metrics(self, registry: NamedDependency[CollectorRegistry]) -> bytes:
+        """Text exposition format 0.0.4 of this process's registry (process, Python GC and
+        platform collectors, ``orchestrator_*`` metrics)."""
+        return generate_latest(registry)

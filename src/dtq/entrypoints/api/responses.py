@@ -1,0 +1,33 @@
+"""OpenAPI documentation of the error responses each route can give (spec §7).
+
+Every error body is :class:`~dtq.entrypoints.api.schemas.ErrorBody`; these specs only say which
+statuses a route documents and why, so ``/schema`` matches what the error table returns.
+"""
+
+from __future__ import annotations
+
+from litestar.openapi.datastructures import ResponseSpec
+
+from dtq.entrypoints.api.schemas import ErrorBody
+
+
+def _error(description: str) -> ResponseSpec:
+    return ResponseSpec(data_container=ErrorBody, description=description, generate_examples=False)
+
+
+BAD_REQUEST = _error(
+    "Invalid input: malformed JSON, wrong or missing field, limit exceeded, invalid payload, "
+    "invalid dependency graph; `field` names the culprit"
+)
+NOT_FOUND = _error("No object has this id")
+CONFLICT = _error("Idempotency-Key reused with a different request (`idempotency_conflict`)")
+TOO_LARGE = _error("Request body larger than API_MAX_BODY_BYTES (`request_too_large`)")
+INTERNAL = _error("Unexpected server error (`internal_error`); details are only logged")
+UNAVAILABLE = _error("Database or Redis unavailable (`backend_unavailable`); retry later")
+
+#: Errors any route can give.
+COMMON = {500: INTERNAL, 503: UNAVAILABLE}
+#: Errors of the two submission routes.
+SUBMIT = {400: BAD_REQUEST, 409: CONFLICT, 413: TOO_LARGE, **COMMON}
+#: Errors of the read routes addressed by ``{id}``.
+READ_BY_ID = {400: BAD_REQUEST, 404: NOT_FOUND, **COMMON}

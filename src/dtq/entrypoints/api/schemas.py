@@ -1,0 +1,226 @@
+"""Request and response bodies of the HTTP API (spec §7), as msgspec Structs.
+
+Litestar decodes request bodies straight into these Structs, so the constraints declared here
+(``Meta`` patterns, lengths, ranges) are enforced at decode time and are also what the OpenAPI
+document at ``/schema`` shows. Request Structs forbid unknown fields: a misspelt ``depends_on``
+must be a 400, not a silently unordered job.
+
+Identifier rules (kept strict on purpose; documented in the OpenAPI schema):
+
+* ``kind`` and task ``name``: 1..200 characters of ``A-Z a-z 0-9 . _ : -`` (no spaces), so they
+  are safe in logs, metric labels, URLs and Redis keys.
+* ``priority``: 1..32 characters of ``a-z 0-9 _ -`` (it names a Redis list, spec §5).
+* job ``name``: up to 200 characters, no control characters (``\\u0000`` cannot be stored).
+
+Each pattern ends in ``(?!\\n)$`` because Python's ``$`` also matches before a trailing newline;
+the lookahead makes ``"echo\\n"`` fail in Python exactly as it does in ECMA regex.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+from uuid import UUID
+
+import msgspec
+
+from dtq.domain.entities import DEFAULT_PRIORITY
+from dtq.domain.status import JobStatus, RunStatus, TaskStatus
+
+NAME_PATTERN = r"^[A-Za-z0-9._:-]+(?!\n)$"
+PRIORITY_PATTERN = r"^[a-z0-9_-]{1,32}(?!\n)$"
+JOB_NAME_PATTERN = r"^[^\x00-\x1f\x7f]*(?!\n)$"
+#: Printable ASCII only: what an HTTP header can carry without encoding games.
+IDEMPOTENCY_KEY_PATTERN = r"^[\x20-\x7e]+(?!\n)$"
+IDEMPOTENCY_KEY_MAX = 255
+
+Kind = Annotated[
+    str,
+    msgspec.Meta(
+        min_length=1,
+        max_length=200,
+        pattern=NAME_PATTERN,
+        description="Handler key (spec §6), 1..200 of A-Z a-z 0-9 . _ : -",
+        examples=["echo", "email.send.v2"],
+    ),
+]
+TaskName = Annotated[
+    str,
+    msgspec.Meta(
+        min_length=1,
+        max_length=200,
+        pattern=NAME_PATTERN,
+        description="Task name, unique within its job; 1..200 of A-Z a-z 0-9 . _ : -",
+        examples=["a", "resize:thumb"],
+    ),
+]
+Priority = Annotated[
+    str,
+    msgspec.Meta(
+        pattern=PRIORITY_PATTERN,
+        description="Ready-queue tier (spec §5 queue:ready:{priority}); a-z 0-9 _ -, 1..32",
+        examples=[DEFAULT_PRIORITY, "high"],
+    ),
+]
+MaxAttempts = Annotated[
+    int, msgspec.Meta(ge=1, le=100, description="Retry budget: handler runs allowed, 1..100")
+]
+JobName = Annotated[
+    str,
+    msgspec.Meta(
+        max_length=200,
+        pattern=JOB_NAME_PATTERN,
+        description="Free-form job name, up to 200 characters, no control characters",
+    ),
+]
+Payload = Annotated[
+    Any,
+    msgspec.Meta(
+        description=(
+            "Any JSON value handed to the handler. Strings and keys must not contain \\u0000; "
+            "integers must fit in signed 64 bits; nesting at most 64 levels; size limited by "
+            "API_MAX_PAYLOAD_BYTES."
+        )
+    ),
+]
+
+
+# --- requests ---------------------------------------------------------------------------------
+
+
+class SubmitTaskRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``POST /v1/tasks``: a job with one task whose name is its kind."""
+
+    kind: Kind
+    payload: Payload = None
+    max_attempts: MaxAttempts = 3
+    priority: Priority = DEFAULT_PRIORITY
+
+
+class TaskSpecRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """One task of ``POST /v1/jobs``."""
+
+    name: TaskName
+    kind: Kind
+    payload: Payload = None
+    depends_on: list[TaskName] = msgspec.field(default_factory=list)
+    max_attempts: MaxAttempts = 3
+    priority: Priority = DEFAULT_PRIORITY
+
+
+class SubmitJobRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``POST /v1/jobs``: a DAG of tasks (spec §7). At most API_MAX_TASKS_PER_JOB tasks."""
+
+    tasks: Annotated[list[TaskSpecRequest], msgspec.Meta(min_length=1)]
+    name: JobName = ""
+    metadata: dict[str, Any] | None = None
+
+
+# --- responses --------------------------------------------------------------------------------
+
+
+class SubmitTaskResponse(msgspec.Struct, kw_only=True):
+    """Ids created (or replayed) by ``POST /v1/tasks``."""
+
+    task_id: UUID
+    job_id: UUID
+
+
+class SubmitJobResponse(msgspec.Struct, kw_only=True):
+    """Ids created (or replayed) by ``POST /v1/jobs``: task name -> task id."""
+
+    job_id: UUID
+    tasks: dict[str, UUID]
+
+
+class RunBody(msgspec.Struct, kw_only=True):
+    """One delivery of a task (a ``task_runs`` row). ``attempt_number`` is not unique: a
+    ``dead`` run and its successor share it (spec §4)."""
+
+    id: UUID
+    attempt_number: int
+    worker_id: str
+    status: RunStatus
+    error: str | None
+    started_at: datetime
+    finished_at: datetime | None
+
+
+class TaskBody(msgspec.Struct, kw_only=True):
+    """A task row (spec §7 GET /v1/tasks/{id}); times are RFC 3339 UTC."""
+
+    id: UUID
+    job_id: UUID
+    name: str
+    kind: str
+    status: TaskStatus
+    priority: str
+    payload: Any
+    attempt: int
+    max_attempts: int
+    scheduled_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    last_error: str | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class TaskDetailBody(TaskBody, kw_only=True):
+    """A task with its run history ordered by ``started_at``."""
+
+    runs: list[RunBody]
+
+
+class JobBody(msgspec.Struct, kw_only=True):
+    """A job with all its tasks (spec §7 GET /v1/jobs/{id})."""
+
+    id: UUID
+    name: str
+    status: JobStatus
+    metadata: Any
+    created_at: datetime
+    updated_at: datetime
+    tasks: list[TaskBody]
+
+
+class WorkerBody(msgspec.Struct, kw_only=True):
+    """A worker of the registry (``workers`` row)."""
+
+    id: str
+    hostname: str | None
+    last_heartbeat_at: datetime
+    metadata: dict[str, Any]
+
+
+class WorkersBody(msgspec.Struct, kw_only=True):
+    """Workers that heartbeated within the requested window, most recent first."""
+
+    workers: list[WorkerBody]
+
+
+class HealthBody(msgspec.Struct, kw_only=True):
+    """``GET /healthz``: ``checks`` maps each backend to ``"ok"`` or the error seen."""
+
+    status: Literal["ok", "unavailable"]
+    checks: dict[str, str]
+
+
+class ErrorDetail(msgspec.Struct, kw_only=True):
+    """What went wrong.
+
+    Attributes:
+        code: stable machine-readable code, e.g. ``dependency_cycle``, ``invalid_payload``.
+        message: human-readable explanation, safe to show.
+        field: the request field at fault (``tasks[0].payload.user``), or null.
+    """
+
+    code: str
+    message: str
+    field: str | None
+
+
+class ErrorBody(msgspec.Struct, kw_only=True):
+    """The one shape of every error response: ``{"error": {"code", "message", "field"}}``."""
+
+    error: ErrorDetail

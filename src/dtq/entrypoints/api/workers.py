@@ -1,0 +1,41 @@
+"""``/v1/workers``: workers that heartbeated recently (spec §7)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from litestar import Controller, get
+from litestar.di import NamedDependency
+from litestar.params import QueryParameter
+
+from dtq.application.queries import QueryService
+from dtq.entrypoints.api import convert, responses
+from dtq.entrypoints.api.schemas import WorkersBody
+
+
+class WorkerController(Controller):
+    """The worker registry: ``GET /v1/workers``."""
+
+    path = "/v1/workers"
+    tags = ["workers"]
+
+    @get(
+        "/",
+        summary="List recently active workers",
+        responses={400: responses.BAD_REQUEST, **responses.COMMON},
+    )
+    async def list_workers(
+        self,
+        queries: NamedDependency[QueryService],
+        active_since: Annotated[
+            str,
+            QueryParameter(
+                name="active_since",
+                description="Go-style positive duration (90s, 5m, 1h30m); default 2m",
+            ),
+        ] = convert.DEFAULT_ACTIVE_SINCE,
+    ) -> WorkersBody:
+        """Workers whose last registry heartbeat is within ``active_since``; 400 unless it is
+        a positive duration."""
+        workers = await queries.list_workers(convert.parse_active_since(active_since))
+        return convert.workers_body(workers)

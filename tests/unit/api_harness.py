@@ -1,0 +1,79 @@
+"""The HTTP API on the memory adapters, for tests: a FakeClock, its own metrics registry, and an
+``AsyncTestClient`` talking to the app in process."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, replace
+from typing import Any
+
+from dependency_injector import providers
+from litestar import Litestar
+from litestar.testing import AsyncTestClient
+from prometheus_client import CollectorRegistry
+
+from dtq.adapters.memory.clock import FakeClock
+from dtq.adapters.memory.queue import InMemoryQueue
+from dtq.adapters.memory.store import InMemoryStore
+from dtq.entrypoints.api import create_app
+from dtq.entrypoints.config import Settings
+from dtq.entrypoints.container import Services, build_container, open_services
+from dtq.entrypoints.metrics import OrchestratorMetrics, new_registry
+
+#: Small limits so the limit tests stay cheap.
+SETTINGS = Settings(
+    api_max_body_bytes=64 * 1024,
+    api_max_tasks_per_job=20,
+    api_max_payload_bytes=1024,
+)
+
+JSON = {"Content-Type": "application/json"}
+
+
+@dataclass
+class Api:
+    """A running app and what it was built from."""
+
+    client: AsyncTestClient[Litestar]
+    app: Litestar
+    services: Services
+    clock: FakeClock
+    metrics: OrchestratorMetrics
+    registry: CollectorRegistry
+
+    @property
+    def store(self) -> InMemoryStore:
+        assert isinstance(self.services.store, InMemoryStore)
+        return self.services.store
+
+    @property
+    def queue(self) -> InMemoryQueue:
+        assert isinstance(self.services.queue, InMemoryQueue)
+        return self.services.queue
+
+    def sample(self, name: str, labels: dict[str, str] | None = None) -> float:
+        """A metric's current value (0.0 when it has no such series yet)."""
+        return self.registry.get_sample_value(name, labels or {}) or 0.0
+
+
+@asynccontextmanager
+async def running_api(
+    settings: Settings = SETTINGS, **overrides: Any
+) -> AsyncIterator[Api]:
+    """Build the services on the memory backend with a FakeClock, the app, and a test client.
+
+    Args:
+        settings: the limits the app enforces.
+        overrides: ``Services`` fields to replace (e.g. ``health=...``, ``queries=...``).
+    """
+    clock = FakeClock()
+    container = build_container(settings, backend="memory")
+    container.clock.override(providers.Object(clock))
+    async with open_services(settings, backend="memory", container=container) as services:
+        services = replace(services, **overrides) if overrides else services
+        registry = new_registry()
+        metrics = OrchestratorMetrics(registry)
+        app = create_app(services, settings, metrics, registry)
+        async with AsyncTestClient(app) as client:
+            yield Api(client, app, services, clock, metrics, registry)
