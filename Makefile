@@ -1,0 +1,70 @@
+# dtq developer tasks. `make test` is the CI gate: install, lint, then every test (unit and
+# integration; integration tests need PostgreSQL and Redis, which `.ci/run` starts).
+#
+#   make install   create .venv (python3 >= 3.11) and install dtq with its dev tools
+#   make lint      ruff check, ruff format --check, mypy --strict, import-linter
+#   make test      install, lint, pytest
+#   make dev       run `dtq dev`: API + reconciler + worker in memory on :8080
+#
+# Local CockroachDB + Redis (Docker): compose-up / compose-down / migrate, and a three-node
+# cluster for failover drills: cluster-up / cluster-migrate / cluster-status / cluster-down.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := test
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.dtq-installed
+
+CRDB_DSN ?= postgresql://root@127.0.0.1:26257/defaultdb?sslmode=disable
+CLUSTER_DSN := postgresql://root@127.0.0.1:26257,127.0.0.1:26258,127.0.0.1:26259/defaultdb?sslmode=disable
+COMPOSE ?= docker compose
+CLUSTER := $(COMPOSE) -f docker-compose.multinode.yml -p dtq-multinode
+
+.PHONY: install lint test dev compose-up compose-down migrate \
+	cluster-up cluster-migrate cluster-status cluster-down
+
+install: $(STAMP)
+
+# Re-install when the dependencies change; the stamp keeps `make test` from reinstalling each run.
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+		|| { echo "dtq needs Python >= 3.11; $(PYTHON) is $$($(PYTHON) -V 2>&1)" >&2; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	@touch $@
+
+lint: install
+	$(BIN)/ruff check
+	$(BIN)/ruff format --check
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+test: install lint
+	$(BIN)/pytest -q
+
+dev: install
+	$(BIN)/dtq dev
+
+compose-up:
+	$(COMPOSE) up -d
+
+compose-down:
+	$(COMPOSE) down
+
+migrate: install
+	CRDB_DSN='$(CRDB_DSN)' $(BIN)/dtq migrate
+
+cluster-up:
+	$(CLUSTER) up -d
+
+cluster-migrate: install
+	CRDB_DSN='$(CLUSTER_DSN)' $(BIN)/dtq migrate
+
+cluster-status:
+	$(CLUSTER) exec crdb1 ./cockroach node status --insecure --host=crdb1:26257
+
+cluster-down:
+	$(CLUSTER) down -v

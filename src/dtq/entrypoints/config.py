@@ -1,0 +1,358 @@
+"""Configuration: the environment variables of spec §8 (plus dtq's own), read once, validated.
+
+``load_settings(environ)`` turns a mapping of variable names to strings into a frozen
+:class:`Settings`; nothing else in dtq reads ``os.environ`` (STYLE: configuration). Durations are
+Go-style strings (``500ms``, ``30s``, ``1h30m``) and are stored as float seconds. A value that
+cannot be used raises :class:`ConfigError` naming the variable, so the CLI can print one line.
+
+An empty value counts as unset (``WORKER_ID=`` in a ``.env`` file means "generate one").
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, TypeVar
+
+import durationpy
+from dotenv import dotenv_values
+
+from dtq.application.commands import ExecutionPolicy
+
+T = TypeVar("T")
+
+LogFormat = Literal["auto", "json", "console"]
+LogLevel = Literal["debug", "info", "warning", "error", "critical"]
+
+_MIB = 1024 * 1024
+_KIB = 1024
+
+#: Every environment variable dtq reads, in the order of ``.env.example``.
+ENV_VARS: tuple[str, ...] = (
+    "CRDB_DSN",
+    "REDIS_ADDR",
+    "REDIS_KEY_PREFIX",
+    "ORCHESTRATOR_LISTEN",
+    "RECONCILE_INTERVAL",
+    "LEASE_DURATION",
+    "STALE_RUNNING_AFTER",
+    "WORKER_ID",
+    "WORKER_CONCURRENCY",
+    "WORKER_HEARTBEAT_INTERVAL",
+    "RETRY_BACKOFF",
+    "PENDING_MARKER_TTL",
+    "MAX_RECLAIMS",
+    "PROMOTE_INTERVAL",
+    "RECONCILE_BATCH",
+    "WORKER_METRICS_LISTEN",
+    "LOG_FORMAT",
+    "LOG_LEVEL",
+    "API_MAX_BODY_BYTES",
+    "API_MAX_TASKS_PER_JOB",
+    "API_MAX_PAYLOAD_BYTES",
+    "DB_POOL_SIZE",
+)
+
+# Go's time.ParseDuration grammar: an optional sign, then one or more decimal numbers each with
+# a unit; or the bare "0". durationpy alone is more lenient (it takes "1d" and "1h-5m").
+_GO_DURATION = re.compile(r"[-+]?(?:(?:\d+(?:\.\d*)?|\.\d+)(?:ns|us|µs|μs|ms|s|m|h))+|[-+]?0")
+_LOG_FORMATS: tuple[LogFormat, ...] = ("auto", "json", "console")
+_LOG_LEVELS: tuple[LogLevel, ...] = ("debug", "info", "warning", "error", "critical")
+_MIN_HEARTBEAT_INTERVAL = 1.0
+_MAX_PORT = 65535
+
+
+class ConfigError(Exception):
+    """A configuration variable is missing or has a value dtq cannot use.
+
+    Args:
+        variable: the environment variable's name, e.g. ``LEASE_DURATION``.
+        message: one line saying what is wrong and what is expected.
+    """
+
+    def __init__(self, variable: str, message: str) -> None:
+        self.variable = variable
+        self.message = message
+        super().__init__(f"{variable}: {message}")
+
+
+def _new_worker_id() -> str:
+    return str(uuid.uuid4())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settings:
+    """Validated configuration; durations in seconds, sizes in bytes (spec §8).
+
+    Build it with :func:`load_settings`; the defaults here are the documented defaults, so
+    ``Settings()`` is a valid memory-backend configuration for tests.
+
+    Attributes:
+        crdb_dsn: PostgreSQL/CockroachDB DSN (``CRDB_DSN``); required by the real backend only.
+        redis_addr: Redis ``host:port`` (``REDIS_ADDR``).
+        redis_key_prefix: prefix of every Redis key (``REDIS_KEY_PREFIX``).
+        orchestrator_listen: HTTP bind address (``ORCHESTRATOR_LISTEN``); ``:8080`` = all
+            interfaces. See :func:`listen_address`.
+        reconcile_interval: seconds between reconcile passes (``RECONCILE_INTERVAL``).
+        lease_duration: logical lease window in seconds (``LEASE_DURATION``).
+        stale_running_after: minimum seconds a task stays ``running`` before reclaim is
+            considered (``STALE_RUNNING_AFTER``; default twice lease_duration).
+        worker_id: stable worker identity (``WORKER_ID``; default a random UUID).
+        worker_concurrency: parallel pop loops per worker process (``WORKER_CONCURRENCY``).
+        worker_heartbeat_interval: seconds between worker-registry upserts, ≥ 1
+            (``WORKER_HEARTBEAT_INTERVAL``). Not the lease heartbeat.
+        retry_backoff: seconds before a failed task is retried (``RETRY_BACKOFF``).
+        pending_marker_ttl: TTL in seconds of the pending marker (``PENDING_MARKER_TTL``).
+        max_reclaims: lost-worker reclaims allowed per task before it fails (``MAX_RECLAIMS``).
+        promote_interval: seconds between scheduled-set promotions (``PROMOTE_INTERVAL``).
+        reconcile_batch: page size of the reconciler's scans (``RECONCILE_BATCH``).
+        worker_metrics_listen: bind address of a worker's ``/metrics``, or None for none
+            (``WORKER_METRICS_LISTEN``).
+        log_format: ``auto`` (JSON unless stderr is a TTY), ``json`` or ``console``.
+        log_level: ``debug``, ``info``, ``warning``, ``error`` or ``critical``.
+        api_max_body_bytes: largest accepted request body (``API_MAX_BODY_BYTES``).
+        api_max_tasks_per_job: most tasks in one submitted job (``API_MAX_TASKS_PER_JOB``).
+        api_max_payload_bytes: largest encoded payload of one task (``API_MAX_PAYLOAD_BYTES``).
+        db_pool_size: maximum connections in the database pool (``DB_POOL_SIZE``).
+    """
+
+    crdb_dsn: str | None = None
+    redis_addr: str = "127.0.0.1:6379"
+    redis_key_prefix: str = "dto:"
+    orchestrator_listen: str = ":8080"
+    reconcile_interval: float = 30.0
+    lease_duration: float = 30.0
+    stale_running_after: float = 60.0
+    worker_id: str = field(default_factory=_new_worker_id)
+    worker_concurrency: int = 1
+    worker_heartbeat_interval: float = 30.0
+    retry_backoff: float = 5.0
+    pending_marker_ttl: float = 60.0
+    max_reclaims: int = 5
+    promote_interval: float = 0.1
+    reconcile_batch: int = 500
+    worker_metrics_listen: str | None = None
+    log_format: LogFormat = "auto"
+    log_level: LogLevel = "info"
+    api_max_body_bytes: int = 10 * _MIB
+    api_max_tasks_per_job: int = 10_000
+    api_max_payload_bytes: int = 256 * _KIB
+    db_pool_size: int = 8
+
+    def execution_policy(self) -> ExecutionPolicy:
+        """The timings and budgets the execution and reconcile services run with.
+
+        Returns:
+            An ``ExecutionPolicy`` with this configuration's lease duration, retry backoff,
+            stale threshold and reclaim budget (the lease TTL buffer keeps its default).
+        """
+        return ExecutionPolicy(
+            lease_duration=self.lease_duration,
+            retry_backoff=self.retry_backoff,
+            stale_running_after=self.stale_running_after,
+            max_reclaims=self.max_reclaims,
+        )
+
+    def require_dsn(self) -> str:
+        """The database DSN, for commands that need the real database.
+
+        Returns:
+            ``crdb_dsn``.
+
+        Raises:
+            ConfigError: ``CRDB_DSN`` is not set.
+        """
+        if not self.crdb_dsn:
+            raise ConfigError(
+                "CRDB_DSN",
+                "required (e.g. postgresql://root@127.0.0.1:26257/defaultdb?sslmode=disable)",
+            )
+        return self.crdb_dsn
+
+
+def listen_address(value: str, *, variable: str = "ORCHESTRATOR_LISTEN") -> tuple[str, int]:
+    """Split a Go-style listen address into host and port.
+
+    ``:8080`` binds every IPv4 interface (``0.0.0.0``); ``[::1]:8080`` is an IPv6 host.
+
+    Args:
+        value: ``[host]:port``; port 0 asks the OS for a free port.
+        variable: the variable named in errors.
+
+    Returns:
+        ``(host, port)``.
+
+    Raises:
+        ConfigError: the value has no port, or the port is not an integer in 0..65535.
+    """
+    host, sep, port_text = value.strip().rpartition(":")
+    if not sep:
+        raise ConfigError(variable, f"expected [host]:port, got {value!r}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise ConfigError(variable, f"port must be an integer, got {value!r}") from None
+    if not 0 <= port <= _MAX_PORT:
+        raise ConfigError(variable, f"port must be in 0..65535, got {port}")
+    return (host or "0.0.0.0", port)
+
+
+def parse_duration(value: str, *, variable: str) -> float:
+    """Parse a Go-style duration (``500ms``, ``30s``, ``1h30m``) into seconds.
+
+    Args:
+        value: the text; units ns, us, ms, s, m, h; a bare ``0`` is allowed, other bare numbers
+            are not (as in Go).
+        variable: the variable named in errors.
+
+    Returns:
+        The duration in seconds.
+
+    Raises:
+        ConfigError: the text is not a Go duration.
+    """
+    text = value.strip()
+    if not _GO_DURATION.fullmatch(text):
+        raise ConfigError(variable, f"not a duration: {value!r} (use e.g. 500ms, 30s, 2m, 1h30m)")
+    try:
+        return float(durationpy.from_str(text).total_seconds())
+    except (durationpy.DurationError, ValueError, OverflowError) as exc:
+        raise ConfigError(variable, f"not a duration: {value!r} ({exc})") from None
+
+
+def load_dotenv_file(
+    path: str | os.PathLike[str] = ".env", *, environ: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """Merge a ``.env`` file under the real environment (real variables win).
+
+    A missing file is not an error: the result is then a copy of the environment. Keys the
+    file lists without a value are ignored.
+
+    Args:
+        path: the dotenv file.
+        environ: the process environment; ``os.environ`` when None.
+
+    Returns:
+        A new mapping suitable for :func:`load_settings`.
+    """
+    real = os.environ if environ is None else environ
+    merged: dict[str, str] = {}
+    if Path(path).is_file():
+        merged.update({k: v for k, v in dotenv_values(path).items() if v is not None})
+    merged.update(real)
+    return merged
+
+
+class _Reader:
+    """Reads and validates variables from one mapping; every error names its variable."""
+
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        self._environ = environ
+
+    def raw(self, name: str) -> str | None:
+        value = self._environ.get(name)
+        if value is None or not value.strip():
+            return None
+        return value.strip()
+
+    def text(self, name: str, default: str) -> str:
+        value = self.raw(name)
+        return default if value is None else value
+
+    def _parsed(self, name: str, default: T, parse: Callable[[str], T]) -> T:
+        value = self.raw(name)
+        return default if value is None else parse(value)
+
+    def duration(self, name: str, default: float, *, minimum: float | None = None) -> float:
+        seconds = self._parsed(name, default, lambda v: parse_duration(v, variable=name))
+        if seconds <= 0:
+            raise ConfigError(name, f"must be a positive duration, got {self.raw(name)!r}")
+        if minimum is not None and seconds < minimum:
+            raise ConfigError(name, f"must be at least {minimum:g}s, got {self.raw(name)!r}")
+        return seconds
+
+    def integer(self, name: str, default: int, *, minimum: int) -> int:
+        def parse(value: str) -> int:
+            try:
+                return int(value)
+            except ValueError:
+                raise ConfigError(name, f"must be an integer, got {value!r}") from None
+
+        number = self._parsed(name, default, parse)
+        if number < minimum:
+            raise ConfigError(name, f"must be at least {minimum}, got {number}")
+        return number
+
+    def choice(self, name: str, default: T, choices: tuple[T, ...], aliases: dict[str, T]) -> T:
+        value = self.raw(name)
+        if value is None:
+            return default
+        key = value.lower()
+        for choice in choices:
+            if key == choice:
+                return choice
+        if key in aliases:
+            return aliases[key]
+        allowed = "|".join(str(c) for c in choices)
+        raise ConfigError(name, f"must be one of {allowed}, got {value!r}")
+
+
+def load_settings(environ: Mapping[str, str]) -> Settings:
+    """Build :class:`Settings` from environment variables (spec §8).
+
+    Args:
+        environ: variable name → value, e.g. ``os.environ`` or :func:`load_dotenv_file`'s
+            result. Unknown keys are ignored; empty values count as unset.
+
+    Returns:
+        The validated settings.
+
+    Raises:
+        ConfigError: the first variable whose value cannot be used, with the reason.
+    """
+    env = _Reader(environ)
+
+    listen = env.text("ORCHESTRATOR_LISTEN", ":8080")
+    listen_address(listen, variable="ORCHESTRATOR_LISTEN")
+    metrics_listen = env.raw("WORKER_METRICS_LISTEN")
+    if metrics_listen is not None:
+        listen_address(metrics_listen, variable="WORKER_METRICS_LISTEN")
+
+    redis_addr = env.text("REDIS_ADDR", "127.0.0.1:6379")
+    if any(ch.isspace() for ch in redis_addr):
+        raise ConfigError("REDIS_ADDR", f"must not contain spaces, got {redis_addr!r}")
+
+    lease = env.duration("LEASE_DURATION", 30.0)
+    return Settings(
+        crdb_dsn=env.raw("CRDB_DSN"),
+        redis_addr=redis_addr,
+        # The prefix is taken verbatim (not stripped): it is part of every key.
+        redis_key_prefix=environ.get("REDIS_KEY_PREFIX") or "dto:",
+        orchestrator_listen=listen,
+        reconcile_interval=env.duration("RECONCILE_INTERVAL", 30.0),
+        lease_duration=lease,
+        stale_running_after=env.duration("STALE_RUNNING_AFTER", 2 * lease),
+        worker_id=env.raw("WORKER_ID") or _new_worker_id(),
+        worker_concurrency=env.integer("WORKER_CONCURRENCY", 1, minimum=1),
+        worker_heartbeat_interval=env.duration(
+            "WORKER_HEARTBEAT_INTERVAL", 30.0, minimum=_MIN_HEARTBEAT_INTERVAL
+        ),
+        retry_backoff=env.duration("RETRY_BACKOFF", 5.0),
+        pending_marker_ttl=env.duration("PENDING_MARKER_TTL", 60.0),
+        max_reclaims=env.integer("MAX_RECLAIMS", 5, minimum=0),
+        promote_interval=env.duration("PROMOTE_INTERVAL", 0.1),
+        reconcile_batch=env.integer("RECONCILE_BATCH", 500, minimum=1),
+        worker_metrics_listen=metrics_listen,
+        log_format=env.choice("LOG_FORMAT", "auto", _LOG_FORMATS, {}),
+        log_level=env.choice("LOG_LEVEL", "info", _LOG_LEVELS, {"warn": "warning"}),
+        api_max_body_bytes=env.integer("API_MAX_BODY_BYTES", 10 * _MIB, minimum=1),
+        api_max_tasks_per_job=env.integer("API_MAX_TASKS_PER_JOB", 10_000, minimum=1),
+        api_max_payload_bytes=env.integer("API_MAX_PAYLOAD_BYTES", 256 * _KIB, minimum=1),
+        db_pool_size=env.integer("DB_POOL_SIZE", 8, minimum=1),
+    )

@@ -1,0 +1,242 @@
+"""The composition root: the one place that names concrete adapters (DESIGN §1, STYLE).
+
+:class:`Container` wires settings → clock → store and queue → application services. The store and
+queue come from one of two backends, chosen by the ``backend`` dependency:
+
+* ``memory``: one ``InMemoryStore`` and one ``InMemoryQueue`` shared by everything the container
+  builds (the embedded default of ``dtq dev`` and of unit tests);
+* ``real``: ``CockroachStore`` over a psycopg pool and ``RedisQueue`` over a redis-py client, as
+  async ``providers.Resource``\\ s that close what they opened when the container shuts down.
+
+Nothing is built at import time. :func:`open_services` builds a container, resolves every service
+once into a :class:`Services` bundle and shuts the resources down on exit. Tests replace any
+provider with ``container.<name>.override(providers.Object(fake))`` and pass the container in.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import structlog
+from dependency_injector import containers, providers
+
+from dtq.adapters.memory.clock import SystemClock
+from dtq.adapters.memory.queue import InMemoryQueue
+from dtq.adapters.memory.store import InMemoryStore
+from dtq.application.commands import ExecutionPolicy
+from dtq.application.execution import ExecutionService
+from dtq.application.health import HealthService
+from dtq.application.ports import Clock, Queue, Store
+from dtq.application.queries import QueryService
+from dtq.application.reconcile import ReconcileService
+from dtq.application.registry import WorkerRegistryService
+from dtq.application.submit import SubmitService
+from dtq.entrypoints.config import Settings
+
+Backend = Literal["memory", "real"]
+BACKENDS: tuple[Backend, ...] = ("memory", "real")
+
+
+async def _cockroach_store(
+    dsn: str, pool_size: int, on_retry: Callable[[str], None] | None
+) -> AsyncIterator[Store]:
+    """Open the database pool, yield a ``CockroachStore`` on it, close the pool afterwards."""
+    from dtq.adapters.cockroach import CockroachStore, open_pool
+
+    pool = await open_pool(dsn, min_size=1, max_size=pool_size)
+    try:
+        yield CockroachStore(pool, on_retry=on_retry)
+    finally:
+        await pool.close()
+
+
+async def _redis_queue(addr: str, prefix: str, marker_ttl: float) -> AsyncIterator[Queue]:
+    """Connect to Redis, warn about an evicting memory policy, yield a ``RedisQueue``.
+
+    The eviction check never stops the process: Redis being down at start is survivable (the
+    store is the system of record), so a failed check is logged and startup goes on.
+    """
+    from dtq.adapters.redis import RedisQueue, check_eviction_policy, connect_redis
+
+    log = structlog.get_logger("dtq.container")
+    client = connect_redis(addr)
+    try:
+        try:
+            warning = await check_eviction_policy(client)
+        except Exception as exc:  # reported, not fatal: see the docstring
+            log.warning("could not check Redis maxmemory-policy", addr=addr, error=str(exc))
+        else:
+            if warning:
+                log.warning(warning, addr=addr)
+        yield RedisQueue(client, prefix=prefix, marker_ttl=marker_ttl)
+    finally:
+        await client.aclose()
+
+
+def _policy(settings: Settings) -> ExecutionPolicy:
+    return settings.execution_policy()
+
+
+class Container(containers.DeclarativeContainer):
+    """dtq's dependency graph. Provide ``settings`` and ``backend`` when constructing it.
+
+    Providers:
+        settings: the :class:`~dtq.entrypoints.config.Settings` (a dependency).
+        backend: ``"memory"`` or ``"real"`` (a dependency).
+        store_retry_hook: called with the reason each time the real store re-runs a
+            transaction function (``orchestrator_store_retries_total``); None by default.
+        clock: the host clock (one per container).
+        policy: the ``ExecutionPolicy`` derived from the settings.
+        store, queue: selected by ``backend``; memory ones are singletons, real ones resources.
+        submit, queries, health, execution, registry: stateless services (factories).
+        reconcile: the reconcile service; a singleton, since it keeps keyset cursors.
+    """
+
+    settings = providers.Dependency(instance_of=Settings)
+    backend = providers.Dependency(instance_of=str)
+
+    store_retry_hook: providers.Object[Callable[[str], None] | None] = providers.Object(None)
+
+    clock = providers.Singleton(SystemClock)
+    policy = providers.Singleton(_policy, settings)
+
+    memory_store = providers.Singleton(InMemoryStore, clock)
+    memory_queue = providers.Singleton(
+        InMemoryQueue, clock, marker_ttl=settings.provided.pending_marker_ttl
+    )
+    real_store = providers.Resource(
+        _cockroach_store,
+        dsn=settings.provided.crdb_dsn,
+        pool_size=settings.provided.db_pool_size,
+        on_retry=store_retry_hook,
+    )
+    real_queue = providers.Resource(
+        _redis_queue,
+        addr=settings.provided.redis_addr,
+        prefix=settings.provided.redis_key_prefix,
+        marker_ttl=settings.provided.pending_marker_ttl,
+    )
+    store = providers.Selector(backend, memory=memory_store, real=real_store)
+    queue = providers.Selector(backend, memory=memory_queue, real=real_queue)
+
+    submit = providers.Factory(SubmitService, store=store, queue=queue)
+    queries = providers.Factory(QueryService, store=store)
+    health = providers.Factory(HealthService, store=store, queue=queue)
+    execution = providers.Factory(ExecutionService, store=store, queue=queue, policy=policy)
+    reconcile = providers.Singleton(ReconcileService, store=store, queue=queue, policy=policy)
+    registry = providers.Factory(WorkerRegistryService, store=store)
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    """Everything a process needs, resolved once from the container.
+
+    Attributes:
+        settings: the process configuration.
+        clock: the host clock.
+        store: the system of record (``Store`` port).
+        queue: the fast path (``Queue`` port).
+        submit: job submission.
+        queries: read side (tasks, jobs, workers).
+        health: backend pings for ``/healthz``.
+        execution: what a worker calls (claim, complete, fail, heartbeat, hand back).
+        reconcile: the reconciler's passes.
+        registry: the worker registry heartbeat.
+    """
+
+    settings: Settings
+    clock: Clock
+    store: Store
+    queue: Queue
+    submit: SubmitService
+    queries: QueryService
+    health: HealthService
+    execution: ExecutionService
+    reconcile: ReconcileService
+    registry: WorkerRegistryService
+
+
+def build_container(settings: Settings, *, backend: Backend) -> Container:
+    """Build (but do not start) a container for ``settings`` on ``backend``.
+
+    Args:
+        settings: the process configuration.
+        backend: ``"memory"`` or ``"real"``.
+
+    Returns:
+        A container whose providers can be overridden before :func:`open_services`.
+
+    Raises:
+        ValueError: ``backend`` is not one of ``memory``/``real``.
+        ConfigError: the real backend without ``CRDB_DSN``.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
+    if backend == "real":
+        settings.require_dsn()
+    return Container(settings=settings, backend=backend)
+
+
+async def _resolve(provider: Any) -> Any:
+    """Call a provider; await the result when it is asynchronous (async resources, and every
+    provider that depends on one, return awaitables)."""
+    value = provider()
+    if inspect.isawaitable(value):
+        value = await value
+    return value
+
+
+@asynccontextmanager
+async def open_services(
+    settings: Settings,
+    *,
+    backend: Backend,
+    container: Container | None = None,
+    on_store_retry: Callable[[str], None] | None = None,
+) -> AsyncIterator[Services]:
+    """Start the backends, yield the services, and close the backends on exit.
+
+    Args:
+        settings: the process configuration.
+        backend: ``"memory"`` (in-process fakes) or ``"real"`` (CockroachDB/PostgreSQL + Redis).
+        container: a container built by :func:`build_container` for the same backend,
+            possibly with overridden providers; a new one when None.
+        on_store_retry: metric hook for the real store's transaction re-runs (the reason:
+            SQLSTATE, ``concurrent_update`` or ``connection_lost``).
+
+    Yields:
+        The resolved :class:`Services`.
+
+    Raises:
+        ValueError: ``container`` was built for another backend.
+        ConfigError: the real backend without ``CRDB_DSN``.
+        BackendUnavailable: the database pool could not be opened.
+    """
+    if container is None:
+        container = build_container(settings, backend=backend)
+    elif container.backend() != backend:
+        raise ValueError(f"the container was built for backend {container.backend()!r}")
+    if on_store_retry is not None:
+        container.store_retry_hook.override(providers.Object(on_store_retry))
+    try:
+        services = Services(
+            settings=settings,
+            clock=await _resolve(container.clock),
+            store=await _resolve(container.store),
+            queue=await _resolve(container.queue),
+            submit=await _resolve(container.submit),
+            queries=await _resolve(container.queries),
+            health=await _resolve(container.health),
+            execution=await _resolve(container.execution),
+            reconcile=await _resolve(container.reconcile),
+            registry=await _resolve(container.registry),
+        )
+        yield services
+    finally:
+        shutdown = container.shutdown_resources()
+        if inspect.isawaitable(shutdown):
+            await shutdown

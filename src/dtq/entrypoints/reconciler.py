@@ -1,0 +1,172 @@
+"""The orchestrator's background loops: reconcile passes and the scheduled-set promoter.
+
+Two independent loops share one stop event (spec §2 invariant, §5, DESIGN §5):
+
+* the **reconcile loop** runs ``ReconcileService.reconcile_once`` at once, then every
+  ``interval`` seconds measured start to start. A pass never overlaps the next: when a pass takes
+  longer than the interval, the next one starts as soon as it ends. A failing pass is logged and
+  counted, and the loop carries on: the reconciler is the safety net and must not die;
+* the **promoter loop** moves due entries of the scheduled set (retry backoff, delays) to their
+  ready lists every ``promote_interval`` seconds, so a retry becomes runnable within about that
+  long rather than a whole reconcile interval later. While it keeps failing (Redis down) it backs
+  off exponentially up to ``interval`` and logs the first failure of a streak only.
+
+The loops know only the application service and an optional metrics holder; which adapters are
+behind the service is the composition root's business.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+if TYPE_CHECKING:
+    from dtq.application.commands import ReconcileReport
+    from dtq.application.reconcile import ReconcileService
+    from dtq.entrypoints.metrics import OrchestratorMetrics
+
+
+class Reconciler:
+    """Runs the reconcile and promote loops until told to stop.
+
+    Args:
+        reconcile: the application service doing the work.
+        interval: seconds between the starts of two reconcile passes (``RECONCILE_INTERVAL``);
+            also the promoter's longest back-off.
+        promote_interval: seconds between two promotions (``PROMOTE_INTERVAL``).
+        batch: most candidates handled per step of a pass (``RECONCILE_BATCH``).
+        metrics: counters and histogram to update (``orchestrator_reconcile_*``), or None.
+        logger: a structlog logger; ``dtq.reconciler`` when None.
+
+    Raises:
+        ValueError: an interval is not positive or ``batch`` is below 1.
+    """
+
+    def __init__(
+        self,
+        reconcile: ReconcileService,
+        *,
+        interval: float,
+        promote_interval: float,
+        batch: int,
+        metrics: OrchestratorMetrics | None = None,
+        logger: Any = None,
+    ) -> None:
+        if interval <= 0 or promote_interval <= 0:
+            raise ValueError("reconcile and promote intervals must be positive")
+        if batch < 1:
+            raise ValueError("batch must be at least 1")
+        self._reconcile = reconcile
+        self._interval = interval
+        self._promote_interval = promote_interval
+        self._batch = batch
+        self._metrics = metrics
+        self._log = logger if logger is not None else structlog.get_logger("dtq.reconciler")
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Run both loops until ``stop`` is set, then return.
+
+        A pass or promotion in progress when ``stop`` is set is allowed to finish; cancel the
+        task running this coroutine to abandon it instead.
+
+        Args:
+            stop: set it to end the loops.
+        """
+        self._log.info(
+            "reconciler started",
+            interval_s=self._interval,
+            promote_interval_s=self._promote_interval,
+            batch=self._batch,
+        )
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self._reconcile_loop(stop), name="dtq-reconcile")
+            group.create_task(self._promote_loop(stop), name="dtq-promote")
+        self._log.info("reconciler stopped")
+
+    async def run_pass(self) -> ReconcileReport | None:
+        """Run one reconcile pass, recording it in the metrics and the log.
+
+        Returns:
+            The pass's report, or None when the pass failed (the error is logged and counted).
+        """
+        loop = asyncio.get_running_loop()
+        metrics = self._metrics
+        if metrics is not None:
+            metrics.reconcile_runs.inc()
+        started = loop.time()
+        try:
+            report = await self._reconcile.reconcile_once(self._batch)
+        except Exception:
+            if metrics is not None:
+                metrics.reconcile_errors.inc()
+            self._log.exception("reconcile pass failed")
+            return None
+        finally:
+            if metrics is not None:
+                metrics.reconcile_duration.observe(loop.time() - started)
+        if metrics is not None:
+            metrics.reconcile_enqueued.inc(report.enqueued)
+            metrics.reconcile_reclaimed.inc(report.reclaimed)
+            metrics.reconcile_promoted.inc(report.promoted)
+        if report.enqueued or report.reclaimed or report.promoted:
+            self._log.info(
+                "reconcile pass",
+                enqueued=report.enqueued,
+                reclaimed=report.reclaimed,
+                promoted=report.promoted,
+                duration_s=round(loop.time() - started, 6),
+            )
+        return report
+
+    async def _reconcile_loop(self, stop: asyncio.Event) -> None:
+        loop = asyncio.get_running_loop()
+        while not stop.is_set():
+            started = loop.time()
+            await self.run_pass()
+            delay = self._interval - (loop.time() - started)
+            if await _wait(stop, max(delay, 0.0)):
+                return
+
+    async def _promote_loop(self, stop: asyncio.Event) -> None:
+        failures = 0
+        while not stop.is_set():
+            try:
+                promoted = await self._reconcile.promote_scheduled(self._batch)
+            except Exception:
+                failures += 1
+                if failures == 1:
+                    self._log.exception("promoting scheduled tasks failed; backing off")
+                else:
+                    self._log.debug("promoting scheduled tasks failed again", failures=failures)
+            else:
+                if failures:
+                    self._log.info("promoting scheduled tasks recovered", failures=failures)
+                failures = 0
+                if promoted and self._metrics is not None:
+                    self._metrics.reconcile_promoted.inc(promoted)
+            if await _wait(stop, self._promote_delay(failures)):
+                return
+
+    def _promote_delay(self, failures: int) -> float:
+        if failures == 0:
+            return self._promote_interval
+        backoff: float = self._promote_interval * 2.0 ** min(failures, 30)
+        return min(backoff, max(self._interval, self._promote_interval))
+
+
+async def _wait(stop: asyncio.Event, seconds: float) -> bool:
+    """Sleep up to ``seconds``, waking early when ``stop`` is set.
+
+    Returns:
+        True when ``stop`` is set.
+    """
+    if stop.is_set():
+        return True
+    try:
+        async with asyncio.timeout(seconds):
+            await stop.wait()
+    except TimeoutError:
+        return False
+    return True

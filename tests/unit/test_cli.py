@@ -1,0 +1,289 @@
+"""The ``dtq`` command line: one-line errors with exit status 2, ``--app`` loading, dev mode."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import sys
+import textwrap
+from pathlib import Path
+
+import httpx
+import pytest
+
+from dtq.entrypoints import cli
+from dtq.entrypoints.config import Settings
+from dtq.entrypoints.runtime import Runtime, demo_runtime
+
+
+@pytest.fixture(autouse=True)
+def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No dtq variable leaks in from the machine, no ./.env is read, logging is left alone."""
+    for name in list(os.environ):
+        if name.startswith(("CRDB_", "REDIS_", "WORKER_", "LOG_", "API_")) or name in {
+            "LEASE_DURATION",
+            "RECONCILE_INTERVAL",
+            "STALE_RUNNING_AFTER",
+            "ORCHESTRATOR_LISTEN",
+            "RETRY_BACKOFF",
+        }:
+            monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(cli, "configure_logging", lambda fmt, level: None)
+
+
+def one_error_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+# --- configuration errors ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["orchestrator", "worker", "migrate", "dev"])
+def test_a_bad_variable_exits_2_with_one_line_naming_it(
+    command: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("LEASE_DURATION", "forever")
+
+    status = cli.main([command])
+
+    assert status == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert line.startswith("dtq: LEASE_DURATION: not a duration: 'forever'")
+
+
+@pytest.mark.parametrize("command", ["orchestrator", "worker", "migrate"])
+def test_commands_on_the_real_backend_require_crdb_dsn(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status = cli.main([command])
+
+    assert status == 2
+    assert one_error_line(capsys.readouterr().err).startswith("dtq: CRDB_DSN: required")
+
+
+def test_a_bad_value_in_the_env_file_is_reported_the_same_way(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "custom.env").write_text("WORKER_HEARTBEAT_INTERVAL=100ms\n", encoding="utf-8")
+
+    status = cli.main(["--env-file", "custom.env", "dev"])
+
+    assert status == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert line == "dtq: WORKER_HEARTBEAT_INTERVAL: must be at least 1s, got '100ms'"
+
+
+def test_the_real_environment_wins_over_the_env_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / ".env").write_text("LOG_LEVEL=loud\n", encoding="utf-8")
+    monkeypatch.setenv("LOG_LEVEL", "chatty")
+
+    assert cli.main(["dev"]) == 2
+    assert "'chatty'" in one_error_line(capsys.readouterr().err)
+
+
+def test_worker_main_and_orchestrator_main_are_the_subcommands(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("RETRY_BACKOFF", "-1s")
+    monkeypatch.setattr(sys, "argv", ["dtq-worker", "--app", "x:y"])
+    assert cli.worker_main() == 2
+    monkeypatch.setattr(sys, "argv", ["dtq-orchestrator"])
+    assert cli.orchestrator_main() == 2
+
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "dtq: RETRY_BACKOFF: must be a positive duration, got '-1s'",
+        "dtq: RETRY_BACKOFF: must be a positive duration, got '-1s'",
+    ]
+
+
+def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        cli.main(["worker", "--concurrency", "0"])
+
+    assert caught.value.code == 2
+    assert "must be at least 1" in capsys.readouterr().err
+
+
+# --- --app loading ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def app_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A folder on sys.path where tests write handler modules."""
+    folder = tmp_path / "apps"
+    folder.mkdir()
+    monkeypatch.syspath_prepend(str(folder))
+    return folder
+
+
+def write_module(folder: Path, name: str, source: str) -> None:
+    (folder / f"{name}.py").write_text(textwrap.dedent(source), encoding="utf-8")
+    sys.modules.pop(name, None)
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("no_colon_here", "--app: expected 'module:attribute', got 'no_colon_here'"),
+        (":runtime", "--app: expected 'module:attribute', got ':runtime'"),
+        ("mod:", "--app: expected 'module:attribute', got 'mod:'"),
+        ("dtq_no_such_module:runtime", "--app: no module named 'dtq_no_such_module'"),
+        ("dtq.no_such_sub:runtime", "--app: no module named 'dtq.no_such_sub'"),
+        ("dtq.worker:no_such_attr", "--app: module 'dtq.worker' has no attribute 'no_such_attr'"),
+    ],
+)
+def test_bad_app_specs_are_one_clear_line(
+    spec: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status = cli.main(["dev", "--app", spec])
+
+    assert status == 2
+    assert one_error_line(capsys.readouterr().err) == f"dtq: {message}"
+
+
+def test_an_app_module_that_raises_on_import_is_one_line_with_its_location(
+    app_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_module(app_dir, "dtq_boom_app", "x = 1\nraise RuntimeError('no config for you')\n")
+
+    status = cli.main(["dev", "--app", "dtq_boom_app:runtime"])
+
+    assert status == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert line.startswith(
+        "dtq: --app: importing 'dtq_boom_app' failed: RuntimeError: no config for you (at "
+    )
+    assert line.endswith("dtq_boom_app.py:2)")
+
+
+def test_a_missing_dependency_of_the_app_is_not_reported_as_the_app_missing(
+    app_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_module(app_dir, "dtq_needs_dep", "import dtq_dependency_not_installed\n")
+
+    assert cli.main(["dev", "--app", "dtq_needs_dep:runtime"]) == 2
+
+    line = one_error_line(capsys.readouterr().err)
+    assert "importing 'dtq_needs_dep' failed: ModuleNotFoundError" in line
+    assert "dtq_dependency_not_installed" in line
+
+
+def test_a_syntax_error_in_the_app_is_one_line(
+    app_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_module(app_dir, "dtq_syntax_app", "def broken(:\n    pass\n")
+
+    assert cli.main(["dev", "--app", "dtq_syntax_app:runtime"]) == 2
+
+    line = one_error_line(capsys.readouterr().err)
+    assert "importing 'dtq_syntax_app' failed: SyntaxError" in line
+
+
+def test_an_attribute_that_is_not_a_runtime_is_refused(
+    app_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_module(app_dir, "dtq_not_rt", "runtime = 42\ndef factory():\n    return 'nope'\n")
+
+    assert cli.main(["dev", "--app", "dtq_not_rt:runtime"]) == 2
+    assert cli.main(["dev", "--app", "dtq_not_rt:factory"]) == 2
+
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "dtq: --app: 'dtq_not_rt:runtime' is a int, not a Runtime",
+        "dtq: --app: 'dtq_not_rt:factory' returned str, not a Runtime",
+    ]
+
+
+def test_a_factory_that_raises_is_one_line(
+    app_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_module(app_dir, "dtq_bad_factory", "def make():\n    raise ValueError('bad handler')\n")
+
+    assert cli.main(["dev", "--app", "dtq_bad_factory:make"]) == 2
+
+    line = one_error_line(capsys.readouterr().err)
+    assert "calling 'dtq_bad_factory:make' failed: ValueError: bad handler" in line
+
+
+def test_an_app_is_loaded_from_an_instance_or_a_factory(app_dir: Path) -> None:
+    write_module(
+        app_dir,
+        "dtq_good_app",
+        """
+        from dtq.worker import Runtime
+
+        runtime = Runtime()
+
+        @runtime.handler("greet")
+        async def greet(task):
+            return None
+
+        def make():
+            return runtime
+
+        class Holder:
+            runtime = runtime
+        """,
+    )
+
+    by_instance = cli.load_runtime("dtq_good_app:runtime")
+    by_factory = cli.load_runtime("dtq_good_app:make")
+    by_path = cli.load_runtime("dtq_good_app:Holder.runtime")
+
+    assert by_instance is by_factory is by_path
+    assert by_instance.kinds == ("greet",)
+
+
+def test_without_app_the_demo_echo_runtime_is_loaded() -> None:
+    runtime = cli.load_runtime(None)
+
+    assert isinstance(runtime, Runtime)
+    assert runtime.kinds == ("echo",)
+
+
+# --- dev mode, in process -----------------------------------------------------------------------
+
+
+async def test_dev_serves_runs_a_task_and_stops_on_sigterm(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    settings = Settings(
+        orchestrator_listen="127.0.0.1:0",
+        lease_duration=10.0,
+        reconcile_interval=1.0,
+        promote_interval=0.05,
+    )
+    server = asyncio.create_task(cli._serve(settings, backend="memory", runtime=demo_runtime()))
+
+    async with asyncio.timeout(10.0):
+        out = ""
+        while "curl" not in out:
+            if server.done():  # it failed to start: show why
+                await server
+            await asyncio.sleep(0.05)
+            out += capsys.readouterr().out
+        match = re.search(r"http://127\.0\.0\.1:(\d+)", out)
+        assert match is not None
+        base = f"http://127.0.0.1:{match.group(1)}"
+        assert f"curl -sS -X POST {base}/v1/tasks" in out
+
+        async with httpx.AsyncClient(base_url=base) as client:
+            created = await client.post("/v1/tasks", json={"kind": "echo", "payload": {"n": 1}})
+            assert created.status_code == 201
+            task_id = created.json()["task_id"]
+            status = ""
+            while status != "completed":
+                await asyncio.sleep(0.02)
+                status = (await client.get(f"/v1/tasks/{task_id}")).json()["status"]
+
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert await server == 0

@@ -1,0 +1,297 @@
+"""Configuration: spec §8 variables, defaults, Go durations, validation naming the variable."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+from dtq.application.commands import ExecutionPolicy
+from dtq.entrypoints.config import (
+    ENV_VARS,
+    ConfigError,
+    Settings,
+    listen_address,
+    load_dotenv_file,
+    load_settings,
+    parse_duration,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_defaults_match_the_spec_table() -> None:
+    s = load_settings({})
+
+    assert s.crdb_dsn is None
+    assert s.redis_addr == "127.0.0.1:6379"
+    assert s.redis_key_prefix == "dto:"
+    assert s.orchestrator_listen == ":8080"
+    assert s.reconcile_interval == 30.0
+    assert s.lease_duration == 30.0
+    assert s.stale_running_after == 60.0
+    assert s.worker_concurrency == 1
+    assert s.worker_heartbeat_interval == 30.0
+    assert s.retry_backoff == 5.0
+    assert s.pending_marker_ttl == 60.0
+    assert s.max_reclaims == 5
+    assert s.promote_interval == pytest.approx(0.1)
+    assert s.reconcile_batch == 500
+    assert s.worker_metrics_listen is None
+    assert s.log_format == "auto"
+    assert s.log_level == "info"
+    assert s.api_max_body_bytes == 10 * 1024 * 1024
+    assert s.api_max_tasks_per_job == 10_000
+    assert s.api_max_payload_bytes == 256 * 1024
+    assert s.db_pool_size == 8
+
+
+def test_settings_constructor_defaults_equal_loaded_defaults() -> None:
+    loaded = load_settings({"WORKER_ID": "w"})
+    built = Settings(worker_id="w")
+
+    assert loaded == built
+
+
+def test_worker_id_defaults_to_a_fresh_uuid() -> None:
+    first = load_settings({}).worker_id
+    second = load_settings({}).worker_id
+
+    assert uuid.UUID(first) != uuid.UUID(second)
+
+
+def test_every_variable_is_parsed() -> None:
+    env = {
+        "CRDB_DSN": "postgresql://root@db:26257/defaultdb?sslmode=disable",
+        "REDIS_ADDR": "redis.internal:6380",
+        "REDIS_KEY_PREFIX": "staging:",
+        "ORCHESTRATOR_LISTEN": "127.0.0.1:9000",
+        "RECONCILE_INTERVAL": "5s",
+        "LEASE_DURATION": "10s",
+        "STALE_RUNNING_AFTER": "45s",
+        "WORKER_ID": "worker-7",
+        "WORKER_CONCURRENCY": "4",
+        "WORKER_HEARTBEAT_INTERVAL": "2s",
+        "RETRY_BACKOFF": "750ms",
+        "PENDING_MARKER_TTL": "2m",
+        "MAX_RECLAIMS": "0",
+        "PROMOTE_INTERVAL": "250ms",
+        "RECONCILE_BATCH": "100",
+        "WORKER_METRICS_LISTEN": ":9100",
+        "LOG_FORMAT": "JSON",
+        "LOG_LEVEL": "Debug",
+        "API_MAX_BODY_BYTES": "2048",
+        "API_MAX_TASKS_PER_JOB": "50",
+        "API_MAX_PAYLOAD_BYTES": "1024",
+        "DB_POOL_SIZE": "3",
+    }
+    assert set(env) == set(ENV_VARS)
+
+    s = load_settings(env)
+
+    assert s == Settings(
+        crdb_dsn="postgresql://root@db:26257/defaultdb?sslmode=disable",
+        redis_addr="redis.internal:6380",
+        redis_key_prefix="staging:",
+        orchestrator_listen="127.0.0.1:9000",
+        reconcile_interval=5.0,
+        lease_duration=10.0,
+        stale_running_after=45.0,
+        worker_id="worker-7",
+        worker_concurrency=4,
+        worker_heartbeat_interval=2.0,
+        retry_backoff=0.75,
+        pending_marker_ttl=120.0,
+        max_reclaims=0,
+        promote_interval=0.25,
+        reconcile_batch=100,
+        worker_metrics_listen=":9100",
+        log_format="json",
+        log_level="debug",
+        api_max_body_bytes=2048,
+        api_max_tasks_per_job=50,
+        api_max_payload_bytes=1024,
+        db_pool_size=3,
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("500ms", 0.5),
+        ("30s", 30.0),
+        ("2m", 120.0),
+        ("1h30m", 5400.0),
+        ("1.5s", 1.5),
+        ("1m30s500ms", 90.5),
+        ("250us", 0.00025),
+    ],
+)
+def test_go_durations_are_parsed_to_seconds(text: str, seconds: float) -> None:
+    assert parse_duration(text, variable="X") == pytest.approx(seconds)
+    assert load_settings({"LEASE_DURATION": text}).lease_duration == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["30", "1d", "abc", "1h-5m", "s", "5 s", "1.2.3s"])
+def test_non_go_durations_are_refused_naming_the_variable(text: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_settings({"RECONCILE_INTERVAL": text})
+
+    assert caught.value.variable == "RECONCILE_INTERVAL"
+    assert str(caught.value).startswith("RECONCILE_INTERVAL: ")
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "variable",
+    [
+        "RECONCILE_INTERVAL",
+        "LEASE_DURATION",
+        "STALE_RUNNING_AFTER",
+        "RETRY_BACKOFF",
+        "PENDING_MARKER_TTL",
+        "PROMOTE_INTERVAL",
+    ],
+)
+@pytest.mark.parametrize("text", ["0s", "0", "-5s"])
+def test_zero_and_negative_durations_are_refused(variable: str, text: str) -> None:
+    with pytest.raises(ConfigError, match=f"^{variable}: must be a positive duration"):
+        load_settings({variable: text})
+
+
+def test_stale_running_after_defaults_to_twice_the_lease_duration() -> None:
+    assert load_settings({"LEASE_DURATION": "10s"}).stale_running_after == 20.0
+    assert load_settings({"LEASE_DURATION": "1h30m"}).stale_running_after == 3 * 3600.0
+
+
+def test_explicit_stale_running_after_wins_over_the_derived_default() -> None:
+    s = load_settings({"LEASE_DURATION": "10s", "STALE_RUNNING_AFTER": "15s"})
+
+    assert s.stale_running_after == 15.0
+
+
+def test_worker_heartbeat_interval_below_one_second_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"^WORKER_HEARTBEAT_INTERVAL: must be at least 1s"):
+        load_settings({"WORKER_HEARTBEAT_INTERVAL": "999ms"})
+
+
+def test_worker_heartbeat_interval_of_exactly_one_second_is_accepted() -> None:
+    assert load_settings({"WORKER_HEARTBEAT_INTERVAL": "1s"}).worker_heartbeat_interval == 1.0
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("WORKER_CONCURRENCY", "0"),
+        ("WORKER_CONCURRENCY", "two"),
+        ("MAX_RECLAIMS", "-1"),
+        ("RECONCILE_BATCH", "0"),
+        ("API_MAX_BODY_BYTES", "0"),
+        ("API_MAX_BODY_BYTES", "10MiB"),
+        ("API_MAX_TASKS_PER_JOB", "-3"),
+        ("API_MAX_PAYLOAD_BYTES", "1.5"),
+        ("DB_POOL_SIZE", "0"),
+        ("ORCHESTRATOR_LISTEN", "8080"),
+        ("ORCHESTRATOR_LISTEN", ":http"),
+        ("ORCHESTRATOR_LISTEN", ":70000"),
+        ("WORKER_METRICS_LISTEN", "localhost"),
+        ("LOG_FORMAT", "xml"),
+        ("LOG_LEVEL", "verbose"),
+        ("REDIS_ADDR", "redis host:6379"),
+    ],
+)
+def test_bad_values_raise_config_error_naming_the_variable(variable: str, value: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_settings({variable: value})
+
+    error = caught.value
+    assert error.variable == variable
+    assert str(error) == f"{variable}: {error.message}"
+    assert "\n" not in str(error)
+
+
+def test_empty_values_count_as_unset() -> None:
+    s = load_settings({"LEASE_DURATION": "", "WORKER_ID": "  ", "CRDB_DSN": ""})
+
+    assert s.lease_duration == 30.0
+    assert s.crdb_dsn is None
+    assert uuid.UUID(s.worker_id)
+
+
+def test_require_dsn_names_crdb_dsn_when_it_is_missing() -> None:
+    with pytest.raises(ConfigError, match=r"^CRDB_DSN: required"):
+        load_settings({}).require_dsn()
+
+    assert load_settings({"CRDB_DSN": "postgresql://x/y"}).require_dsn() == "postgresql://x/y"
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (":8080", ("0.0.0.0", 8080)),
+        ("127.0.0.1:9000", ("127.0.0.1", 9000)),
+        ("localhost:80", ("localhost", 80)),
+        ("[::1]:8081", ("::1", 8081)),
+        ("0.0.0.0:0", ("0.0.0.0", 0)),
+    ],
+)
+def test_listen_address_splits_host_and_port(value: str, expected: tuple[str, int]) -> None:
+    assert listen_address(value) == expected
+
+
+def test_execution_policy_carries_the_configured_timings() -> None:
+    s = load_settings(
+        {
+            "LEASE_DURATION": "12s",
+            "RETRY_BACKOFF": "3s",
+            "STALE_RUNNING_AFTER": "40s",
+            "MAX_RECLAIMS": "2",
+        }
+    )
+
+    policy = s.execution_policy()
+
+    assert isinstance(policy, ExecutionPolicy)
+    assert policy.lease_duration == 12.0
+    assert policy.retry_backoff == 3.0
+    assert policy.stale_running_after == 40.0
+    assert policy.max_reclaims == 2
+
+
+def test_dotenv_values_lose_to_the_real_environment(tmp_path: Path) -> None:
+    env_file = tmp_path / ".env"
+    env_file.write_text(
+        "LEASE_DURATION=10s\nREDIS_ADDR=from-file:6379\n# a comment\nWORKER_ID=file-worker\n",
+        encoding="utf-8",
+    )
+
+    merged = load_dotenv_file(env_file, environ={"REDIS_ADDR": "from-env:6379"})
+    s = load_settings(merged)
+
+    assert s.redis_addr == "from-env:6379"
+    assert s.lease_duration == 10.0
+    assert s.worker_id == "file-worker"
+
+
+def test_a_missing_dotenv_file_yields_the_environment(tmp_path: Path) -> None:
+    merged = load_dotenv_file(tmp_path / "absent.env", environ={"LOG_LEVEL": "error"})
+
+    assert merged == {"LOG_LEVEL": "error"}
+
+
+def test_env_example_lists_every_variable() -> None:
+    example = (REPO / ".env.example").read_text(encoding="utf-8")
+    named = {
+        line.lstrip("# ").split("=", 1)[0]
+        for line in example.splitlines()
+        if "=" in line and line.lstrip("# ").split("=", 1)[0].isupper()
+    }
+
+    assert set(ENV_VARS) <= named
+
+
+def test_env_example_values_load() -> None:
+    merged = load_dotenv_file(REPO / ".env.example", environ={})
+
+    load_settings(merged)
