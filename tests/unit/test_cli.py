@@ -67,12 +67,15 @@ def test_commands_on_the_real_backend_require_crdb_dsn(
     assert one_error_line(capsys.readouterr().err).startswith("dtq: CRDB_DSN: required")
 
 
+@pytest.mark.parametrize(
+    "argv", [["--env-file", "custom.env", "dev"], ["dev", "--env-file", "custom.env"]]
+)
 def test_a_bad_value_in_the_env_file_is_reported_the_same_way(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     (tmp_path / "custom.env").write_text("WORKER_HEARTBEAT_INTERVAL=100ms\n", encoding="utf-8")
 
-    status = cli.main(["--env-file", "custom.env", "dev"])
+    status = cli.main(argv)
 
     assert status == 2
     line = one_error_line(capsys.readouterr().err)

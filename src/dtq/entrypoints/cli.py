@@ -129,31 +129,34 @@ def _say(line: str) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
+    env_help = "dotenv file read under the real environment (default: .env; missing is fine)"
     parser = argparse.ArgumentParser(
         prog=PROG, description="dtq: distributed task orchestrator (CockroachDB + Redis)."
     )
-    parser.add_argument(
-        "--env-file",
-        default=".env",
-        metavar="PATH",
-        help="dotenv file read under the real environment (default: .env; missing is fine)",
-    )
+    parser.add_argument("--env-file", default=".env", metavar="PATH", help=env_help)
+    # Accepted after the command too (``dtq-worker --env-file x``); SUPPRESS keeps the default
+    # above when it is not given there.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--env-file", default=argparse.SUPPRESS, metavar="PATH", help=env_help)
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
 
-    orchestrator = commands.add_parser("orchestrator", help="HTTP API + reconciler")
+    def command(name: str, help_text: str) -> argparse.ArgumentParser:
+        return commands.add_parser(name, help=help_text, parents=[common])
+
+    orchestrator = command("orchestrator", "HTTP API + reconciler")
     orchestrator.set_defaults(command=_cmd_orchestrator)
 
-    worker = commands.add_parser("worker", help="run a worker runtime")
+    worker = command("worker", "run a worker runtime")
     _add_app_option(worker)
     worker.add_argument(
         "--concurrency", type=_positive_int, metavar="N", help="poll loops (WORKER_CONCURRENCY)"
     )
     worker.set_defaults(command=_cmd_worker)
 
-    migrate = commands.add_parser("migrate", help="apply SQL migrations to CRDB_DSN")
+    migrate = command("migrate", "apply SQL migrations to CRDB_DSN")
     migrate.set_defaults(command=_cmd_migrate)
 
-    dev = commands.add_parser("dev", help="API + reconciler + worker in memory, one process")
+    dev = command("dev", "API + reconciler + worker in memory, one process")
     _add_app_option(dev)
     dev.add_argument(
         "--port", type=_port, metavar="N", help="HTTP port (default 8080, 0 = any free port)"
