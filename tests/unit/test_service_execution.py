@@ -274,3 +274,22 @@ async def test_hand_back_requeues_at_once_without_charging_any_budget(app: App) 
     assert await app.queue.get_lease(task_id) is None
     again = await pop_claim(app, "w2")
     assert again.run.attempt_number == 1
+
+
+async def test_hand_back_past_a_lowered_crash_budget_fails_and_cascades() -> None:
+    from dtq.application.commands import ExecutionPolicy
+    from dtq.application.execution import ExecutionService
+    from tests.unit.conftest import build_app
+
+    app = build_app()
+    result = await app.submit_tasks(TaskSpec("a", "echo"), TaskSpec("b", "echo", depends_on=("a",)))
+    claim = await pop_claim(app)
+    claim.task.reclaims = 0
+    strict = ExecutionService(
+        store=app.store, queue=app.queue, policy=ExecutionPolicy(max_reclaims=-1)
+    )
+    assert await strict.hand_back(claim, "worker shutting down") is ReportOutcome.RECORDED
+    assert await status_of(app, result.task_ids["a"]) is TaskStatus.FAILED
+    assert await status_of(app, result.task_ids["b"]) is TaskStatus.FAILED
+    assert (await app.queries.get_job(result.job_id)).job.status is JobStatus.FAILED
+    assert app.queue.ready_ids("default") == []
