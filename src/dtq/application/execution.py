@@ -164,7 +164,7 @@ class ExecutionService:
         async def tx_fn(tx: Transaction) -> _Followup:
             task, run = await _load_run(tx, claim)
             now = await tx.now()
-            task.reclaim(
+            requeued = task.reclaim(
                 run,
                 reason=reason,
                 max_reclaims=self._policy.max_reclaims,
@@ -173,7 +173,12 @@ class ExecutionService:
             )
             await tx.tasks.save(task)
             await tx.runs.save(run)
-            return _Followup(ReportOutcome.RECORDED, enqueue=(task,))
+            if requeued:
+                return _Followup(ReportOutcome.RECORDED, enqueue=(task,))
+            # already past a crash budget lowered since: it fails like a reclaim past budget
+            await cascade_failure(tx, task, at=now)
+            await mark_job_failed(tx, task.job_id, at=now)
+            return _Followup(ReportOutcome.RECORDED)
 
         return await self._report(claim, tx_fn, release_marker=True)
 
