@@ -7,16 +7,22 @@ and fails it when ``CI`` is set (STYLE: real-service fixtures).
 from __future__ import annotations
 
 import os
+import secrets
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
+import psycopg
 import pytest
 import redis
+from psycopg import sql as pgsql
+from psycopg.conninfo import make_conninfo
 from redis.asyncio import Redis
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 from redis.retry import Retry
 
+from dtq.adapters.cockroach.migrate import apply_migrations
+from dtq.adapters.cockroach.store import CockroachStore, Pool, open_pool
 from dtq.adapters.redis import connect_redis
 
 # =================================================================================================
@@ -102,5 +108,111 @@ def redis_wipe(redis_client: Redis, redis_prefix: str) -> Callable[[], Awaitable
 
 
 # =================================================================================================
-# PostgreSQL / CockroachDB (fixtures to be added in this section)
+# PostgreSQL / CockroachDB
 # =================================================================================================
+
+# Admin DSN of a server where the tests may create and drop databases. The default is the local
+# PostgreSQL (trust auth). Point it at CockroachDB (e.g. postgresql://root@127.0.0.1:26257/defaultdb
+# ?sslmode=disable) to run the same suites there; the fixtures detect it from ``SELECT version()``.
+PG_ADMIN_URL = os.environ.get(
+    "DTQ_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
+)
+
+# CockroachDB only: DTQ_TEST_CRDB_INJECT_RETRIES=1 opens every test connection with the session
+# variable inject_retry_errors_enabled = true, so each statement inside an explicit transaction
+# fails with SQLSTATE 40001 ("injected by inject_retry_errors_enabled"). CockroachDB stops
+# injecting only after three retries through its ``cockroach_restart`` savepoint protocol;
+# CockroachStore instead re-runs the function on a fresh transaction, so in that pass every try
+# is refused and the stores end with BackendUnavailable: use it as a drill of the classification
+# and backoff paths (store.retries grows, nothing is half-applied), not as a green run.
+PG_INJECT_RETRIES = os.environ.get("DTQ_TEST_CRDB_INJECT_RETRIES") == "1"
+
+#: Tables emptied between tests, children first.
+PG_TABLES = ("task_runs", "task_dependencies", "tasks", "jobs", "workers")
+
+
+def _admin_connect() -> psycopg.Connection[tuple[object, ...]]:
+    try:
+        return psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=3)
+    except psycopg.OperationalError as exc:
+        _unavailable(f"database unreachable at {PG_ADMIN_URL}: {exc}")
+        raise  # unreachable: _unavailable raises
+
+
+def _is_cockroach(conn: psycopg.Connection[tuple[object, ...]]) -> bool:
+    row = conn.execute("SELECT version()").fetchone()
+    return row is not None and "CockroachDB" in str(row[0])
+
+
+def _create_database() -> tuple[str, str, bool]:
+    """Create ``dtq_test_<random>``; return (name, DSN, is_cockroach)."""
+    name = f"dtq_test_{secrets.token_hex(6)}"
+    with _admin_connect() as admin:
+        cockroach = _is_cockroach(admin)
+        admin.execute(pgsql.SQL("CREATE DATABASE {}").format(pgsql.Identifier(name)))
+        if not cockroach:  # CockroachDB is SERIALIZABLE already
+            admin.execute(
+                pgsql.SQL(
+                    "ALTER DATABASE {} SET default_transaction_isolation = 'serializable'"
+                ).format(pgsql.Identifier(name))
+            )
+    extra = (
+        {"options": "-c inject_retry_errors_enabled=true"}
+        if cockroach and PG_INJECT_RETRIES
+        else {}
+    )
+    return name, make_conninfo(PG_ADMIN_URL, dbname=name, **extra), cockroach
+
+
+def _drop_database(name: str, cockroach: bool) -> None:
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=3) as admin:
+        statement = (
+            "DROP DATABASE IF EXISTS {} CASCADE"
+            if cockroach
+            else "DROP DATABASE IF EXISTS {} WITH (FORCE)"
+        )
+        admin.execute(pgsql.SQL(statement).format(pgsql.Identifier(name)))
+
+
+@pytest.fixture(scope="session")
+def pg_dsn() -> Iterator[str]:
+    """DSN of a throwaway database with every migration applied, shared by the session.
+
+    Created through ``DTQ_TEST_DATABASE_URL`` with ``default_transaction_isolation =
+    'serializable'`` (so PostgreSQL raises the 40001s CockroachDB would), dropped at the end.
+    Skips when the server is unreachable (fails under ``CI``).
+    """
+    name, dsn, cockroach = _create_database()
+    try:
+        apply_migrations(dsn)
+        yield dsn
+    finally:
+        _drop_database(name, cockroach)
+
+
+@pytest.fixture
+def pg_empty_dsn() -> Iterator[str]:
+    """DSN of a fresh, empty database (no migrations), dropped after the test."""
+    name, dsn, cockroach = _create_database()
+    try:
+        yield dsn
+    finally:
+        _drop_database(name, cockroach)
+
+
+@pytest.fixture
+async def pg_pool(pg_dsn: str) -> AsyncIterator[Pool]:
+    """An ``open_pool`` on the session database, its tables emptied first."""
+    pool = await open_pool(pg_dsn, min_size=1, max_size=10)
+    try:
+        async with pool.connection() as conn:
+            await conn.execute(f"TRUNCATE {', '.join(PG_TABLES)}")
+        yield pool
+    finally:
+        await pool.close()
+
+
+@pytest.fixture
+def pg_store(pg_pool: Pool) -> CockroachStore:
+    """A ``CockroachStore`` on empty tables (fast backoff so retry tests stay quick)."""
+    return CockroachStore(pg_pool, base_backoff=0.001)

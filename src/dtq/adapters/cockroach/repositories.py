@@ -1,0 +1,330 @@
+"""Repositories over one psycopg transaction, and ``PgTransaction`` (ports ``Transaction`` & co).
+
+Each repository method issues the statements named in ``sql.py`` on the transaction's
+connection. psycopg errors are not caught here: they travel up to ``CockroachStore.run``, which
+decides between re-running the transaction and raising a domain error. The domain errors raised
+here are ``ConcurrentUpdate`` (a version- or status-guarded write matched no row; the store
+re-runs the function), ``DuplicateIdempotencyKey`` and ``InvalidPayload``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
+
+from psycopg import AsyncConnection
+from psycopg.rows import TupleRow
+from psycopg.types.numeric import Int8
+
+from dtq.adapters.cockroach import sql
+from dtq.adapters.cockroach.rows import (
+    encode_json,
+    job_from_row,
+    run_from_row,
+    task_from_row,
+    worker_from_row,
+)
+from dtq.application.ports import DueTask, RunningTask
+from dtq.domain.entities import Job, Task, TaskRun, Worker
+from dtq.domain.errors import ConcurrentUpdate, DuplicateIdempotencyKey
+from dtq.domain.status import RunStatus, TaskStatus
+
+Conn = AsyncConnection[TupleRow]
+
+# --- repositories -----------------------------------------------------------------------------
+
+
+class PgJobRepository:
+    """``JobRepository`` on one transaction."""
+
+    def __init__(self, conn: Conn) -> None:
+        self._conn = conn
+
+    async def add(
+        self, job: Job, tasks: Sequence[Task], edges: Sequence[tuple[UUID, UUID]]
+    ) -> None:
+        """Insert the job, its tasks and edges in at most three statements (spec §4).
+
+        Raises:
+            DuplicateIdempotencyKey: another job already holds ``job.idempotency_key``.
+            InvalidPayload: metadata or a payload is not JSON-encodable.
+        """
+        cur = await self._conn.execute(
+            sql.INSERT_JOB,
+            (
+                job.id,
+                job.name,
+                job.status.value,
+                encode_json(job.metadata),
+                job.idempotency_key,
+                job.request_hash,
+                job.version,
+                job.created_at,
+                job.updated_at,
+            ),
+        )
+        if await cur.fetchone() is None:
+            raise DuplicateIdempotencyKey(
+                f"a job with Idempotency-Key {job.idempotency_key!r} already exists"
+            )
+        if tasks:
+            await self._conn.execute(sql.INSERT_TASKS, _task_arrays(job.id, tasks))
+        if edges:
+            await self._conn.execute(
+                sql.INSERT_EDGES, ([e[0] for e in edges], [e[1] for e in edges])
+            )
+
+    async def get(self, job_id: UUID) -> Job | None:
+        """The job, or None for an unknown id."""
+        row = await (await self._conn.execute(sql.GET_JOB, (job_id,))).fetchone()
+        return None if row is None else job_from_row(row)
+
+    async def get_by_idempotency_key(self, key: str) -> Job | None:
+        """The job created under ``key``, or None."""
+        row = await (await self._conn.execute(sql.GET_JOB_BY_KEY, (key,))).fetchone()
+        return None if row is None else job_from_row(row)
+
+    async def save(self, job: Job) -> None:
+        """Compare-and-set on ``version``; bumps ``job.version`` on success.
+
+        Raises:
+            ConcurrentUpdate: the stored row no longer has ``job.version`` (or is gone).
+        """
+        cur = await self._conn.execute(
+            sql.UPDATE_JOB,
+            (
+                job.name,
+                job.status.value,
+                encode_json(job.metadata),
+                job.updated_at,
+                job.id,
+                job.version,
+            ),
+        )
+        if cur.rowcount != 1:
+            raise ConcurrentUpdate(f"job {job.id} changed since version {job.version}")
+        job.version += 1
+
+
+def _task_arrays(job_id: UUID, tasks: Sequence[Task]) -> tuple[Any, ...]:
+    """Parameters of ``sql.INSERT_TASKS``: the job id, then one array per column.
+
+    Integers are wrapped in ``Int8`` so the arrays travel as ``int8[]`` whatever their values
+    (psycopg would pick ``int2[]`` for small ones), leaving the ``::bigint[]`` casts no work.
+    """
+    return (
+        job_id,
+        [t.id for t in tasks],
+        [t.name for t in tasks],
+        [t.kind for t in tasks],
+        [encode_json(t.payload) for t in tasks],
+        [t.status.value for t in tasks],
+        [t.scheduled_at for t in tasks],
+        [t.created_at for t in tasks],
+        [t.updated_at for t in tasks],
+        [t.priority for t in tasks],
+        [Int8(t.max_attempts) for t in tasks],
+        [Int8(t.attempt) for t in tasks],
+        [Int8(t.reclaims) for t in tasks],
+        [t.started_at for t in tasks],
+        [t.finished_at for t in tasks],
+        [t.last_error for t in tasks],
+        [t.current_run_id for t in tasks],
+        [Int8(t.version) for t in tasks],
+    )
+
+
+class PgTaskRepository:
+    """``TaskRepository`` on one transaction."""
+
+    def __init__(self, conn: Conn) -> None:
+        self._conn = conn
+
+    async def get(self, task_id: UUID) -> Task | None:
+        """The task, or None for an unknown id."""
+        row = await (await self._conn.execute(sql.GET_TASK, (task_id,))).fetchone()
+        return None if row is None else task_from_row(row)
+
+    async def get_many(self, task_ids: Sequence[UUID]) -> list[Task]:
+        """The known tasks among ``task_ids``, in no set order (one statement)."""
+        if not task_ids:
+            return []
+        cur = await self._conn.execute(sql.GET_TASKS, (list(task_ids),))
+        return [task_from_row(row) for row in await cur.fetchall()]
+
+    async def list_by_job(self, job_id: UUID) -> list[Task]:
+        """Every task of the job, ordered by ``created_at``, ``name`` (then id)."""
+        cur = await self._conn.execute(sql.LIST_TASKS_BY_JOB, (job_id,))
+        return [task_from_row(row) for row in await cur.fetchall()]
+
+    async def save(self, task: Task) -> None:
+        """Compare-and-set on ``version``; bumps ``task.version`` on success.
+
+        Raises:
+            ConcurrentUpdate: the stored row no longer has ``task.version`` (or is gone).
+        """
+        cur = await self._conn.execute(
+            sql.UPDATE_TASK,
+            (
+                task.status.value,
+                task.scheduled_at,
+                task.updated_at,
+                task.priority,
+                task.max_attempts,
+                task.attempt,
+                task.reclaims,
+                task.started_at,
+                task.finished_at,
+                task.last_error,
+                task.current_run_id,
+                task.id,
+                task.version,
+            ),
+        )
+        if cur.rowcount != 1:
+            raise ConcurrentUpdate(f"task {task.id} changed since version {task.version}")
+        task.version += 1
+
+    async def dependents(self, task_id: UUID) -> list[UUID]:
+        """Ids of the tasks that depend directly on ``task_id`` (ordered by id)."""
+        cur = await self._conn.execute(sql.DEPENDENTS, (task_id,))
+        return [row[0] for row in await cur.fetchall()]
+
+    async def dependencies_completed(self, task_id: UUID) -> bool:
+        """True when no direct dependency of ``task_id`` is other than ``completed``."""
+        cur = await self._conn.execute(
+            sql.DEPENDENCIES_COMPLETED, (task_id, TaskStatus.COMPLETED.value)
+        )
+        row = await cur.fetchone()
+        return bool(row and row[0])
+
+    async def job_has_status(self, job_id: UUID, statuses: Sequence[TaskStatus]) -> bool:
+        """True when some task of the job has one of ``statuses`` (EXISTS probe)."""
+        if not statuses:
+            return False
+        cur = await self._conn.execute(
+            sql.JOB_HAS_STATUS, ([TaskStatus(s).value for s in statuses], job_id)
+        )
+        row = await cur.fetchone()
+        return bool(row and row[0])
+
+    async def due_queued(
+        self, *, now: datetime, after: tuple[datetime, UUID] | None, limit: int
+    ) -> list[DueTask]:
+        """Queued tasks due by ``now`` in ``(scheduled_at, id)`` order after the cursor."""
+        queued = TaskStatus.QUEUED.value
+        if after is None:
+            cur = await self._conn.execute(sql.DUE_QUEUED_FIRST, (queued, now, limit))
+        else:
+            cur = await self._conn.execute(
+                sql.DUE_QUEUED_AFTER, (queued, now, after[0], after[1], limit)
+            )
+        return [DueTask(id=r[0], priority=r[1], scheduled_at=r[2]) for r in await cur.fetchall()]
+
+    async def stale_running(
+        self, *, started_before: datetime, after: UUID | None, limit: int
+    ) -> list[RunningTask]:
+        """Running tasks started before ``started_before``, by id, after the cursor."""
+        running = TaskStatus.RUNNING.value
+        if after is None:
+            cur = await self._conn.execute(
+                sql.STALE_RUNNING_FIRST, (running, started_before, limit)
+            )
+        else:
+            cur = await self._conn.execute(
+                sql.STALE_RUNNING_AFTER, (running, after, started_before, limit)
+            )
+        return [
+            RunningTask(id=r[0], run_id=r[1], priority=r[2], started_at=r[3])
+            for r in await cur.fetchall()
+        ]
+
+
+class PgRunRepository:
+    """``RunRepository`` on one transaction."""
+
+    def __init__(self, conn: Conn) -> None:
+        self._conn = conn
+
+    async def add(self, run: TaskRun) -> None:
+        """Insert a new run."""
+        await self._conn.execute(
+            sql.INSERT_RUN,
+            (
+                run.id,
+                run.task_id,
+                run.attempt_number,
+                run.worker_id,
+                run.status.value,
+                run.started_at,
+                run.error,
+                run.finished_at,
+            ),
+        )
+
+    async def get(self, run_id: UUID) -> TaskRun | None:
+        """The run, or None."""
+        row = await (await self._conn.execute(sql.GET_RUN, (run_id,))).fetchone()
+        return None if row is None else run_from_row(row)
+
+    async def save(self, run: TaskRun) -> None:
+        """Write status, error and finished_at if the stored run is still ``running``.
+
+        Raises:
+            ConcurrentUpdate: the stored run already ended (or does not exist).
+        """
+        cur = await self._conn.execute(
+            sql.UPDATE_RUN,
+            (run.status.value, run.error, run.finished_at, run.id, RunStatus.RUNNING.value),
+        )
+        if cur.rowcount != 1:
+            raise ConcurrentUpdate(f"run {run.id} is no longer running")
+
+    async def list_for_task(self, task_id: UUID) -> list[TaskRun]:
+        """Every run of the task ordered by ``started_at``, then id."""
+        cur = await self._conn.execute(sql.LIST_RUNS_FOR_TASK, (task_id,))
+        return [run_from_row(row) for row in await cur.fetchall()]
+
+
+class PgWorkerRepository:
+    """``WorkerRepository`` on one transaction."""
+
+    def __init__(self, conn: Conn) -> None:
+        self._conn = conn
+
+    async def upsert(self, worker: Worker) -> None:
+        """Insert or overwrite the worker row (``INSERT ... ON CONFLICT (id) DO UPDATE``)."""
+        await self._conn.execute(
+            sql.UPSERT_WORKER,
+            (worker.id, worker.hostname, worker.last_heartbeat_at, encode_json(worker.metadata)),
+        )
+
+    async def list_active(self, since: datetime) -> list[Worker]:
+        """Workers with ``last_heartbeat_at >= since``, most recent first (then id)."""
+        cur = await self._conn.execute(sql.LIST_ACTIVE_WORKERS, (since,))
+        return [worker_from_row(row) for row in await cur.fetchall()]
+
+
+class PgTransaction:
+    """``Transaction``: the four repositories on one connection plus the database clock.
+
+    One instance per try of ``CockroachStore.run``; ``now()`` is read once and cached.
+    """
+
+    def __init__(self, conn: Conn) -> None:
+        self.conn = conn
+        self.jobs = PgJobRepository(conn)
+        self.tasks = PgTaskRepository(conn)
+        self.runs = PgRunRepository(conn)
+        self.workers = PgWorkerRepository(conn)
+        self._now: datetime | None = None
+
+    async def now(self) -> datetime:
+        """The transaction timestamp (``SELECT now()``, aware UTC), fixed for this try."""
+        if self._now is None:
+            row = await (await self.conn.execute(sql.NOW)).fetchone()
+            assert row is not None
+            self._now = row[0].astimezone(UTC)
+        return self._now

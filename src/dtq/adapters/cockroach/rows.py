@@ -1,0 +1,97 @@
+"""Rows to entities and JSON to text: the adapter-local mapping (one function per table).
+
+Positions follow the SELECT column lists in ``sql.py``. JSONB travels as text both ways: encoded
+with msgspec for ``%s::jsonb`` parameters, read back as ``column::text`` and decoded with msgspec.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from psycopg.rows import TupleRow
+
+from dtq.domain.entities import Job, Task, TaskRun, Worker
+from dtq.domain.errors import InvalidPayload
+from dtq.domain.status import JobStatus, RunStatus, TaskStatus
+
+_ENCODER = msgspec.json.Encoder()
+_DECODER = msgspec.json.Decoder()
+
+
+def encode_json(value: Any) -> str | None:
+    """Encode a JSON value as text for a ``%s::jsonb`` parameter; None stays SQL NULL.
+
+    Raises:
+        InvalidPayload: the value is not JSON-encodable (e.g. an int beyond 64 bits).
+    """
+    if value is None:
+        return None
+    try:
+        return _ENCODER.encode(value).decode()
+    except (TypeError, ValueError, OverflowError, msgspec.EncodeError) as exc:
+        raise InvalidPayload(f"value cannot be stored as JSON: {exc}") from exc
+
+
+def decode_json(text: str | None) -> Any:
+    """Decode JSONB read back as text (``column::text``); SQL NULL gives None."""
+    return None if text is None else _DECODER.decode(text)
+
+
+def job_from_row(row: TupleRow) -> Job:
+    """Map a ``sql.GET_JOB`` row to a ``Job``."""
+    return Job(
+        id=row[0],
+        name=row[1],
+        status=JobStatus(row[2]),
+        metadata=decode_json(row[3]),
+        idempotency_key=row[4],
+        request_hash=row[5],
+        version=row[6],
+        created_at=row[7],
+        updated_at=row[8],
+    )
+
+
+def task_from_row(row: TupleRow) -> Task:
+    """Map a ``sql.GET_TASK`` row to a ``Task``."""
+    return Task(
+        id=row[0],
+        job_id=row[1],
+        name=row[2],
+        kind=row[3],
+        payload=decode_json(row[4]),
+        status=TaskStatus(row[5]),
+        scheduled_at=row[6],
+        created_at=row[7],
+        updated_at=row[8],
+        priority=row[9],
+        max_attempts=row[10],
+        attempt=row[11],
+        reclaims=row[12],
+        started_at=row[13],
+        finished_at=row[14],
+        last_error=row[15],
+        current_run_id=row[16],
+        version=row[17],
+    )
+
+
+def run_from_row(row: TupleRow) -> TaskRun:
+    """Map a ``sql.GET_RUN`` row to a ``TaskRun``."""
+    return TaskRun(
+        id=row[0],
+        task_id=row[1],
+        attempt_number=row[2],
+        worker_id=row[3],
+        status=RunStatus(row[4]),
+        started_at=row[5],
+        error=row[6],
+        finished_at=row[7],
+    )
+
+
+def worker_from_row(row: TupleRow) -> Worker:
+    """Map a ``sql.LIST_ACTIVE_WORKERS`` row to a ``Worker`` (NULL metadata becomes ``{}``)."""
+    metadata = decode_json(row[3])
+    return Worker(id=row[0], hostname=row[1], last_heartbeat_at=row[2], metadata=metadata or {})

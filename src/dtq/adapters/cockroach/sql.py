@@ -1,0 +1,184 @@
+"""Every SQL statement the CockroachDB/PostgreSQL store issues (see docs/SQL.md).
+
+Rules (CRDB.md): columns listed explicitly (never ``SELECT *``), every value a bound parameter
+with an explicit cast where its type could be ambiguous (arrays, JSONB), JSONB read back as
+text and decoded with msgspec, ``INSERT ... ON CONFLICT`` (never ``UPSERT``), keyset pagination
+on indexed columns. The SELECT column lists below and the row mappers in ``repositories.py``
+agree by position.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# --- clock ------------------------------------------------------------------------------------
+
+NOW: Final = "SELECT now()"
+PING: Final = "SELECT 1"
+
+# --- jobs -------------------------------------------------------------------------------------
+
+# ON CONFLICT on the idempotency key: a duplicate returns no row instead of aborting the
+# transaction; any other conflict (a primary-key clash) still raises.
+INSERT_JOB: Final = (
+    "INSERT INTO jobs (id, name, status, metadata, idempotency_key, request_hash, version,"
+    " created_at, updated_at)"
+    " VALUES (%s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s)"
+    " ON CONFLICT (idempotency_key) DO NOTHING RETURNING id"
+)
+
+GET_JOB: Final = (
+    "SELECT id, name, status, metadata::text, idempotency_key, request_hash, version,"
+    " created_at, updated_at FROM jobs WHERE id = %s"
+)
+
+GET_JOB_BY_KEY: Final = (
+    "SELECT id, name, status, metadata::text, idempotency_key, request_hash, version,"
+    " created_at, updated_at FROM jobs WHERE idempotency_key = %s"
+)
+
+# idempotency_key and request_hash are fixed at creation and never rewritten.
+UPDATE_JOB: Final = (
+    "UPDATE jobs SET name = %s, status = %s, metadata = %s::jsonb, updated_at = %s,"
+    " version = version + 1"
+    " WHERE id = %s AND version = %s"
+)
+
+# --- tasks ------------------------------------------------------------------------------------
+
+
+# One statement for all tasks of a job: parallel arrays unnested into rows. job_id is a scalar.
+INSERT_TASKS: Final = (
+    "INSERT INTO tasks (id, job_id, name, kind, payload, status, scheduled_at, created_at,"
+    " updated_at, priority, max_attempts, attempt, reclaims, started_at, finished_at,"
+    " last_error, current_run_id, version)"
+    " SELECT u.id, %s::uuid, u.name, u.kind, u.payload::jsonb, u.status, u.scheduled_at,"
+    " u.created_at, u.updated_at, u.priority, u.max_attempts, u.attempt, u.reclaims,"
+    " u.started_at, u.finished_at, u.last_error, u.current_run_id, u.version"
+    " FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::text[], %s::text[],"
+    " %s::timestamptz[], %s::timestamptz[], %s::timestamptz[], %s::text[], %s::bigint[],"
+    " %s::bigint[], %s::bigint[], %s::timestamptz[], %s::timestamptz[], %s::text[],"
+    " %s::uuid[], %s::bigint[])"
+    " AS u(id, name, kind, payload, status, scheduled_at, created_at, updated_at, priority,"
+    " max_attempts, attempt, reclaims, started_at, finished_at, last_error, current_run_id,"
+    " version)"
+)
+
+INSERT_EDGES: Final = (
+    "INSERT INTO task_dependencies (task_id, depends_on_task_id)"
+    " SELECT e.task_id, e.depends_on_task_id"
+    " FROM unnest(%s::uuid[], %s::uuid[]) AS e(task_id, depends_on_task_id)"
+)
+
+GET_TASK: Final = (
+    "SELECT id, job_id, name, kind, payload::text, status, scheduled_at, created_at,"
+    " updated_at, priority, max_attempts, attempt, reclaims, started_at, finished_at,"
+    " last_error, current_run_id, version FROM tasks WHERE id = %s"
+)
+
+GET_TASKS: Final = (
+    "SELECT id, job_id, name, kind, payload::text, status, scheduled_at, created_at,"
+    " updated_at, priority, max_attempts, attempt, reclaims, started_at, finished_at,"
+    " last_error, current_run_id, version FROM tasks WHERE id = ANY(%s::uuid[])"
+)
+
+LIST_TASKS_BY_JOB: Final = (
+    "SELECT id, job_id, name, kind, payload::text, status, scheduled_at, created_at,"
+    " updated_at, priority, max_attempts, attempt, reclaims, started_at, finished_at,"
+    " last_error, current_run_id, version FROM tasks WHERE job_id = %s ORDER BY created_at,"
+    " name, id"
+)
+
+# id, job_id, name, kind, payload and created_at never change after the insert; priority and
+# max_attempts are written anyway (cheap, and keeps save() the whole mutable state).
+UPDATE_TASK: Final = (
+    "UPDATE tasks SET status = %s, scheduled_at = %s, updated_at = %s, priority = %s,"
+    " max_attempts = %s, attempt = %s, reclaims = %s, started_at = %s, finished_at = %s,"
+    " last_error = %s, current_run_id = %s, version = version + 1"
+    " WHERE id = %s AND version = %s"
+)
+
+# Served by idx_task_dependencies_depends (depends_on_task_id).
+DEPENDENTS: Final = (
+    "SELECT task_id FROM task_dependencies WHERE depends_on_task_id = %s ORDER BY task_id"
+)
+
+# Served by the task_dependencies primary key (task_id, depends_on_task_id), then the tasks
+# primary key per edge; NOT EXISTS stops at the first unfinished dependency.
+DEPENDENCIES_COMPLETED: Final = (
+    "SELECT NOT EXISTS ("
+    "SELECT 1 FROM task_dependencies d JOIN tasks t ON t.id = d.depends_on_task_id"
+    " WHERE d.task_id = %s AND t.status <> %s)"
+)
+
+# One point probe of idx_tasks_job_id (job_id, status) per wanted status (a semi-join over the
+# unnested list), stopping at the first hit: the cost does not grow with the job's size. The
+# plainer "status = ANY($2)" becomes a filter over the whole job range in generic plans.
+JOB_HAS_STATUS: Final = (
+    "SELECT EXISTS (SELECT 1 FROM unnest(%s::text[]) AS s(status)"
+    " WHERE EXISTS (SELECT 1 FROM tasks t WHERE t.job_id = %s AND t.status = s.status))"
+)
+
+# Served by idx_tasks_status_scheduled (status, scheduled_at, id): range scan, no sort.
+DUE_QUEUED_FIRST: Final = (
+    "SELECT id, priority, scheduled_at FROM tasks"
+    " WHERE status = %s AND scheduled_at <= %s"
+    " ORDER BY scheduled_at, id LIMIT %s"
+)
+DUE_QUEUED_AFTER: Final = (
+    "SELECT id, priority, scheduled_at FROM tasks"
+    " WHERE status = %s AND scheduled_at <= %s"
+    " AND (scheduled_at, id) > (%s::timestamptz, %s::uuid)"
+    " ORDER BY scheduled_at, id LIMIT %s"
+)
+
+# Served by idx_tasks_status_id_started (status, id, started_at): walks running tasks in id
+# order and filters started_at inside the index.
+STALE_RUNNING_FIRST: Final = (
+    "SELECT id, current_run_id, priority, started_at FROM tasks"
+    " WHERE status = %s AND started_at < %s AND current_run_id IS NOT NULL"
+    " ORDER BY id LIMIT %s"
+)
+STALE_RUNNING_AFTER: Final = (
+    "SELECT id, current_run_id, priority, started_at FROM tasks"
+    " WHERE status = %s AND id > %s AND started_at < %s AND current_run_id IS NOT NULL"
+    " ORDER BY id LIMIT %s"
+)
+
+# --- task_runs --------------------------------------------------------------------------------
+
+INSERT_RUN: Final = (
+    "INSERT INTO task_runs (id, task_id, attempt_number, worker_id, status, started_at, error,"
+    " finished_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+)
+
+GET_RUN: Final = (
+    "SELECT id, task_id, attempt_number, worker_id, status, started_at, error, finished_at"
+    " FROM task_runs WHERE id = %s"
+)
+
+# A run ends once: the write is fenced on the stored status still being 'running'.
+UPDATE_RUN: Final = (
+    "UPDATE task_runs SET status = %s, error = %s, finished_at = %s WHERE id = %s AND status = %s"
+)
+
+# Served by idx_task_runs_task_id (task_id, started_at DESC), read backwards.
+LIST_RUNS_FOR_TASK: Final = (
+    "SELECT id, task_id, attempt_number, worker_id, status, started_at, error, finished_at"
+    " FROM task_runs WHERE task_id = %s ORDER BY started_at, id"
+)
+
+# --- workers ----------------------------------------------------------------------------------
+
+UPSERT_WORKER: Final = (
+    "INSERT INTO workers (id, hostname, last_heartbeat_at, metadata)"
+    " VALUES (%s, %s, %s, %s::jsonb)"
+    " ON CONFLICT (id) DO UPDATE SET hostname = excluded.hostname,"
+    " last_heartbeat_at = excluded.last_heartbeat_at, metadata = excluded.metadata"
+)
+
+# Served by idx_workers_last_heartbeat, read backwards.
+LIST_ACTIVE_WORKERS: Final = (
+    "SELECT id, hostname, last_heartbeat_at, metadata::text FROM workers"
+    " WHERE last_heartbeat_at >= %s ORDER BY last_heartbeat_at DESC, id"
+)

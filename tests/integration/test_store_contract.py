@@ -1,0 +1,604 @@
+"""The ``Store`` port contract, run against the in-memory fake and against PostgreSQL.
+
+Every test builds its data relative to the store's own clock (``Transaction.now``) and passes
+explicit times to the queries, so the same assertions hold for a fake clock and a real server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from uuid import UUID, uuid4
+
+import pytest
+
+from dtq.adapters.memory.clock import FakeClock
+from dtq.application.ports import DueTask, RunningTask, Store, Transaction
+from dtq.domain.entities import Job, Task, TaskRun, Worker
+from dtq.domain.errors import (
+    BackendUnavailable,
+    ConcurrentUpdate,
+    DuplicateIdempotencyKey,
+    TaskNotFound,
+)
+from dtq.domain.status import JobStatus, RunStatus, TaskStatus
+
+PAYLOADS: list[Any] = [
+    {"text": "héllo ✓ 日本語 🚀", "nested": {"list": [1, [2, {"deep": None}]], "empty": {}}},
+    {"max": 2**63 - 1, "min": -(2**63), "float": 3.25, "tenth": 0.1, "small": 1.5e-7},
+    [True, False, None, "", 0, -1, 2.0],
+    "just a string",
+    None,
+]
+
+
+@pytest.fixture
+def memory_store() -> Store:
+    """The in-memory fake (``dtq.adapters.memory.store.InMemoryStore``) on a fake clock."""
+    module = pytest.importorskip("dtq.adapters.memory.store")
+    store: Store = module.InMemoryStore(FakeClock())
+    return store
+
+
+@pytest.fixture(params=["memory", pytest.param("postgres", marks=pytest.mark.integration)])
+def store(request: pytest.FixtureRequest) -> Store:
+    """Each ``Store`` implementation in turn."""
+    name = "memory_store" if request.param == "memory" else "pg_store"
+    result: Store = request.getfixturevalue(name)
+    return result
+
+
+# --- helpers ----------------------------------------------------------------------------------
+
+
+async def db_now(store: Store) -> datetime:
+    async def read(tx: Transaction) -> datetime:
+        return await tx.now()
+
+    return await store.run(read)
+
+
+def new_job(now: datetime, *, key: str | None = None, metadata: Any = None) -> Job:
+    return Job(
+        id=uuid4(),
+        name="job",
+        status=JobStatus.PENDING,
+        created_at=now,
+        updated_at=now,
+        metadata=metadata,
+        idempotency_key=key,
+        request_hash="hash" if key else None,
+    )
+
+
+def new_task(job: Job, name: str, now: datetime, **fields: Any) -> Task:
+    values: dict[str, Any] = {
+        "id": uuid4(),
+        "job_id": job.id,
+        "name": name,
+        "kind": "email.send",
+        "payload": {"n": name},
+        "status": TaskStatus.QUEUED,
+        "scheduled_at": now,
+        "created_at": now,
+        "updated_at": now,
+    }
+    values.update(fields)
+    return Task(**values)
+
+
+async def add(
+    store: Store, job: Job, tasks: list[Task], edges: list[tuple[UUID, UUID]] | None = None
+) -> None:
+    async def write(tx: Transaction) -> None:
+        await tx.jobs.add(job, tasks, edges or [])
+
+    await store.run(write)
+
+
+async def read(store: Store, fn: Callable[[Transaction], Awaitable[Any]]) -> Any:
+    return await store.run(fn)
+
+
+async def get_task(store: Store, task_id: UUID) -> Task | None:
+    async def fn(tx: Transaction) -> Task | None:
+        return await tx.tasks.get(task_id)
+
+    return await store.run(fn)
+
+
+async def save_task(store: Store, task: Task) -> None:
+    async def fn(tx: Transaction) -> None:
+        await tx.tasks.save(task)
+
+    await store.run(fn)
+
+
+# --- jobs and tasks ---------------------------------------------------------------------------
+
+
+async def test_added_job_tasks_and_edges_read_back_equal(store: Store) -> None:
+    now = await db_now(store)
+    job = new_job(now, key="key-1", metadata={"owner": "zoë", "tags": ["a", "b"], "n": 7})
+    tasks = [
+        new_task(job, f"t{i}", now, payload=payload, priority="high", max_attempts=5)
+        for i, payload in enumerate(PAYLOADS)
+    ]
+    tasks[1].status = TaskStatus.PENDING
+    edges = [(tasks[1].id, tasks[0].id)]
+
+    await add(store, job, tasks, edges)
+
+    async def fetch(tx: Transaction) -> tuple[Any, ...]:
+        return (
+            await tx.jobs.get(job.id),
+            await tx.jobs.get_by_idempotency_key("key-1"),
+            await tx.tasks.get_many([t.id for t in tasks] + [uuid4()]),
+            await tx.tasks.get(tasks[0].id),
+            await tx.tasks.dependents(tasks[0].id),
+        )
+
+    got_job, by_key, got_tasks, first, dependents = await store.run(fetch)
+    assert got_job == job
+    assert by_key == job
+    assert sorted(got_tasks, key=lambda t: t.id) == sorted(tasks, key=lambda t: t.id)
+    assert [t.payload for t in sorted(got_tasks, key=lambda t: t.name)] == PAYLOADS
+    assert first == tasks[0]
+    assert dependents == [tasks[1].id]
+
+
+async def test_unknown_ids_read_as_none_or_empty(store: Store) -> None:
+    async def fetch(tx: Transaction) -> tuple[Any, ...]:
+        return (
+            await tx.jobs.get(uuid4()),
+            await tx.jobs.get_by_idempotency_key("nope"),
+            await tx.tasks.get(uuid4()),
+            await tx.tasks.get_many([uuid4()]),
+            await tx.tasks.list_by_job(uuid4()),
+            await tx.tasks.dependents(uuid4()),
+            await tx.runs.get(uuid4()),
+            await tx.runs.list_for_task(uuid4()),
+        )
+
+    assert await store.run(fetch) == (None, None, None, [], [], [], None, [])
+
+
+async def test_list_by_job_orders_by_created_at_then_name(store: Store) -> None:
+    now = await db_now(store)
+    job, other = new_job(now), new_job(now)
+    late = new_task(job, "a", now + timedelta(seconds=2))
+    early_z = new_task(job, "z", now)
+    early_b = new_task(job, "b", now)
+    await add(store, job, [late, early_z, early_b])
+    await add(store, other, [new_task(other, "x", now)])
+
+    async def fn(tx: Transaction) -> list[Task]:
+        return await tx.tasks.list_by_job(job.id)
+
+    assert [t.name for t in await store.run(fn)] == ["b", "z", "a"]
+
+
+# --- optimistic concurrency -------------------------------------------------------------------
+
+
+async def test_save_bumps_version_and_refuses_a_stale_copy(store: Store) -> None:
+    now = await db_now(store)
+    job = new_job(now)
+    task = new_task(job, "t", now)
+    await add(store, job, [task])
+
+    async def fn(tx: Transaction) -> list[str]:
+        outcomes = []
+        fresh = await tx.tasks.get(task.id)
+        fresh_job = await tx.jobs.get(job.id)
+        assert fresh is not None
+        assert fresh_job is not None
+        stale, stale_job = replace(fresh), replace(fresh_job)
+        fresh.last_error = "first writer"
+        await tx.tasks.save(fresh)
+        fresh_job.status = JobStatus.RUNNING
+        await tx.jobs.save(fresh_job)
+        outcomes.append(f"saved v{fresh.version} v{fresh_job.version}")
+        stale.last_error = "second writer"
+        stale_job.status = JobStatus.FAILED
+        attempts: list[Awaitable[None]] = [tx.tasks.save(stale), tx.jobs.save(stale_job)]
+        for attempt in attempts:
+            try:
+                await attempt
+            except ConcurrentUpdate:
+                outcomes.append("conflict")
+        return outcomes
+
+    assert await store.run(fn) == ["saved v1 v1", "conflict", "conflict"]
+    stored = await get_task(store, task.id)
+    assert stored is not None
+    assert (stored.last_error, stored.version) == ("first writer", 1)
+
+
+async def test_concurrent_update_reruns_the_whole_function(store: Store) -> None:
+    now = await db_now(store)
+    job = new_job(now)
+    task = new_task(job, "t", now)
+    await add(store, job, [task])
+    calls = 0
+    retries_before = store.retries  # type: ignore[attr-defined]
+
+    async def fn(tx: Transaction) -> int:
+        nonlocal calls
+        calls += 1
+        current = await tx.tasks.get(task.id)
+        assert current is not None
+        await tx.workers.upsert(Worker(f"w{calls}", None, await tx.now()))
+        if calls == 1:
+            current.version += 5  # as if another transaction had moved the row on
+        current.last_error = f"try {calls}"
+        await tx.tasks.save(current)
+        return current.version
+
+    assert await store.run(fn) == 1
+    assert calls == 2
+    assert store.retries == retries_before + 1  # type: ignore[attr-defined]
+    stored = await get_task(store, task.id)
+    assert stored is not None
+    assert stored.last_error == "try 2"
+
+    async def workers(tx: Transaction) -> list[str]:
+        return [w.id for w in await tx.workers.list_active(now - timedelta(days=1))]
+
+    assert await store.run(workers) == ["w2"]  # the first try's write was rolled back
+
+
+async def test_a_conflict_that_never_clears_is_bounded(store: Store) -> None:
+    now = await db_now(store)
+    job = new_job(now)
+    task = new_task(job, "t", now)
+    await add(store, job, [task])
+    stale = replace(task, version=task.version + 1)
+    calls = 0
+
+    async def fn(tx: Transaction) -> None:
+        nonlocal calls
+        calls += 1
+        await tx.tasks.save(replace(stale))
+
+    with pytest.raises(BackendUnavailable):
+        await store.run(fn)
+    assert 1 < calls <= 20
+
+
+async def test_duplicate_idempotency_key_is_refused_without_retrying(store: Store) -> None:
+    now = await db_now(store)
+    first = new_job(now, key="same")
+    await add(store, first, [new_task(first, "t", now)])
+    second = new_job(now, key="same")
+    calls = 0
+
+    async def fn(tx: Transaction) -> None:
+        nonlocal calls
+        calls += 1
+        await tx.jobs.add(second, [new_task(second, "t", now)], [])
+
+    with pytest.raises(DuplicateIdempotencyKey):
+        await store.run(fn)
+    assert calls == 1
+
+    async def fetch(tx: Transaction) -> tuple[Job | None, Job | None]:
+        return await tx.jobs.get_by_idempotency_key("same"), await tx.jobs.get(second.id)
+
+    assert await store.run(fetch) == (first, None)
+
+
+async def test_jobs_without_a_key_never_collide(store: Store) -> None:
+    now = await db_now(store)
+    one, two = new_job(now), new_job(now)
+    await add(store, one, [new_task(one, "t", now)])
+    await add(store, two, [new_task(two, "t", now)])
+
+    async def fetch(tx: Transaction) -> list[Job | None]:
+        return [await tx.jobs.get(one.id), await tx.jobs.get(two.id)]
+
+    assert await store.run(fetch) == [one, two]
+
+
+# --- dependency and job probes ----------------------------------------------------------------
+
+
+async def test_dependents_dependencies_completed_and_job_has_status(store: Store) -> None:
+    now = await db_now(store)
+    job = new_job(now)
+    a = new_task(job, "a", now)
+    b, c, d = (new_task(job, n, now, status=TaskStatus.PENDING) for n in "bcd")
+    await add(store, job, [a, b, c, d], [(b.id, a.id), (c.id, a.id), (d.id, b.id), (d.id, c.id)])
+
+    async def probe(tx: Transaction) -> tuple[Any, ...]:
+        return (
+            sorted(await tx.tasks.dependents(a.id)),
+            await tx.tasks.dependents(d.id),
+            await tx.tasks.dependencies_completed(a.id),
+            await tx.tasks.dependencies_completed(d.id),
+            await tx.tasks.job_has_status(job.id, [TaskStatus.PENDING]),
+            await tx.tasks.job_has_status(job.id, [TaskStatus.RUNNING, TaskStatus.FAILED]),
+            await tx.tasks.job_has_status(job.id, []),
+            await tx.tasks.job_has_status(uuid4(), [TaskStatus.PENDING]),
+        )
+
+    assert await store.run(probe) == (
+        sorted([b.id, c.id]),
+        [],
+        True,
+        False,
+        True,
+        False,
+        False,
+        False,
+    )
+
+    b.status = TaskStatus.COMPLETED
+    await save_task(store, b)
+
+    async def after_b(tx: Transaction) -> tuple[bool, bool]:
+        return (
+            await tx.tasks.dependencies_completed(d.id),
+            await tx.tasks.job_has_status(job.id, [TaskStatus.COMPLETED]),
+        )
+
+    assert await store.run(after_b) == (False, True)
+
+    c.status = TaskStatus.FAILED
+    await save_task(store, c)
+
+    async def after_c(tx: Transaction) -> tuple[bool, bool]:
+        return (
+            await tx.tasks.dependencies_completed(d.id),
+            await tx.tasks.job_has_status(job.id, [TaskStatus.RUNNING, TaskStatus.FAILED]),
+        )
+
+    assert await store.run(after_c) == (False, True)
+
+    c.status = TaskStatus.COMPLETED
+    c.version = 1
+    await save_task(store, c)
+
+    async def after_all(tx: Transaction) -> bool:
+        return await tx.tasks.dependencies_completed(d.id)
+
+    assert await store.run(after_all) is True
+
+
+# --- reconciler queries -----------------------------------------------------------------------
+
+
+async def test_due_queued_filters_and_pages_by_scheduled_at_then_id(store: Store) -> None:
+    now = await db_now(store)
+    job = new_job(now)
+    at = [now - timedelta(seconds=s) for s in (10, 10, 10, 5, 1, 0)]
+    due = [
+        new_task(job, f"due{i}", now, scheduled_at=t, priority=f"p{i}") for i, t in enumerate(at)
+    ]
+    not_due = new_task(job, "future", now, scheduled_at=now + timedelta(seconds=60))
+    pending = new_task(job, "pending", now, status=TaskStatus.PENDING, scheduled_at=at[0])
+    running = new_task(
+        job,
+        "running",
+        now,
+        status=TaskStatus.RUNNING,
+        scheduled_at=at[0],
+        started_at=at[0],
+        current_run_id=uuid4(),
+    )
+    await add(store, job, [*due, not_due, pending, running])
+    expected = [
+        DueTask(id=t.id, priority=t.priority, scheduled_at=t.scheduled_at)
+        for t in sorted(due, key=lambda t: (t.scheduled_at, t.id))
+    ]
+
+    pages: list[list[DueTask]] = []
+    cursor: tuple[datetime, UUID] | None = None
+    while True:
+
+        async def page(tx: Transaction, after: Any = cursor) -> list[DueTask]:
+            return await tx.tasks.due_queued(now=now, after=after, limit=4)
+
+        got = await store.run(page)
+        if not got:
+            break
+        pages.append(got)
+        cursor = (got[-1].scheduled_at, got[-1].id)
+
+    assert [len(p) for p in pages] == [4, 2]
+    assert [t for p in pages for t in p] == expected
+
+
+async def test_stale_running_filters_and_pages_by_id(store: Store) -> None:
+    now = await db_now(store)
+    job = new_job(now)
+    old = now - timedelta(minutes=10)
+
+    def running(name: str, started: datetime) -> Task:
+        return new_task(
+            job,
+            name,
+            now,
+            status=TaskStatus.RUNNING,
+            started_at=started,
+            current_run_id=uuid4(),
+            attempt=1,
+        )
+
+    stale = [running(f"stale{i}", old + timedelta(seconds=i)) for i in range(5)]
+    fresh = running("fresh", now)
+    queued = new_task(job, "queued", now, scheduled_at=old)
+    await add(store, job, [*stale, fresh, queued])
+    threshold = now - timedelta(minutes=1)
+
+    seen: list[RunningTask] = []
+    after: UUID | None = None
+    for _ in range(10):
+
+        async def page(tx: Transaction, cursor: UUID | None = after) -> list[RunningTask]:
+            return await tx.tasks.stale_running(started_before=threshold, after=cursor, limit=2)
+
+        got = await store.run(page)
+        if not got:
+            break
+        assert len(got) <= 2
+        seen.extend(got)
+        after = got[-1].id
+
+    assert seen == [
+        RunningTask(id=t.id, run_id=t.current_run_id, priority=t.priority, started_at=t.started_at)  # type: ignore[arg-type]
+        for t in sorted(stale, key=lambda t: t.id)
+    ]
+
+
+# --- runs -------------------------------------------------------------------------------------
+
+
+async def test_runs_are_listed_by_started_at_even_when_attempt_numbers_repeat(
+    store: Store,
+) -> None:
+    now = await db_now(store)
+    job = new_job(now)
+    task = new_task(job, "t", now, scheduled_at=now - timedelta(seconds=60))
+    await add(store, job, [task])
+
+    async def claim_reclaim_claim(tx: Transaction) -> list[TaskRun]:
+        current = await tx.tasks.get(task.id)
+        assert current is not None
+        first = current.claim(run_id=uuid4(), worker_id="w1", at=now - timedelta(seconds=30))
+        await tx.runs.add(replace(first))
+        current.reclaim(first, reason="lease lost", max_reclaims=5, at=now - timedelta(seconds=20))
+        await tx.runs.save(first)
+        second = current.claim(run_id=uuid4(), worker_id="w2", at=now - timedelta(seconds=10))
+        await tx.runs.add(second)
+        await tx.tasks.save(current)
+        return [first, second]
+
+    first, second = await store.run(claim_reclaim_claim)
+
+    async def history(tx: Transaction) -> list[TaskRun]:
+        return await tx.runs.list_for_task(task.id)
+
+    runs = await store.run(history)
+    assert runs == [first, second]
+    assert [r.attempt_number for r in runs] == [1, 1]
+    assert [r.status for r in runs] == [RunStatus.DEAD, RunStatus.RUNNING]
+    assert runs[0].error == "lease lost"
+
+
+async def test_run_save_is_guarded_on_the_stored_run_still_running(store: Store) -> None:
+    now = await db_now(store)
+    job = new_job(now)
+    task = new_task(job, "t", now, status=TaskStatus.RUNNING, started_at=now)
+    run = TaskRun(uuid4(), task.id, 1, "w1", RunStatus.RUNNING, started_at=now)
+    await add(store, job, [task])
+
+    async def fn(tx: Transaction) -> list[str]:
+        await tx.runs.add(replace(run))
+        winner, loser = replace(run), replace(run)
+        winner._end(RunStatus.SUCCEEDED, at=now)
+        await tx.runs.save(winner)
+        loser._end(RunStatus.FAILED, at=now, error="late report")
+        outcomes = []
+        for candidate in (loser, replace(run, id=uuid4())):
+            try:
+                await tx.runs.save(candidate)
+            except ConcurrentUpdate:
+                outcomes.append("conflict")
+        return outcomes
+
+    assert await store.run(fn) == ["conflict", "conflict"]
+
+    async def fetch(tx: Transaction) -> TaskRun | None:
+        return await tx.runs.get(run.id)
+
+    stored = await store.run(fetch)
+    assert stored is not None
+    assert (stored.status, stored.error, stored.finished_at) == (RunStatus.SUCCEEDED, None, now)
+
+
+# --- workers ----------------------------------------------------------------------------------
+
+
+async def test_workers_upsert_and_list_active_most_recent_first(store: Store) -> None:
+    now = await db_now(store)
+    first = Worker("w-1", "host-a", now - timedelta(seconds=30), {"kinds": ["a"], "n": 1})
+    old = Worker("w-old", None, now - timedelta(minutes=10))
+
+    async def register(tx: Transaction) -> None:
+        await tx.workers.upsert(first)
+        await tx.workers.upsert(old)
+
+    await store.run(register)
+    moved = Worker("w-1", "host-b", now - timedelta(seconds=5), {"kinds": ["a", "b"]})
+    second = Worker("w-2", "host-c", now - timedelta(seconds=20), {})
+
+    async def heartbeat(tx: Transaction) -> None:
+        await tx.workers.upsert(moved)
+        await tx.workers.upsert(second)
+
+    await store.run(heartbeat)
+
+    async def active(tx: Transaction, since: datetime) -> list[Worker]:
+        return await tx.workers.list_active(since)
+
+    assert await store.run(lambda tx: active(tx, now - timedelta(minutes=1))) == [moved, second]
+    assert await store.run(lambda tx: active(tx, now - timedelta(hours=1))) == [moved, second, old]
+
+
+# --- transactions -----------------------------------------------------------------------------
+
+
+async def test_a_domain_error_rolls_back_everything_and_propagates(store: Store) -> None:
+    now = await db_now(store)
+    kept = new_job(now)
+    kept_task = new_task(kept, "t", now)
+    await add(store, kept, [kept_task])
+    job = new_job(now, key="rolled-back")
+    calls = 0
+
+    async def fn(tx: Transaction) -> None:
+        nonlocal calls
+        calls += 1
+        await tx.jobs.add(job, [new_task(job, "t", now)], [])
+        changed = await tx.tasks.get(kept_task.id)
+        assert changed is not None
+        changed.last_error = "should vanish"
+        await tx.tasks.save(changed)
+        await tx.workers.upsert(Worker("w", None, now))
+        raise TaskNotFound("boom")
+
+    with pytest.raises(TaskNotFound, match="boom"):
+        await store.run(fn)
+    assert calls == 1
+
+    async def fetch(tx: Transaction) -> tuple[Any, ...]:
+        return (
+            await tx.jobs.get(job.id),
+            await tx.jobs.get_by_idempotency_key("rolled-back"),
+            await tx.tasks.get(kept_task.id),
+            await tx.workers.list_active(now - timedelta(days=1)),
+        )
+
+    assert await store.run(fetch) == (None, None, kept_task, [])
+
+
+async def test_now_is_aware_utc_and_fixed_within_a_try(store: Store) -> None:
+    async def fn(tx: Transaction) -> tuple[datetime, datetime]:
+        return await tx.now(), await tx.now()
+
+    first, again = await store.run(fn)
+    assert first == again
+    assert first.tzinfo is not None
+    assert first.utcoffset() == timedelta(0)
+    assert abs(first - datetime.now(UTC)) < timedelta(days=3650)
+
+
+async def test_run_returns_the_function_result(store: Store) -> None:
+    async def fn(tx: Transaction) -> dict[str, int]:
+        return {"answer": 42}
+
+    assert await store.run(fn) == {"answer": 42}
+    await store.ping()
