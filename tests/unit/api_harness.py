@@ -58,9 +58,7 @@ class Api:
 
 
 @asynccontextmanager
-async def running_api(
-    settings: Settings = SETTINGS, **overrides: Any
-) -> AsyncIterator[Api]:
+async def running_api(settings: Settings = SETTINGS, **overrides: Any) -> AsyncIterator[Api]:
     """Build the services on the memory backend with a FakeClock, the app, and a test client.
 
     Args:
@@ -70,8 +68,8 @@ async def running_api(
     clock = FakeClock()
     container = build_container(settings, backend="memory")
     container.clock.override(providers.Object(clock))
-    async with open_services(settings, backend="memory", container=container) as services:
-        services = replace(services, **overrides) if overrides else services
+    async with open_services(settings, backend="memory", container=container) as opened:
+        services = replace(opened, **overrides) if overrides else opened
         registry = new_registry()
         metrics = OrchestratorMetrics(registry)
         app = create_app(services, settings, metrics, registry)

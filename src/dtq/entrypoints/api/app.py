@@ -21,6 +21,7 @@ from dtq.entrypoints.api.errors import EXCEPTION_HANDLERS
 from dtq.entrypoints.api.health import HealthController, MetricsController
 from dtq.entrypoints.api.jobs import JobController
 from dtq.entrypoints.api.middleware import install_http_metrics
+from dtq.entrypoints.api.openapi import StrictStructSchemaPlugin
 from dtq.entrypoints.api.tasks import TaskController
 from dtq.entrypoints.api.workers import WorkerController
 from dtq.entrypoints.config import Settings
@@ -114,6 +115,7 @@ def create_app(
             description="Distributed task orchestrator: jobs of tasks with dependencies.",
             path="/schema",
         ),
+        plugins=[StrictStructSchemaPlugin()],
         logging_config=None,
     )
     install_http_metrics(app, metrics)

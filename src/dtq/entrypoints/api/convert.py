@@ -14,7 +14,6 @@ import hashlib
 from typing import Any
 from uuid import UUID
 
-import durationpy
 import msgspec
 
 from dtq.application.commands import JobView, SubmitJob, SubmitResult, TaskSpec, TaskView
@@ -33,7 +32,7 @@ from dtq.entrypoints.api.schemas import (
     WorkerBody,
     WorkersBody,
 )
-from dtq.entrypoints.config import Settings
+from dtq.entrypoints.config import ConfigError, Settings, parse_duration
 from dtq.entrypoints.metrics import OrchestratorMetrics
 
 #: ``GET /v1/workers`` window when ``active_since`` is absent (spec §7).
@@ -161,17 +160,18 @@ def parse_id(value: str) -> UUID:
 
 
 def parse_active_since(value: str) -> float:
-    """Parse ``?active_since=`` (a Go-style duration such as ``90s``, ``5m``, ``1h30m``).
+    """Parse ``?active_since=``: a Go ``time.ParseDuration`` string such as ``90s``, ``5m``,
+    ``1h30m`` (units ns, us, ms, s, m, h; the grammar of the configuration variables).
 
     Returns:
         The window in seconds.
 
     Raises:
-        ValidationError: not a duration, or not positive (field ``active_since``).
+        ValidationError: not a Go duration, or not positive (field ``active_since``).
     """
     try:
-        seconds = durationpy.from_str(value.strip()).total_seconds()
-    except (ValueError, OverflowError):
+        seconds = parse_duration(value, variable="active_since")
+    except ConfigError:
         raise ValidationError(
             f"{value!r} is not a duration (use e.g. 30s, 5m, 1h30m)", field="active_since"
         ) from None
@@ -179,7 +179,7 @@ def parse_active_since(value: str) -> float:
         raise ValidationError(
             f"active_since must be a positive duration, got {value!r}", field="active_since"
         )
-    return float(seconds)
+    return seconds
 
 
 def task_body(task: Task) -> TaskBody:

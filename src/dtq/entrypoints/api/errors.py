@@ -71,6 +71,7 @@ CODE_BY_HTTP_ERROR: Mapping[type[HTTPException], str] = {
 PARAMETER_FIELDS: Mapping[str, str] = {"idempotency_key": "Idempotency-Key"}
 
 _AT_PATH = re.compile(r"^(?P<message>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.DOTALL)
+_BODY_ROOT = re.compile(r"^\.data(?=$|[.\[])")
 _NAMED_FIELD = re.compile(r"^Object (?:missing required|contains unknown) field `(?P<name>[^`]+)`")
 
 
@@ -142,7 +143,7 @@ def handle_domain_error(request: Request[Any, Any, Any], exc: DtqError) -> Respo
 
 def _field_path(path: str, message: str) -> str | None:
     """``.data.tasks[0]`` + "Object missing required field `kind`" -> ``tasks[0].kind``."""
-    path = path.removeprefix(".data").lstrip(".")
+    path = _BODY_ROOT.sub("", path).lstrip(".")
     if named := _NAMED_FIELD.match(message):
         name = named["name"]
         path = f"{path}.{name}" if path else name

@@ -5,13 +5,13 @@ from __future__ import annotations
 from litestar import Controller, Response, get, post
 from litestar.di import NamedDependency
 from litestar.openapi.datastructures import ResponseSpec
-from litestar.params import FromPath, JSONBody
+from litestar.params import JSONBody
 
 from dtq.application.queries import QueryService
 from dtq.application.submit import SubmitService
 from dtq.entrypoints.api import convert, responses
+from dtq.entrypoints.api.params import IdempotencyKey, ResourceId
 from dtq.entrypoints.api.schemas import JobBody, SubmitJobRequest, SubmitJobResponse
-from dtq.entrypoints.api.tasks import IdempotencyKey
 from dtq.entrypoints.config import Settings
 from dtq.entrypoints.metrics import OrchestratorMetrics
 
@@ -53,7 +53,7 @@ class JobController(Controller):
         return Response(body, status_code=201 if result.created else 200)
 
     @get("/{id:str}", summary="Get a job with all its tasks", responses=responses.READ_BY_ID)
-    async def get_job(self, id: FromPath[str], queries: NamedDependency[QueryService]) -> JobBody:
+    async def get_job(self, id: ResourceId, queries: NamedDependency[QueryService]) -> JobBody:
         """The job row and every task of it; 404 unknown, 400 not a UUID."""
         view = await queries.get_job(convert.parse_id(id))
         return convert.job_body(view)

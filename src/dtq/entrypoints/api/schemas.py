@@ -12,6 +12,10 @@ Identifier rules (kept strict on purpose; documented in the OpenAPI schema):
 * ``priority``: 1..32 characters of ``a-z 0-9 _ -`` (it names a Redis list, spec §5).
 * job ``name``: up to 200 characters, no control characters (``\\u0000`` cannot be stored).
 
+Numbers and booleans are decoded the way Litestar decodes every request (msgspec's lax mode):
+``"max_attempts": "3"`` is read as 3, while ``"three"``, ``true`` or ``3.5`` are 400s. Payloads and
+metadata are ``Any`` and kept exactly as sent.
+
 Each pattern ends in ``(?!\\n)$`` because Python's ``$`` also matches before a trailing newline;
 the lookahead makes ``"echo\\n"`` fail in Python exactly as it does in ECMA regex.
 """

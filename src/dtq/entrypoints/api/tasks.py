@@ -2,42 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
 from litestar import Controller, Response, get, post
 from litestar.di import NamedDependency
 from litestar.openapi.datastructures import ResponseSpec
-from litestar.params import FromPath, HeaderParameter, JSONBody
+from litestar.params import JSONBody
 
 from dtq.application.queries import QueryService
 from dtq.application.submit import SubmitService
 from dtq.entrypoints.api import convert, responses
+from dtq.entrypoints.api.params import IdempotencyKey, ResourceId
 from dtq.entrypoints.api.schemas import (
-    IDEMPOTENCY_KEY_MAX,
-    IDEMPOTENCY_KEY_PATTERN,
     SubmitTaskRequest,
     SubmitTaskResponse,
     TaskDetailBody,
 )
 from dtq.entrypoints.config import Settings
 from dtq.entrypoints.metrics import OrchestratorMetrics
-
-#: The ``Idempotency-Key`` request header shared by both submission routes.
-IdempotencyKey = Annotated[
-    str | None,
-    HeaderParameter(
-        name="Idempotency-Key",
-        required=False,
-        min_length=1,
-        max_length=IDEMPOTENCY_KEY_MAX,
-        pattern=IDEMPOTENCY_KEY_PATTERN,
-        description=(
-            "Makes the submission safe to retry: the same key with the same body returns the "
-            "original ids with 200; with a different body, 409 idempotency_conflict. "
-            "1..255 printable ASCII characters."
-        ),
-    ),
-]
 
 REPLAYED = ResponseSpec(
     data_container=SubmitTaskResponse,
@@ -78,7 +58,7 @@ class TaskController(Controller):
 
     @get("/{id:str}", summary="Get a task with its run history", responses=responses.READ_BY_ID)
     async def get_task(
-        self, id: FromPath[str], queries: NamedDependency[QueryService]
+        self, id: ResourceId, queries: NamedDependency[QueryService]
     ) -> TaskDetailBody:
         """The task row and its runs ordered by ``started_at``; 404 unknown, 400 not a UUID."""
         view = await queries.get_task(convert.parse_id(id))

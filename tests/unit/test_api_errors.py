@@ -1,0 +1,479 @@
+"""The HTTP API's error paths: every 4xx names the field in one JSON shape; nothing is a 500
+unless the server is at fault (spec §7, DESIGN §5)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+from uuid import UUID, uuid4
+
+import httpx
+import pytest
+
+from dtq.adapters.memory.clock import FakeClock
+from dtq.adapters.memory.store import InMemoryStore
+from dtq.application.commands import TaskView
+from dtq.application.queries import QueryService
+from dtq.domain.errors import ConcurrentUpdate, DuplicateKind, InvalidTransition
+from dtq.entrypoints.api.errors import status_for
+from tests.unit.api_harness import JSON, Api, running_api
+
+
+@pytest.fixture
+async def api() -> AsyncIterator[Api]:
+    async with running_api() as running:
+        yield running
+
+
+def error_of(response: httpx.Response, status: int) -> dict[str, Any]:
+    """Assert the status and the one error shape; return the inner ``error`` object."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/json")
+    body = response.json()
+    assert set(body) == {"error"}
+    assert set(body["error"]) == {"code", "message", "field"}
+    assert isinstance(body["error"]["message"], str)
+    assert body["error"]["message"]
+    error: dict[str, Any] = body["error"]
+    return error
+
+
+def task(name: str, *deps: str, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "kind": "echo", "depends_on": list(deps), **extra}
+
+
+# --- DAG validation ---------------------------------------------------------------------------
+
+
+async def test_cycle_is_a_400_naming_the_cycle_path(api: Api) -> None:
+    body = {"tasks": [task("a", "c"), task("b", "a"), task("c", "b"), task("d")]}
+
+    error = error_of(await api.client.post("/v1/jobs", json=body), 400)
+
+    assert error["code"] == "dependency_cycle"
+    assert error["field"] == "tasks"
+    assert "a -> c -> b -> a" in error["message"] or "a -> b -> c -> a" in error["message"]
+
+
+async def test_duplicate_task_names_are_a_400_naming_the_second_task(api: Api) -> None:
+    body = {"tasks": [task("a"), task("b"), task("a")]}
+
+    error = error_of(await api.client.post("/v1/jobs", json=body), 400)
+
+    assert (error["code"], error["field"]) == ("duplicate_task_name", "tasks[2].name")
+
+
+async def test_unknown_dependency_is_a_400_naming_the_task(api: Api) -> None:
+    body = {"tasks": [task("a"), task("b", "zz")]}
+
+    error = error_of(await api.client.post("/v1/jobs", json=body), 400)
+
+    assert (error["code"], error["field"]) == ("unknown_dependency", "tasks[1].depends_on")
+    assert "'zz'" in error["message"]
+
+
+async def test_self_dependency_is_a_400(api: Api) -> None:
+    error = error_of(await api.client.post("/v1/jobs", json={"tasks": [task("a", "a")]}), 400)
+
+    assert (error["code"], error["field"]) == ("self_dependency", "tasks[0].depends_on")
+
+
+async def test_rejected_job_writes_nothing(api: Api) -> None:
+    await api.client.post("/v1/jobs", json={"tasks": [task("a", "b"), task("b", "a")]})
+
+    assert api.queue.ready_ids("default") == []
+    assert api.sample("orchestrator_jobs_submitted_total") == 0
+
+
+# --- decoding: malformed JSON, wrong types, missing and unknown fields -----------------------
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"kind":',
+        b"{'kind': 'echo'}",
+        b'{"kind":"echo",}',
+        b"\xff\xfe",
+        b'{"kind":"echo","payload":NaN}',
+        b'{"kind":"echo","payload":1e999}',
+    ],
+)
+async def test_malformed_json_is_a_400_not_a_500(api: Api, raw: bytes) -> None:
+    error = error_of(await api.client.post("/v1/tasks", content=raw, headers=JSON), 400)
+
+    assert error["code"] == "invalid_json"
+
+
+async def test_empty_body_is_a_400(api: Api) -> None:
+    error = error_of(await api.client.post("/v1/tasks", content=b"", headers=JSON), 400)
+
+    assert error["field"] is None
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/v1/tasks", {"kind": 5}, "kind"),
+        ("/v1/tasks", {"kind": "echo", "max_attempts": "three"}, "max_attempts"),
+        ("/v1/tasks", {"kind": "echo", "max_attempts": True}, "max_attempts"),
+        ("/v1/tasks", {"kind": "echo", "max_attempts": 3.5}, "max_attempts"),
+        ("/v1/tasks", ["echo"], None),
+        ("/v1/jobs", {"tasks": {"a": {}}}, "tasks"),
+        ("/v1/jobs", {"tasks": [{"name": "a", "kind": 1}]}, "tasks[0].kind"),
+        (
+            "/v1/jobs",
+            {"tasks": [task("a"), {"name": "b", "kind": "k", "depends_on": "a"}]},
+            "tasks[1].depends_on",
+        ),
+        ("/v1/jobs", {"tasks": [task("a")], "metadata": [1]}, "metadata"),
+        ("/v1/jobs", {"tasks": [task("a")], "name": 7}, "name"),
+    ],
+)
+async def test_wrong_types_are_a_400_naming_the_field(
+    api: Api, path: str, body: Any, field: str | None
+) -> None:
+    error = error_of(await api.client.post(path, json=body), 400)
+
+    assert (error["code"], error["field"]) == ("validation_error", field)
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/v1/tasks", {"payload": 1}, "kind"),
+        ("/v1/jobs", {}, "tasks"),
+        ("/v1/jobs", {"tasks": [{"kind": "k"}]}, "tasks[0].name"),
+        ("/v1/jobs", {"tasks": [task("a"), {"name": "b"}]}, "tasks[1].kind"),
+    ],
+)
+async def test_missing_fields_are_a_400_naming_the_field(
+    api: Api, path: str, body: Any, field: str
+) -> None:
+    error = error_of(await api.client.post(path, json=body), 400)
+
+    assert error["field"] == field
+    assert "missing" in error["message"]
+
+
+async def test_unknown_fields_are_refused_so_typos_do_not_drop_dependencies(api: Api) -> None:
+    body = {"tasks": [task("a"), {"name": "b", "kind": "k", "depend_on": ["a"]}]}
+
+    error = error_of(await api.client.post("/v1/jobs", json=body), 400)
+
+    assert error["field"] == "tasks[1].depend_on"
+
+
+# --- identifier rules -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"kind": ""}, "kind"),
+        ({"kind": "has space"}, "kind"),
+        ({"kind": "echo\n"}, "kind"),
+        ({"kind": "k" * 201}, "kind"),
+        ({"kind": "é"}, "kind"),
+        ({"kind": "nul\u0000"}, "kind"),
+        ({"kind": "echo", "priority": "HIGH"}, "priority"),
+        ({"kind": "echo", "priority": ""}, "priority"),
+        ({"kind": "echo", "priority": "p" * 33}, "priority"),
+        ({"kind": "echo", "max_attempts": 0}, "max_attempts"),
+        ({"kind": "echo", "max_attempts": 101}, "max_attempts"),
+        ({"kind": "echo", "max_attempts": 2**70}, "max_attempts"),
+    ],
+)
+async def test_task_identifiers_and_options_are_validated(
+    api: Api, body: dict[str, Any], field: str
+) -> None:
+    error = error_of(await api.client.post("/v1/tasks", json=body), 400)
+
+    assert error["field"] == field
+
+
+async def test_kind_of_200_characters_is_accepted(api: Api) -> None:
+    response = await api.client.post("/v1/tasks", json={"kind": "k" * 200})
+
+    assert response.status_code == 201
+
+
+@pytest.mark.parametrize("name", ["", "a b", "x" * 201, "tab\t"])
+async def test_task_names_follow_the_kind_rules(api: Api, name: str) -> None:
+    error = error_of(await api.client.post("/v1/jobs", json={"tasks": [task(name)]}), 400)
+
+    assert error["field"] == "tasks[0].name"
+
+
+async def test_job_name_refuses_control_characters(api: Api) -> None:
+    body = {"name": "nightly\u0000", "tasks": [task("a")]}
+
+    error = error_of(await api.client.post("/v1/jobs", json=body), 400)
+
+    assert error["field"] == "name"
+
+
+# --- payloads: NUL, int64, nesting, size ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("payload", "field"),
+    [
+        ({"msg": "hi\u0000"}, "payload.msg"),
+        ({"k\u0000ey": 1}, "payload"),
+        (["ok", ["\u0000"]], "payload[1][0]"),
+        (2**63, "payload"),
+        ({"n": -(2**63) - 1}, "payload.n"),
+    ],
+)
+async def test_unstorable_task_payload_is_a_400_naming_the_field(
+    api: Api, payload: Any, field: str
+) -> None:
+    error = error_of(
+        await api.client.post("/v1/tasks", json={"kind": "k", "payload": payload}), 400
+    )
+
+    assert (error["code"], error["field"]) == ("invalid_payload", field)
+
+
+async def test_int64_bounds_themselves_are_accepted(api: Api) -> None:
+    payload = [2**63 - 1, -(2**63)]
+
+    response = await api.client.post("/v1/tasks", json={"kind": "k", "payload": payload})
+
+    assert response.status_code == 201
+
+
+@pytest.mark.parametrize(
+    ("payload", "field"),
+    [
+        ({"s": "\u0000"}, "tasks[1].payload.s"),
+        ({"\u0000": 1}, "tasks[1].payload"),
+        (2**64, "tasks[1].payload"),
+    ],
+)
+async def test_unstorable_job_payload_names_the_task(api: Api, payload: Any, field: str) -> None:
+    body = {"tasks": [task("a"), task("b", payload=payload)]}
+
+    error = error_of(await api.client.post("/v1/jobs", json=body), 400)
+
+    assert (error["code"], error["field"]) == ("invalid_payload", field)
+
+
+async def test_nul_in_job_metadata_is_a_400(api: Api) -> None:
+    body = {"tasks": [task("a")], "metadata": {"owner": "x\u0000"}}
+
+    error = error_of(await api.client.post("/v1/jobs", json=body), 400)
+
+    assert (error["code"], error["field"]) == ("invalid_payload", "metadata.owner")
+
+
+async def test_escaped_nul_in_raw_json_is_refused_too(api: Api) -> None:
+    raw = b'{"kind":"k","payload":{"a":"\\u0000"}}'
+
+    error = error_of(await api.client.post("/v1/tasks", content=raw, headers=JSON), 400)
+
+    assert error["field"] == "payload.a"
+
+
+def nested(depth: int) -> bytes:
+    return b"[" * depth + b"]" * depth
+
+
+async def test_payload_nested_far_deeper_than_64_levels_is_a_400(api: Api) -> None:
+    raw = b'{"kind":"k","payload":' + nested(100) + b"}"
+
+    error = error_of(await api.client.post("/v1/tasks", content=raw, headers=JSON), 400)
+
+    assert error["code"] == "invalid_payload"
+    assert error["field"].startswith("payload[0]")
+
+
+async def test_payload_nested_64_levels_is_accepted(api: Api) -> None:
+    raw = b'{"kind":"k","payload":' + nested(64) + b"}"
+
+    response = await api.client.post("/v1/tasks", content=raw, headers=JSON)
+
+    assert response.status_code == 201
+
+
+async def test_body_nested_beyond_the_decoders_recursion_limit_is_a_400(api: Api) -> None:
+    raw = b'{"kind":"k","payload":' + nested(20_000) + b"}"
+
+    error = error_of(await api.client.post("/v1/tasks", content=raw, headers=JSON), 400)
+
+    assert error["code"] == "invalid_json"
+
+
+async def test_oversized_task_payload_is_a_400_naming_it(api: Api) -> None:
+    payload = {"blob": "x" * 2000}  # limit: 1024 bytes encoded
+
+    error = error_of(
+        await api.client.post("/v1/tasks", json={"kind": "k", "payload": payload}), 400
+    )
+
+    assert (error["code"], error["field"]) == ("invalid_payload", "payload")
+
+
+async def test_oversized_payload_in_a_job_names_the_task(api: Api) -> None:
+    body = {"tasks": [task("a"), task("b", payload="y" * 2000)]}
+
+    error = error_of(await api.client.post("/v1/jobs", json=body), 400)
+
+    assert (error["code"], error["field"]) == ("invalid_payload", "tasks[1].payload")
+
+
+async def test_oversized_metadata_is_a_400(api: Api) -> None:
+    body = {"tasks": [task("a")], "metadata": {"blob": "z" * 2000}}
+
+    error = error_of(await api.client.post("/v1/jobs", json=body), 400)
+
+    assert error["field"] == "metadata"
+
+
+# --- limits on the request as a whole ---------------------------------------------------------
+
+
+async def test_more_tasks_than_the_limit_is_a_400_on_tasks(api: Api) -> None:
+    tasks = [task(f"t{i}") for i in range(21)]  # limit: 20
+
+    error = error_of(await api.client.post("/v1/jobs", json={"tasks": tasks}), 400)
+
+    assert error["field"] == "tasks"
+    assert "20" in error["message"]
+
+
+async def test_a_job_without_tasks_is_a_400(api: Api) -> None:
+    error = error_of(await api.client.post("/v1/jobs", json={"tasks": []}), 400)
+
+    assert error["field"] == "tasks"
+
+
+async def test_body_larger_than_the_limit_is_a_413(api: Api) -> None:
+    raw = b'{"kind":"k","payload":"' + b"x" * (64 * 1024) + b'"}'
+
+    error = error_of(await api.client.post("/v1/tasks", content=raw, headers=JSON), 413)
+
+    assert error["code"] == "request_too_large"
+
+
+# --- Idempotency-Key header -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("key", ["k" * 256, "tab\tkey"])
+async def test_invalid_idempotency_keys_are_a_400_naming_the_header(api: Api, key: str) -> None:
+    response = await api.client.post(
+        "/v1/tasks", json={"kind": "k"}, headers={"Idempotency-Key": key}
+    )
+
+    assert error_of(response, 400)["field"] == "Idempotency-Key"
+
+
+async def test_a_255_character_printable_key_is_accepted(api: Api) -> None:
+    key = "A-z0~ !" + "k" * 248
+
+    response = await api.client.post(
+        "/v1/tasks", json={"kind": "k"}, headers={"Idempotency-Key": key}
+    )
+
+    assert response.status_code == 201
+
+
+# --- ids, routes, methods ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("resource", ["tasks", "jobs"])
+@pytest.mark.parametrize("bad_id", ["nope", "123", "00000000-0000-0000-0000-00000000000g", "%00"])
+async def test_malformed_id_is_a_400_naming_id(api: Api, resource: str, bad_id: str) -> None:
+    error = error_of(await api.client.get(f"/v1/{resource}/{bad_id}"), 400)
+
+    assert (error["code"], error["field"]) == ("validation_error", "id")
+
+
+async def test_unknown_task_is_a_404(api: Api) -> None:
+    error = error_of(await api.client.get(f"/v1/tasks/{uuid4()}"), 404)
+
+    assert (error["code"], error["field"]) == ("task_not_found", "id")
+
+
+async def test_unknown_job_is_a_404(api: Api) -> None:
+    error = error_of(await api.client.get(f"/v1/jobs/{uuid4()}"), 404)
+
+    assert error["code"] == "job_not_found"
+
+
+async def test_a_task_id_is_not_a_job_id(api: Api) -> None:
+    created = await api.client.post("/v1/tasks", json={"kind": "k"})
+
+    response = await api.client.get(f"/v1/jobs/{created.json()['task_id']}")
+
+    assert response.status_code == 404
+
+
+async def test_unknown_route_is_a_404_in_the_error_shape(api: Api) -> None:
+    error = error_of(await api.client.get("/v2/tasks"), 404)
+
+    assert error["code"] == "route_not_found"
+
+
+async def test_wrong_method_is_a_405_with_allow(api: Api) -> None:
+    response = await api.client.delete(f"/v1/tasks/{uuid4()}")
+
+    assert error_of(response, 405)["code"] == "method_not_allowed"
+    assert "GET" in response.headers["allow"]
+
+
+# --- server-side failures ---------------------------------------------------------------------
+
+
+class ExplodingQueries(QueryService):
+    """A query service with a bug in it."""
+
+    async def get_task(self, task_id: UUID) -> TaskView:
+        raise RuntimeError("secret internal detail")
+
+
+async def test_unexpected_exception_is_a_generic_500_with_the_traceback_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    queries = ExplodingQueries(store=InMemoryStore(FakeClock()))
+    async with running_api(queries=queries) as api:
+        with caplog.at_level(logging.INFO, logger="dtq.api"):
+            response = await api.client.get(f"/v1/tasks/{uuid4()}")
+
+    error = error_of(response, 500)
+    assert error["code"] == "internal_error"
+    assert "secret" not in response.text
+    [record] = [r for r in caplog.records if r.name == "dtq.api"]
+    assert record.levelno == logging.ERROR
+    assert record.exc_info is not None
+    assert isinstance(record.exc_info[1], RuntimeError)
+    labels = {"method": "GET", "route": "/v1/tasks/{id}", "status": "500"}
+    assert api.sample("orchestrator_http_requests_total", labels) == 1
+
+
+async def test_client_errors_are_logged_without_traceback(
+    api: Api, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="dtq.api"):
+        await api.client.get(f"/v1/tasks/{uuid4()}")
+        await api.client.post("/v1/tasks", content=b"{", headers=JSON)
+
+    records = [r for r in caplog.records if r.name == "dtq.api"]
+    assert len(records) == 2
+    assert all(r.exc_info is None and r.levelno < logging.WARNING for r in records)
+
+
+async def test_backend_down_is_a_503(api: Api) -> None:
+    api.store.available = False
+
+    error = error_of(await api.client.post("/v1/tasks", json={"kind": "k"}), 503)
+
+    assert error["code"] == "backend_unavailable"
+
+
+def test_error_table_maps_families_and_defaults_to_500() -> None:
+    assert status_for(InvalidTransition()) == 409
+    assert status_for(ConcurrentUpdate()) == 503
+    assert status_for(DuplicateKind()) == 500
