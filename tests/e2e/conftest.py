@@ -111,14 +111,14 @@ class Cluster:
 
     def start(self, name: str, *args: str, command: str = "dtq", **env: str) -> None:
         """Start ``command args`` in the background, logging to ``logs/<name>.log``."""
-        log = (self.logs / f"{name}.log").open("ab")
-        self.procs[name] = subprocess.Popen(
-            [str(BIN / command), *args],
-            env={**self.env, **env},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        with (self.logs / f"{name}.log").open("ab") as log:  # the child keeps its own fd
+            self.procs[name] = subprocess.Popen(
+                [str(BIN / command), *args],
+                env={**self.env, **env},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
 
     def start_orchestrator(self) -> None:
         self.start("orchestrator", "orchestrator")

@@ -293,3 +293,22 @@ async def test_hand_back_past_a_lowered_crash_budget_fails_and_cascades() -> Non
     assert await status_of(app, result.task_ids["b"]) is TaskStatus.FAILED
     assert (await app.queries.get_job(result.job_id)).job.status is JobStatus.FAILED
     assert app.queue.ready_ids("default") == []
+
+
+async def test_put_back_releases_the_marker_and_repushes_without_a_run(app: App) -> None:
+    result = await app.submit_tasks(TaskSpec("a", "echo", priority="high"))
+    task_id = result.task_ids["a"]
+    assert await app.queue.pop(["high"], timeout=0) == task_id
+    assert await app.execution.put_back(task_id) is True
+    assert app.queue.ready_ids("high") == [task_id]
+    assert (await app.queries.get_task(task_id)).runs == []
+
+
+async def test_put_back_of_a_task_no_longer_queued_only_releases_the_marker(app: App) -> None:
+    await app.submit_tasks(TaskSpec("a", "echo"))
+    claim = await pop_claim(app)
+    await app.queue.enqueue(claim.task.id, "default")  # a duplicate delivery
+    await app.queue.pop(["default"], timeout=0)
+    assert await app.execution.put_back(claim.task.id) is False
+    assert not await app.queue.has_marker(claim.task.id)
+    assert app.queue.ready_ids("default") == []

@@ -96,6 +96,31 @@ class ExecutionService:
             await self._queue.set_lease(self._lease(claim), self._policy.lease_ttl)
         return claim
 
+    async def put_back(self, task_id: UUID) -> bool:
+        """Return a popped id this worker will not claim (it is shutting down).
+
+        The delivery ends unclaimed, so its pending marker is released (spec §5, second release
+        path) and, if the task is still ``queued``, the id is pushed again behind a new marker so
+        another worker takes it at once instead of after a reconcile interval. No run is created.
+
+        Returns:
+            True when the id was pushed again.
+
+        Raises:
+            BackendUnavailable: the database or Redis failed (the marker release was attempted).
+        """
+
+        async def read(tx: Transaction) -> Task | None:
+            return await tx.tasks.get(task_id)
+
+        try:
+            task = await self._store.run(read)
+        finally:
+            await self._queue.release_marker(task_id)
+        if task is None or task.status is not TaskStatus.QUEUED:
+            return False
+        return await self._queue.enqueue(task_id, task.priority)
+
     # -- outcomes ------------------------------------------------------------------------------
 
     async def complete(self, claim: Claim) -> ReportOutcome:

@@ -29,7 +29,9 @@ keeps running until it returns, holding its pool thread (and delaying process ex
 
 * On stop (``stop`` event, or the first SIGTERM/SIGINT in :meth:`Runtime.run_forever`) the loops
   pop no more work. A pop already blocking finishes (at most ``poll_timeout``, so no popped id
-  is lost); an id it delivers is processed like the others.
+  is lost); an id it delivers after the stop is put back unclaimed
+  (``ExecutionService.put_back``: marker released, id pushed again), so no run is opened only
+  to be handed back.
 * Running handlers get ``Options.shutdown_grace`` seconds to finish; their outcomes are recorded
   normally.
 * Then every handler still running is cancelled and its task *handed back at once*

@@ -134,7 +134,11 @@ class Session:
                 task_id = await self._queue.pop(
                     self._options.priorities, timeout=self._options.poll_timeout
                 )
-                if task_id is not None:
+                if task_id is not None and self._stopping.is_set():
+                    # popped by a wait that began before the stop: give it to another worker
+                    # unclaimed, rather than claim it only to hand it back (a dead run).
+                    await self._execution.put_back(task_id)
+                elif task_id is not None:
                     claim = await self._execution.claim(task_id, self._worker_id)
                     if claim is None:
                         self._metrics.claim_refusals.inc()
