@@ -131,7 +131,8 @@ async def _replay(tx: Transaction, cmd: SubmitJob) -> SubmitResult | None:
         return None
     if job.request_hash != cmd.request_hash:
         raise IdempotencyConflict(
-            f"Idempotency-Key {cmd.idempotency_key!r} was already used with a different request"
+            f"Idempotency-Key {cmd.idempotency_key!r} was already used with a different request",
+            field="Idempotency-Key",
         )
     tasks = await tx.tasks.list_by_job(job.id)
     return SubmitResult(job_id=job.id, task_ids={t.name: t.id for t in tasks}, created=False)

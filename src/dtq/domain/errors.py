@@ -151,6 +151,9 @@ class IdempotencyConflict(Conflict):
 
     code = "idempotency_conflict"
 
+    def __init__(self, detail: str | None = None, *, field: str | None = "Idempotency-Key") -> None:
+        super().__init__(detail, field=field)
+
 
 class DuplicateKind(DtqError):
     """A handler kind was registered twice on one worker runtime (spec §6 Registration)."""
