@@ -157,3 +157,19 @@ async def test_worker_registry_lists_recent_heartbeats(app: App) -> None:
     workers = await app.queries.list_workers(active_within=120)
     assert [(w.id, w.hostname, w.metadata) for w in workers] == [("new", "h2", {"concurrency": 4})]
     assert {w.id for w in await app.queries.list_workers(active_within=600)} == {"old", "new"}
+
+
+async def test_one_reconcile_pass_repairs_a_backlog_larger_than_a_page(app: App) -> None:
+    await app.submit_tasks(*(TaskSpec(f"t{i}", "echo") for i in range(23)))
+    app.queue.flush()
+    report = await app.reconcile.reconcile_once(limit=5)
+    assert report.enqueued == 23
+    assert len(app.queue.ready_ids("default")) == 23
+
+
+async def test_a_pass_stops_after_max_pages_and_the_next_one_carries_on(app: App) -> None:
+    await app.submit_tasks(*(TaskSpec(f"t{i}", "echo") for i in range(12)))
+    app.queue.flush()
+    first = await app.reconcile.reconcile_once(limit=5, max_pages=1)
+    second = await app.reconcile.reconcile_once(limit=5, max_pages=1)
+    assert (first.enqueued, second.enqueued) == (5, 5)

@@ -133,13 +133,24 @@ class ReconcileService:
         """
         return await self._queue.promote_due(limit)
 
-    async def reconcile_once(self, limit: int = 500) -> ReconcileReport:
+    async def reconcile_once(self, limit: int = 500, *, max_pages: int = 40) -> ReconcileReport:
         """One full pass: reclaim stale runs, then enqueue due tasks, then promote scheduled.
+
+        Each step pages through its candidates ``limit`` at a time until a page comes back
+        short or ``max_pages`` pages were handled, so a large backlog is repaired in one pass
+        while the pass stays bounded (the cursor carries on next pass).
 
         Raises:
             BackendUnavailable: the database or Redis failed mid-pass.
         """
-        reclaimed = await self.reclaim_stale(limit)
-        enqueued = await self.enqueue_due(limit)
+        reclaimed = enqueued = 0
+        for _ in range(max_pages):
+            reclaimed += await self.reclaim_stale(limit)
+            if self._stale_cursor is None:
+                break
+        for _ in range(max_pages):
+            enqueued += await self.enqueue_due(limit)
+            if self._due_cursor is None:
+                break
         promoted = await self.promote_scheduled(limit)
         return ReconcileReport(enqueued=enqueued, reclaimed=reclaimed, promoted=promoted)
