@@ -7,8 +7,8 @@ run was reclaimed changes nothing (``ReportOutcome.STALE``).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from uuid import UUID, uuid4
 
@@ -17,7 +17,7 @@ from dtq.application.ports import Lease, LeaseState, Queue, Store, Transaction
 from dtq.application.transitions import (
     cascade_failure,
     mark_job_failed,
-    mark_job_started,
+    mark_jobs_started,
     promote_dependents,
     settle_job,
 )
@@ -60,41 +60,53 @@ class ExecutionService:
     # -- claim ---------------------------------------------------------------------------------
 
     async def claim(self, task_id: UUID, worker_id: str) -> Claim | None:
-        """Claim a task id popped from a ready list (spec §5 claim flow).
-
-        ``queued -> running`` with a new run, in one transaction; then, whatever happened, the
-        pending marker is released (this worker owns the delivery since BRPOP removed the id);
-        then the lease hash is set. A task that is queued but not yet due (a stale duplicate
-        popped early) is refused and put back on the scheduled set for its due time.
-
-        Args:
-            task_id: the popped id.
-            worker_id: this worker's identity.
+        """Claim one popped task id; see :meth:`claim_many`.
 
         Returns:
             The claim, or None when the task was not claimable (already claimed by another
             worker, finished, unknown, or not yet due).
+        """
+        claims = await self.claim_many([task_id], worker_id)
+        return claims[0] if claims else None
+
+    async def claim_many(self, task_ids: Sequence[UUID], worker_id: str) -> list[Claim]:
+        """Claim task ids popped from the ready lists, in one transaction (spec §5 claim flow).
+
+        Each claimable task goes ``queued -> running`` with a new run; then, whatever happened,
+        every popped id's pending marker is released (this worker owns those deliveries since
+        the pop removed them); then the leases are set. A task that is queued but not yet due
+        (a stale duplicate popped early) is refused and put back on the scheduled set for its
+        due time. Unknown, finished or already claimed tasks are refused silently.
+
+        Args:
+            task_ids: the popped ids (duplicates are claimed once).
+            worker_id: this worker's identity.
+
+        Returns:
+            The claims, in the order of ``task_ids``; refused ids are left out.
 
         Raises:
-            BackendUnavailable: the database or Redis failed (the marker release was still
+            BackendUnavailable: the database or Redis failed (the marker releases were still
                 attempted).
         """
-        run_id = uuid4()
-        claim: Claim | None = None
+        ids = list(dict.fromkeys(task_ids))
+        if not ids:
+            return []
+        run_ids = {task_id: uuid4() for task_id in ids}
+        batch = _ClaimBatch()
         try:
-            claim = await self._store.run(lambda tx: _claim_tx(tx, task_id, run_id, worker_id))
-        except TaskNotClaimable as refused:
-            if refused.not_before is not None and refused.priority is not None:
-                await self._queue.schedule(task_id, refused.priority, refused.not_before)
-        except CommitOutcomeUnknown:
-            claim = await self._store.run(
-                lambda tx: _claim_recovered(tx, task_id, run_id, worker_id)
-            )
+            try:
+                batch = await self._store.run(lambda tx: _claim_tx(tx, ids, run_ids, worker_id))
+            except CommitOutcomeUnknown:
+                batch = await self._store.run(lambda tx: _claim_recovered(tx, run_ids, worker_id))
         finally:
-            await self._queue.release_marker(task_id)
-        if claim is not None:
-            await self._queue.set_lease(self._lease(claim), self._policy.lease_ttl)
-        return claim
+            await self._queue.release_markers(ids)
+        for task_id, priority, due in batch.not_due:
+            await self._queue.schedule(task_id, priority, due)
+        if batch.claims:
+            leases = [self._lease(claim) for claim in batch.claims]
+            await self._queue.set_leases(leases, self._policy.lease_ttl)
+        return batch.claims
 
     async def put_back(self, task_id: UUID) -> bool:
         """Return a popped id this worker will not claim (it is shutting down).
@@ -124,28 +136,40 @@ class ExecutionService:
     # -- outcomes ------------------------------------------------------------------------------
 
     async def complete(self, claim: Claim) -> ReportOutcome:
-        """Record the handler's success (spec §6 Success).
+        """Record one handler success; see :meth:`complete_many`."""
+        return (await self.complete_many([claim]))[0]
 
-        Task ``completed``, run ``succeeded``, dependents whose dependencies are all complete
-        promoted to ``queued``; after commit the lease is deleted and promoted tasks pushed.
-        Reporting the same success twice is a no-op (``DUPLICATE``).
+    async def complete_many(self, claims: Sequence[Claim]) -> list[ReportOutcome]:
+        """Record handler successes, in one transaction (spec §6 Success).
+
+        Each task ``completed``, its run ``succeeded``; dependents whose dependencies are all
+        complete are promoted to ``queued``; job statuses are settled. After the commit the
+        leases are deleted and the promoted tasks pushed. Reporting a success again is a no-op
+        (``DUPLICATE``); a report from a run that is no longer live is refused (``STALE``) and
+        changes nothing, without affecting the other claims of the batch.
 
         Returns:
-            RECORDED, DUPLICATE, or STALE when the run was reclaimed (nothing changed).
+            One outcome per claim, in order: RECORDED, DUPLICATE or STALE.
+
+        Raises:
+            BackendUnavailable: the database failed (nothing was recorded) or Redis failed
+                after the commit (the reconciler repairs the Redis side).
         """
+        if not claims:
+            return []
 
-        async def tx_fn(tx: Transaction) -> _Followup:
-            task, run = await _load_run(tx, claim)
-            now = await tx.now()
-            if not task.succeed(run, at=now):
-                return _Followup(ReportOutcome.DUPLICATE)
-            await tx.tasks.save(task)
-            await tx.runs.save(run)
-            promoted = await promote_dependents(tx, task, at=now)
-            await settle_job(tx, task.job_id, at=now)
-            return _Followup(ReportOutcome.RECORDED, enqueue=tuple(promoted))
+        async def tx_fn(tx: Transaction) -> tuple[list[ReportOutcome], list[Task]]:
+            return await _complete_tx(tx, claims)
 
-        return await self._report(claim, tx_fn)
+        try:
+            outcomes, promoted = await self._store.run(tx_fn)
+        except CommitOutcomeUnknown:
+            # Recording a success is idempotent (a replay is DUPLICATE): run it again to learn.
+            outcomes, promoted = await self._store.run(tx_fn)
+        await self._queue.delete_leases([(c.task.id, c.run.id) for c in claims])
+        if promoted:
+            await self._queue.enqueue_many([(t.id, t.priority) for t in promoted])
+        return outcomes
 
     async def fail(self, claim: Claim, error: str, *, permanent: bool = False) -> ReportOutcome:
         """Record the handler's failure (spec §6 Failure, Unknown kind).
@@ -274,27 +298,81 @@ class ExecutionService:
         )
 
 
-async def _claim_tx(tx: Transaction, task_id: UUID, run_id: UUID, worker_id: str) -> Claim:
-    task = await tx.tasks.get(task_id)
-    if task is None:
-        raise TaskNotClaimable(f"task {task_id} does not exist")
+@dataclass(slots=True)
+class _ClaimBatch:
+    """What one claim transaction produced."""
+
+    claims: list[Claim] = field(default_factory=list)
+    not_due: list[tuple[UUID, str, datetime]] = field(default_factory=list)
+
+
+async def _claim_tx(
+    tx: Transaction, task_ids: list[UUID], run_ids: dict[UUID, UUID], worker_id: str
+) -> _ClaimBatch:
+    tasks = {task.id: task for task in await tx.tasks.get_many(task_ids)}
     now = await tx.now()
-    run = task.claim(run_id=run_id, worker_id=worker_id, at=now)
-    await tx.tasks.save(task)
-    await tx.runs.add(run)
-    await mark_job_started(tx, task.job_id, at=now)
-    return Claim(task=task, run=run, worker_id=worker_id)
+    batch = _ClaimBatch()
+    for task_id in task_ids:
+        task = tasks.get(task_id)
+        if task is None:
+            continue
+        try:
+            run = task.claim(run_id=run_ids[task_id], worker_id=worker_id, at=now)
+        except TaskNotClaimable as refused:
+            if refused.not_before is not None and refused.priority is not None:
+                batch.not_due.append((task_id, refused.priority, refused.not_before))
+            continue
+        batch.claims.append(Claim(task=task, run=run, worker_id=worker_id))
+    if batch.claims:
+        await tx.tasks.save_many([claim.task for claim in batch.claims])
+        await tx.runs.add_many([claim.run for claim in batch.claims])
+        await mark_jobs_started(tx, (claim.task.job_id for claim in batch.claims), at=now)
+    return batch
 
 
 async def _claim_recovered(
-    tx: Transaction, task_id: UUID, run_id: UUID, worker_id: str
-) -> Claim | None:
-    """After an ambiguous commit: the claim stuck exactly when our run is the live one."""
-    task = await tx.tasks.get(task_id)
-    run = await tx.runs.get(run_id)
-    if task is None or run is None or task.current_run_id != run_id:
-        return None
-    return Claim(task=task, run=run, worker_id=worker_id)
+    tx: Transaction, run_ids: dict[UUID, UUID], worker_id: str
+) -> _ClaimBatch:
+    """After an ambiguous commit: a claim stuck exactly when its run is the task's live run."""
+    tasks = {task.id: task for task in await tx.tasks.get_many(list(run_ids))}
+    runs = {run.id: run for run in await tx.runs.get_many(list(run_ids.values()))}
+    batch = _ClaimBatch()
+    for task_id, run_id in run_ids.items():
+        task, run = tasks.get(task_id), runs.get(run_id)
+        if task is not None and run is not None and task.current_run_id == run_id:
+            batch.claims.append(Claim(task=task, run=run, worker_id=worker_id))
+    return batch
+
+
+async def _complete_tx(
+    tx: Transaction, claims: Sequence[Claim]
+) -> tuple[list[ReportOutcome], list[Task]]:
+    tasks = {t.id: t for t in await tx.tasks.get_many([c.task.id for c in claims])}
+    runs = {r.id: r for r in await tx.runs.get_many([c.run.id for c in claims])}
+    now = await tx.now()
+    outcomes: list[ReportOutcome] = []
+    done: list[tuple[Task, TaskRun]] = []
+    for claim in claims:
+        task, run = tasks.get(claim.task.id), runs.get(claim.run.id)
+        if task is None or run is None:
+            outcomes.append(ReportOutcome.STALE)
+            continue
+        try:
+            changed = task.succeed(run, at=now)
+        except StaleRun:
+            outcomes.append(ReportOutcome.STALE)
+            continue
+        outcomes.append(ReportOutcome.RECORDED if changed else ReportOutcome.DUPLICATE)
+        if changed:
+            done.append((task, run))
+    if not done:
+        return outcomes, []
+    await tx.tasks.save_many([task for task, _ in done])
+    await tx.runs.save_many([run for _, run in done])
+    promoted = await promote_dependents(tx, [task for task, _ in done], at=now)
+    for job_id in dict.fromkeys(task.job_id for task, _ in done):
+        await settle_job(tx, job_id, at=now)
+    return outcomes, promoted
 
 
 async def _load_run(tx: Transaction, claim: Claim) -> tuple[Task, TaskRun]:

@@ -89,6 +89,18 @@ class JobRepository(Protocol):
         """
         ...
 
+    async def get_many(self, job_ids: Sequence[UUID]) -> list[Job]:
+        """The known jobs among ``job_ids``, in no set order (one statement)."""
+        ...
+
+    async def save_many(self, jobs: Sequence[Job]) -> None:
+        """``save`` for several jobs in one statement; all or nothing.
+
+        Raises:
+            ConcurrentUpdate: some row changed since it was read.
+        """
+        ...
+
 
 class TaskRepository(Protocol):
     """Tasks and the dependency edges between them."""
@@ -113,8 +125,20 @@ class TaskRepository(Protocol):
         """
         ...
 
+    async def save_many(self, tasks: Sequence[Task]) -> None:
+        """``save`` for several tasks in one statement; all or nothing.
+
+        Raises:
+            ConcurrentUpdate: some row changed since it was read.
+        """
+        ...
+
     async def dependents(self, task_id: UUID) -> list[UUID]:
         """Ids of the tasks that depend directly on ``task_id``."""
+        ...
+
+    async def dependents_many(self, task_ids: Sequence[UUID]) -> list[tuple[UUID, UUID]]:
+        """``(depends_on_task_id, task_id)`` edges out of any of ``task_ids`` (one statement)."""
         ...
 
     async def dependencies_completed(self, task_id: UUID) -> bool:
@@ -156,6 +180,22 @@ class RunRepository(Protocol):
 
         Raises:
             ConcurrentUpdate: the stored run is no longer ``running`` (it was ended elsewhere).
+        """
+        ...
+
+    async def add_many(self, runs: Sequence[TaskRun]) -> None:
+        """Insert several new runs in one statement."""
+        ...
+
+    async def get_many(self, run_ids: Sequence[UUID]) -> list[TaskRun]:
+        """The known runs among ``run_ids``, in no set order (one statement)."""
+        ...
+
+    async def save_many(self, runs: Sequence[TaskRun]) -> None:
+        """``save`` for several runs in one statement; all or nothing.
+
+        Raises:
+            ConcurrentUpdate: some stored run is no longer ``running``.
         """
         ...
 
@@ -255,8 +295,20 @@ class Queue(Protocol):
         """
         ...
 
+    async def enqueue_many(self, items: Sequence[tuple[UUID, str]]) -> int:
+        """``enqueue`` for several ``(task_id, priority)`` pairs in one round trip.
+
+        Returns:
+            How many ids were pushed (those with a live marker are skipped).
+        """
+        ...
+
     async def release_marker(self, task_id: UUID) -> None:
         """Delete the pending marker; idempotent (spec §5: all three exit paths call it)."""
+        ...
+
+    async def release_markers(self, task_ids: Sequence[UUID]) -> None:
+        """Delete several pending markers in one round trip; idempotent."""
         ...
 
     async def has_marker(self, task_id: UUID) -> bool:
@@ -272,6 +324,22 @@ class Queue(Protocol):
 
         Returns:
             A task id, or None when nothing arrived within ``timeout``.
+        """
+        ...
+
+    async def pop_many(
+        self, priorities: Sequence[str], timeout: float, max_count: int
+    ) -> list[UUID]:
+        """Block like ``pop`` for the first id, then take up to ``max_count - 1`` more that are
+        already waiting, without blocking (tiers in the given order).
+
+        Args:
+            priorities: tier names, highest first.
+            timeout: seconds to block for the first id; 0 means do not block.
+            max_count: most ids to return (>= 1).
+
+        Returns:
+            Between 0 and ``max_count`` ids; empty when nothing arrived within ``timeout``.
         """
         ...
 
@@ -302,8 +370,16 @@ class Queue(Protocol):
         """
         ...
 
+    async def set_leases(self, leases: Sequence[Lease], ttl: float) -> None:
+        """``set_lease`` for several leases in one round trip."""
+        ...
+
     async def delete_lease(self, task_id: UUID, run_id: UUID) -> None:
         """Delete the lease hash if it names ``run_id``; idempotent."""
+        ...
+
+    async def delete_leases(self, leases: Sequence[tuple[UUID, UUID]]) -> None:
+        """``delete_lease`` for several ``(task_id, run_id)`` pairs in one round trip."""
         ...
 
     async def leases_present(self, task_ids: Sequence[UUID]) -> set[UUID]:

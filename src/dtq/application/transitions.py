@@ -7,6 +7,7 @@ index probes, and the job row is written only when its status changes (DESIGN §
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from uuid import UUID
 
@@ -18,26 +19,35 @@ from dtq.domain.status import JobStatus, TaskStatus
 _UNFINISHED = (TaskStatus.PENDING, TaskStatus.QUEUED, TaskStatus.RUNNING)
 
 
-async def promote_dependents(tx: Transaction, task: Task, *, at: datetime) -> list[Task]:
-    """Queue every ``pending`` dependent of ``task`` whose dependencies have all completed.
+async def promote_dependents(
+    tx: Transaction, completed: Sequence[Task], *, at: datetime
+) -> list[Task]:
+    """Queue every ``pending`` dependent of ``completed`` whose dependencies all completed.
+
+    One statement lists the edges out of every completed task and one loads the dependents;
+    each candidate then costs one index probe of its own dependencies.
 
     Args:
         tx: the open transaction.
-        task: a task that has just become ``completed``.
+        completed: tasks that have just become ``completed`` (already saved in ``tx``).
         at: transaction time.
 
     Returns:
         The promoted tasks (now ``queued``, due ``at``); the caller enqueues them after commit.
     """
-    dependent_ids = await tx.tasks.dependents(task.id)
-    if not dependent_ids:
+    if not completed:
         return []
+    edges = await tx.tasks.dependents_many([task.id for task in completed])
+    if not edges:
+        return []
+    children = await tx.tasks.get_many(list(dict.fromkeys(child for _, child in edges)))
     promoted: list[Task] = []
-    for child in await tx.tasks.get_many(dependent_ids):
+    for child in children:
         if child.status is TaskStatus.PENDING and await tx.tasks.dependencies_completed(child.id):
             child.promote(at=at)
-            await tx.tasks.save(child)
             promoted.append(child)
+    if promoted:
+        await tx.tasks.save_many(promoted)
     return promoted
 
 
@@ -70,15 +80,19 @@ async def cascade_failure(tx: Transaction, task: Task, *, at: datetime) -> list[
     return failed
 
 
-async def mark_job_started(tx: Transaction, job_id: UUID, *, at: datetime) -> None:
-    """Move a ``pending`` job to ``running`` (a task of it was just claimed)."""
-    job = await tx.jobs.get(job_id)
-    if (
-        job is not None
-        and job.status is JobStatus.PENDING
-        and job.set_status(JobStatus.RUNNING, at=at)
-    ):
-        await tx.jobs.save(job)
+async def mark_jobs_started(tx: Transaction, job_ids: Iterable[UUID], *, at: datetime) -> None:
+    """Move the ``pending`` jobs among ``job_ids`` to ``running`` (a task of each was claimed).
+
+    The job rows are read in one statement and written only when a status changes.
+    """
+    jobs = await tx.jobs.get_many(list(dict.fromkeys(job_ids)))
+    started = [
+        job
+        for job in jobs
+        if job.status is JobStatus.PENDING and job.set_status(JobStatus.RUNNING, at=at)
+    ]
+    if started:
+        await tx.jobs.save_many(started)
 
 
 async def mark_job_failed(tx: Transaction, job_id: UUID, *, at: datetime) -> None:

@@ -106,9 +106,21 @@ class InMemoryQueue:
         self._push(priority, task_id)
         return True
 
+    async def enqueue_many(self, items: Sequence[tuple[UUID, str]]) -> int:
+        """``enqueue`` each ``(task_id, priority)``; returns how many were pushed."""
+        pushed = 0
+        for task_id, priority in items:
+            pushed += await self.enqueue(task_id, priority)
+        return pushed
+
     async def release_marker(self, task_id: UUID) -> None:
         """Delete the pending marker; idempotent."""
         self._markers.pop(task_id, None)
+
+    async def release_markers(self, task_ids: Sequence[UUID]) -> None:
+        """Delete several pending markers; idempotent."""
+        for task_id in task_ids:
+            self._markers.pop(task_id, None)
 
     async def has_marker(self, task_id: UUID) -> bool:
         """True while the pending marker exists and has not expired by the clock."""
@@ -176,6 +188,29 @@ class InMemoryQueue:
                 if waiter in waiters:
                     waiters.remove(waiter)
 
+    async def pop_many(
+        self, priorities: Sequence[str], timeout: float, max_count: int
+    ) -> list[UUID]:
+        """``pop`` one id (blocking up to ``timeout`` s), then up to ``max_count - 1`` more that
+        are already waiting, without blocking.
+
+        Raises:
+            ValueError: ``priorities`` is empty, or ``max_count < 1``.
+        """
+        if max_count < 1:
+            raise ValueError("max_count must be at least 1")
+        first = await self.pop(priorities, timeout)
+        if first is None:
+            return []
+        found = [first]
+        tiers = _check_priorities(priorities)
+        while len(found) < max_count:
+            more = self._take(tiers)
+            if more is None:
+                break
+            found.append(more)
+        return found
+
     # --- scheduled set ------------------------------------------------------------------------
 
     async def schedule(self, task_id: UUID, priority: str, due_at: datetime) -> None:
@@ -231,6 +266,15 @@ class InMemoryQueue:
         _check_ttl(ttl)
         self._leases[lease.task_id] = (lease, self._clock.now() + timedelta(seconds=ttl))
 
+    async def set_leases(self, leases: Sequence[Lease], ttl: float) -> None:
+        """``set_lease`` for each lease.
+
+        Raises:
+            ValueError: ``ttl`` is not positive.
+        """
+        for lease in leases:
+            await self.set_lease(lease, ttl)
+
     async def extend_lease(self, lease: Lease, ttl: float) -> LeaseState:
         """Extend the lease by ``ttl`` seconds and store ``lease.deadline_ms`` if it names
         ``lease.run_id``.
@@ -257,6 +301,11 @@ class InMemoryQueue:
         current = self._live_lease(task_id)
         if current is not None and current.run_id == run_id:
             del self._leases[task_id]
+
+    async def delete_leases(self, leases: Sequence[tuple[UUID, UUID]]) -> None:
+        """``delete_lease`` for each ``(task_id, run_id)`` pair; idempotent."""
+        for task_id, run_id in leases:
+            await self.delete_lease(task_id, run_id)
 
     async def leases_present(self, task_ids: Sequence[UUID]) -> set[UUID]:
         """The ids among ``task_ids`` that hold a live lease."""

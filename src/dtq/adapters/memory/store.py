@@ -191,11 +191,20 @@ class _Jobs:
         return await self.get(job_id) if job_id else None
 
     async def save(self, job: Job) -> None:
-        stored = self._tx.job(job.id)
-        if stored is None or stored.version != job.version:
-            raise ConcurrentUpdate(f"job {job.id} changed since it was read")
-        job.version += 1
-        self._tx._jobs[job.id] = replace(job)
+        await self.save_many([job])
+
+    async def get_many(self, job_ids: Sequence[UUID]) -> list[Job]:
+        found = (self._tx.job(i) for i in dict.fromkeys(job_ids))
+        return [replace(j) for j in found if j is not None]
+
+    async def save_many(self, jobs: Sequence[Job]) -> None:
+        for job in jobs:
+            stored = self._tx.job(job.id)
+            if stored is None or stored.version != job.version:
+                raise ConcurrentUpdate(f"job {job.id} changed since it was read")
+        for job in jobs:
+            job.version += 1
+            self._tx._jobs[job.id] = replace(job)
 
 
 class _Tasks:
@@ -235,14 +244,26 @@ class _Tasks:
         return sorted(tasks, key=lambda t: (t.created_at, t.name))
 
     async def save(self, task: Task) -> None:
-        stored = self._tx.task(task.id)
-        if stored is None or stored.version != task.version:
-            raise ConcurrentUpdate(f"task {task.id} changed since it was read")
-        task.version += 1
-        self._tx._tasks[task.id] = replace(task)
+        await self.save_many([task])
+
+    async def save_many(self, tasks: Sequence[Task]) -> None:
+        for task in tasks:
+            stored = self._tx.task(task.id)
+            if stored is None or stored.version != task.version:
+                raise ConcurrentUpdate(f"task {task.id} changed since it was read")
+        for task in tasks:
+            task.version += 1
+            self._tx._tasks[task.id] = replace(task)
 
     async def dependents(self, task_id: UUID) -> list[UUID]:
         return self._edges("dependents", task_id)
+
+    async def dependents_many(self, task_ids: Sequence[UUID]) -> list[tuple[UUID, UUID]]:
+        return [
+            (parent, child)
+            for parent in dict.fromkeys(task_ids)
+            for child in self._edges("dependents", parent)
+        ]
 
     async def dependencies_completed(self, task_id: UUID) -> bool:
         for dep_id in self._edges("dependencies", task_id):
@@ -307,15 +328,28 @@ class _Runs:
     async def add(self, run: TaskRun) -> None:
         self._tx._runs[run.id] = replace(run)
 
+    async def add_many(self, runs: Sequence[TaskRun]) -> None:
+        for run in runs:
+            self._tx._runs[run.id] = replace(run)
+
     async def get(self, run_id: UUID) -> TaskRun | None:
         run = self._tx.run(run_id)
         return replace(run) if run else None
 
+    async def get_many(self, run_ids: Sequence[UUID]) -> list[TaskRun]:
+        found = (self._tx.run(i) for i in dict.fromkeys(run_ids))
+        return [replace(r) for r in found if r is not None]
+
     async def save(self, run: TaskRun) -> None:
-        stored = self._tx.run(run.id)
-        if stored is None or stored.status is not RunStatus.RUNNING:
-            raise ConcurrentUpdate(f"run {run.id} already ended")
-        self._tx._runs[run.id] = replace(run)
+        await self.save_many([run])
+
+    async def save_many(self, runs: Sequence[TaskRun]) -> None:
+        for run in runs:
+            stored = self._tx.run(run.id)
+            if stored is None or stored.status is not RunStatus.RUNNING:
+                raise ConcurrentUpdate(f"run {run.id} already ended")
+        for run in runs:
+            self._tx._runs[run.id] = replace(run)
 
     async def list_for_task(self, task_id: UUID) -> list[TaskRun]:
         tx = self._tx
