@@ -22,6 +22,7 @@ import pytest
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
 from dtq.adapters.memory.clock import FakeClock
@@ -159,6 +160,52 @@ async def test_release_marker_is_idempotent(queue: Queue) -> None:
     assert await queue.has_marker(task_id) is False
 
 
+async def test_enqueue_many_pushes_each_id_and_counts(queue: Queue) -> None:
+    low, high1, high2 = new_id(), new_id(), new_id()
+
+    assert await queue.enqueue_many([(high1, "high"), (low, "low"), (high2, "high")]) == 3
+
+    for task_id in (low, high1, high2):
+        assert await queue.has_marker(task_id) is True
+    assert await queue.pop(["high", "low"], 0) == high1
+    assert await queue.pop(["high", "low"], 0) == high2
+    assert await queue.pop(["high", "low"], 0) == low
+    assert await queue.pop(["high", "low"], 0) is None
+
+
+async def test_enqueue_many_skips_ids_whose_marker_lives(queue: Queue) -> None:
+    in_flight, fresh = new_id(), new_id()
+    await queue.enqueue(in_flight, "default")
+    assert await queue.pop(["default"], 0) == in_flight  # popped, marker still held
+
+    # The live marker blocks its id; a repeat within the batch finds the marker set just before.
+    items = [(in_flight, "default"), (fresh, "default"), (fresh, "high")]
+    assert await queue.enqueue_many(items) == 1
+
+    assert await queue.pop(["high", "default"], 0) == fresh
+    assert await queue.pop(["high", "default"], 0) is None
+
+
+async def test_enqueue_many_of_nothing_pushes_nothing(queue: Queue) -> None:
+    assert await queue.enqueue_many([]) == 0
+    assert await queue.pop(["default"], 0) is None
+
+
+async def test_release_markers_frees_each_listed_id_only(queue: Queue) -> None:
+    first, second, kept, never = new_id(), new_id(), new_id(), new_id()
+    await queue.enqueue_many([(first, "default"), (second, "default"), (kept, "default")])
+
+    await queue.release_markers([first, second, never, first])
+
+    assert await queue.has_marker(first) is False
+    assert await queue.has_marker(second) is False
+    assert await queue.has_marker(kept) is True
+    assert await queue.enqueue_many([(first, "default"), (kept, "default")]) == 1
+    await queue.release_markers([])  # idempotent, and nothing to do
+    await queue.release_markers([first, second])
+    assert await queue.has_marker(first) is False
+
+
 @pytest.mark.parametrize("marker_ttl", [SHORT_TTL])
 async def test_leaked_marker_stalls_enqueue_until_its_ttl(
     queue: Queue, advance: Advance, marker_ttl: float
@@ -237,6 +284,65 @@ async def test_blocking_pop_wakes_when_another_coroutine_enqueues(queue: Queue) 
 async def test_pop_refuses_an_empty_tier_list(queue: Queue) -> None:
     with pytest.raises(ValueError, match="priorities"):
         await queue.pop([], 0)
+
+
+async def test_pop_many_is_fifo_within_a_tier_and_respects_max_count(queue: Queue) -> None:
+    ids = [new_id() for _ in range(5)]
+    await queue.enqueue_many([(task_id, "default") for task_id in ids])
+
+    assert await queue.pop_many(["default"], 0, 3) == ids[:3]
+    assert await queue.pop_many(["default"], 0, 1) == ids[3:4]
+    assert await queue.pop_many(["default"], 0, 10) == ids[4:]
+    assert await queue.pop_many(["default"], 0, 10) == []
+
+
+async def test_pop_many_takes_tiers_in_the_given_order(queue: Queue) -> None:
+    low1, high1, low2, high2, mid = (new_id() for _ in range(5))
+    await queue.enqueue_many(
+        [(low1, "low"), (high1, "high"), (low2, "low"), (high2, "high"), (mid, "mid")]
+    )
+
+    # The first tier is emptied before the next one is touched, oldest first within each.
+    assert await queue.pop_many(["high", "mid", "low"], 0, 4) == [high1, high2, mid, low1]
+    assert await queue.pop_many(["low", "high"], 0, 4) == [low2]
+
+
+async def test_pop_many_ignores_tiers_not_asked_for(queue: Queue) -> None:
+    await queue.enqueue(new_id(), "other")
+    assert await queue.pop_many(["default", "high"], 0, 10) == []
+
+
+async def test_pop_many_blocks_for_the_first_id_then_takes_what_is_waiting(queue: Queue) -> None:
+    ids = [new_id() for _ in range(4)]
+    popper = asyncio.create_task(queue.pop_many(["default"], 5.0, 3))
+    await asyncio.sleep(0.05)
+    assert not popper.done()
+
+    started = time.monotonic()
+    assert await queue.enqueue_many([(task_id, "default") for task_id in ids]) == 4
+
+    assert await asyncio.wait_for(popper, 2.0) == ids[:3]
+    assert time.monotonic() - started < 1.0
+    assert await queue.pop_many(["default"], 0, 3) == ids[3:]
+
+
+async def test_pop_many_with_timeout_returns_empty_after_waiting(queue: Queue) -> None:
+    started = time.monotonic()
+    assert await queue.pop_many(["default", "low"], 0.2, 10) == []
+    assert 0.15 <= time.monotonic() - started < 1.0
+
+
+async def test_pop_many_without_timeout_returns_empty_at_once(queue: Queue) -> None:
+    started = time.monotonic()
+    assert await queue.pop_many(["default"], 0, 10) == []
+    assert time.monotonic() - started < 0.1
+
+
+async def test_pop_many_refuses_a_bad_count_or_tier_list(queue: Queue) -> None:
+    with pytest.raises(ValueError, match="max_count"):
+        await queue.pop_many(["default"], 0, 0)
+    with pytest.raises(ValueError, match="priorities"):
+        await queue.pop_many([], 0, 5)
 
 
 # --- scheduled set ----------------------------------------------------------------------------
@@ -416,6 +522,53 @@ async def test_set_lease_refuses_a_non_positive_ttl(queue: Queue) -> None:
         await queue.set_lease(lease_for(new_id()), 0)
 
 
+async def test_set_leases_creates_or_overwrites_each_lease(queue: Queue) -> None:
+    fresh_task, taken_task = new_id(), new_id()
+    await queue.set_lease(lease_for(taken_task), 30.0)
+    fresh = lease_for(fresh_task, deadline_ms=7)
+    newer = Lease(task_id=taken_task, worker_id="w-2", run_id=new_id(), deadline_ms=9)
+
+    await queue.set_leases([fresh, newer], 30.0)
+
+    assert await queue.get_lease(fresh_task) == fresh
+    assert await queue.get_lease(taken_task) == newer
+    assert await queue.leases_present([fresh_task, taken_task]) == {fresh_task, taken_task}
+
+
+async def test_set_leases_expire_after_their_ttl(queue: Queue, advance: Advance) -> None:
+    leases = [lease_for(new_id()) for _ in range(3)]
+    await queue.set_leases(leases, SHORT_TTL)
+    assert await queue.leases_present([lease.task_id for lease in leases]) == {
+        lease.task_id for lease in leases
+    }
+
+    await advance(SHORT_TTL + 0.1)
+
+    assert await queue.leases_present([lease.task_id for lease in leases]) == set()
+
+
+async def test_set_leases_refuses_a_non_positive_ttl(queue: Queue) -> None:
+    with pytest.raises(ValueError, match="ttl"):
+        await queue.set_leases([lease_for(new_id())], 0)
+
+
+async def test_delete_leases_deletes_only_the_leases_of_the_named_runs(queue: Queue) -> None:
+    ours, theirs = lease_for(new_id()), lease_for(new_id())
+    await queue.set_leases([ours, theirs], 30.0)
+    never = new_id()
+
+    await queue.delete_leases(
+        [(ours.task_id, ours.run_id), (theirs.task_id, new_id()), (never, new_id())]
+    )
+
+    assert await queue.get_lease(ours.task_id) is None
+    assert await queue.get_lease(theirs.task_id) == theirs
+    await queue.delete_leases([(ours.task_id, ours.run_id)])  # idempotent
+    await queue.delete_leases([])
+    await queue.delete_leases([(theirs.task_id, theirs.run_id)])
+    assert await queue.get_lease(theirs.task_id) is None
+
+
 # --- losing the queue's data ------------------------------------------------------------------
 
 
@@ -503,6 +656,10 @@ async def test_redis_pop_waits_longer_than_the_socket_timeout(redis_prefix: str)
         await asyncio.sleep(0.6)  # past the first BRPOP slice
         await queue.enqueue(task_id, "default")
         assert await asyncio.wait_for(popper, 2.0) == task_id
+
+        started = time.monotonic()
+        assert await queue.pop_many(["default"], 1.0, 8) == []
+        assert 0.9 <= time.monotonic() - started < 2.0
     finally:
         await client.aclose()
 
@@ -515,6 +672,92 @@ async def test_redis_pop_discards_malformed_entries(redis_client: Redis, redis_p
     await queue.enqueue(task_id, "default")
 
     assert await queue.pop(["default"], 0.5) == task_id
+
+
+@pytest.mark.integration
+async def test_redis_pop_many_discards_malformed_entries(
+    redis_client: Redis, redis_prefix: str
+) -> None:
+    queue = RedisQueue(redis_client, prefix=redis_prefix)
+    first, second = new_id(), new_id()
+    ready = f"{redis_prefix}queue:ready:default"
+    await redis_client.lpush(ready, "not-a-uuid")
+    await queue.enqueue(first, "default")
+    await redis_client.lpush(ready, "")
+    await queue.enqueue(second, "default")
+
+    assert await queue.pop_many(["default"], 0, 10) == [first, second]
+    assert await redis_client.llen(ready) == 0
+
+
+@pytest.mark.integration
+async def test_redis_batch_writes_follow_the_single_id_layout(
+    redis_client: Redis, redis_prefix: str
+) -> None:
+    queue = RedisQueue(redis_client, prefix=redis_prefix, marker_ttl=30.0)
+    queued, leased = new_id(), new_id()
+    lease = lease_for(leased, deadline_ms=123)
+    await queue.enqueue_many([(queued, "high")])
+    await queue.set_leases([lease], 20.0)
+
+    keys = {_text(key) async for key in redis_client.scan_iter(match=f"{redis_prefix}*")}
+    assert keys == {
+        f"{redis_prefix}queue:ready:high",
+        f"{redis_prefix}queue:pending:{queued}",
+        f"{redis_prefix}lease:task:{leased}",
+    }
+    assert await redis_client.get(f"{redis_prefix}queue:pending:{queued}") == b"1"
+    assert 20_000 < await redis_client.pttl(f"{redis_prefix}queue:pending:{queued}") <= 30_000
+    assert 0 < await redis_client.pttl(f"{redis_prefix}lease:task:{leased}") <= 20_000
+    assert await redis_client.hgetall(f"{redis_prefix}lease:task:{leased}") == {
+        b"worker_id": b"w-1",
+        b"run_id": str(lease.run_id).encode(),
+        b"deadline_ms": b"123",
+    }
+
+
+@pytest.mark.integration
+async def test_redis_pop_many_keeps_the_popped_id_when_the_follow_up_fails(
+    redis_client: Redis, redis_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a pop_many blocked in BRPOP, whose non-blocking follow-up will fail...
+    queue = RedisQueue(redis_client, prefix=redis_prefix)
+    script = queue._pop_now
+    calls = 0
+
+    async def flaky(**kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls > 1:
+            raise RedisConnectionError("lost after BRPOP")
+        return await script(**kwargs)
+
+    monkeypatch.setattr(queue, "_pop_now", flaky)
+    task_id, other = new_id(), new_id()
+    popper = asyncio.create_task(queue.pop_many(["default"], 5.0, 10))
+    await asyncio.sleep(0.05)
+    await queue.enqueue_many([(task_id, "default"), (other, "default")])
+
+    # ...then the id BRPOP already took is returned rather than lost; the rest stays queued.
+    assert await asyncio.wait_for(popper, 2.0) == [task_id]
+    assert calls == 2
+    ready = f"{redis_prefix}queue:ready:default"
+    assert await redis_client.lrange(ready, 0, -1) == [str(other).encode()]
+
+
+async def test_redis_batch_methods_make_no_round_trip_for_empty_input() -> None:
+    client = Redis(
+        host="127.0.0.1", port=1, socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0)
+    )
+    queue = RedisQueue(client, prefix="dtqtest:down:")
+    try:
+        assert await queue.enqueue_many([]) == 0
+        await queue.release_markers([])
+        await queue.set_leases([], 30.0)
+        await queue.delete_leases([])
+        assert await queue.leases_present([]) == set()
+    finally:
+        await client.aclose()
 
 
 async def test_redis_errors_become_backend_unavailable() -> None:
@@ -532,6 +775,18 @@ async def test_redis_errors_become_backend_unavailable() -> None:
             await queue.pop(["default"], 0.1)
         with pytest.raises(BackendUnavailable):
             await queue.leases_present([new_id()])
+        with pytest.raises(BackendUnavailable):
+            await queue.enqueue_many([(new_id(), "default")])
+        with pytest.raises(BackendUnavailable):
+            await queue.release_markers([new_id()])
+        with pytest.raises(BackendUnavailable):
+            await queue.pop_many(["default"], 0, 5)
+        with pytest.raises(BackendUnavailable):
+            await queue.pop_many(["default"], 0.1, 5)
+        with pytest.raises(BackendUnavailable):
+            await queue.set_leases([lease_for(new_id())], 30.0)
+        with pytest.raises(BackendUnavailable):
+            await queue.delete_leases([(new_id(), new_id())])
     finally:
         await client.aclose()
 

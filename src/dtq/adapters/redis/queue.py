@@ -14,18 +14,20 @@ hyphenated UUID form). It is split at the *last* ``|``, so a priority name may i
 ``|``. The same task scheduled under two priorities is two members; re-scheduling under the same
 priority moves the due time (ZADD overwrites the score).
 
-Every compound operation is one Lua script registered once per ``RedisQueue``: enqueue (marker +
-LPUSH), extend and delete of a lease guarded by its ``run_id``, promotion of due scheduled entries
-(which reads ``TIME``, the Redis server's clock), and the non-blocking pop over several tiers.
+Every compound operation is one Lua script (``dtq.adapters.redis.scripts``) registered once per
+``RedisQueue``: enqueue (marker + LPUSH) of one id or a batch, extend and delete of lease hashes
+guarded by their ``run_id``, promotion of due scheduled entries (which reads ``TIME``, the Redis
+server's clock), and the non-blocking pop of up to N ids over several tiers. Every batch method
+costs one round trip, and none for an empty batch.
 
 Known limitation (Redis Cluster): the promotion script computes the per-task marker and ready-list
 keys from the prefix passed in ARGV instead of declaring them in KEYS, because they are only known
 after reading the sorted set. That is fine on a single Redis or under Sentinel, but on Redis
 Cluster it is only correct when every key lives in one hash slot, i.e. when the prefix carries a
-hash tag such as ``{dto}:``. The other scripts declare all their keys (enqueue still touches two
-keys, so the same hash-tag advice applies there on Cluster).
+hash tag such as ``{dto}:``. The other scripts declare all their keys (but enqueue and the batch
+scripts touch several keys, so the same hash-tag advice applies there on Cluster).
 
-Requires Redis >= 6.0 (fractional BRPOP timeouts; scripts that write after ``TIME``).
+Requires Redis >= 6.2 (RPOP with a count; fractional BRPOP timeouts; writes after ``TIME``).
 No redis-py exception escapes: driver errors and ``OSError`` become ``BackendUnavailable``.
 """
 
@@ -33,97 +35,21 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
-from urllib.parse import urlsplit
 from uuid import UUID
 
 from redis.asyncio import Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialWithJitterBackoff
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import RedisError
 from redis.typing import EncodableT, FieldT
 
+from dtq.adapters.redis import scripts
+from dtq.adapters.redis.connection import as_text, wrap_errors
 from dtq.application.ports import Lease, LeaseState
-from dtq.domain.errors import BackendUnavailable
 
-DEFAULT_PORT = 6379
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_MS = timedelta(milliseconds=1)
 _MIN_BLOCK = 0.01  # seconds; BRPOP rounds to ms and a 0 timeout would block forever
-
-# KEYS[1] marker, KEYS[2] ready list; ARGV[1] marker ttl ms, ARGV[2] task id. Returns 1 or 0.
-_ENQUEUE = """
-if redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[1]) then
-  redis.call('LPUSH', KEYS[2], ARGV[2])
-  return 1
-end
-return 0
-"""
-
-# KEYS = ready lists, highest tier first. Returns the first id popped, or nil.
-_POP_NOW = """
-for _, key in ipairs(KEYS) do
-  local id = redis.call('RPOP', key)
-  if id then return id end
-end
-return false
-"""
-
-# KEYS[1] lease hash; ARGV[1] run id, ARGV[2] ttl ms, ARGV[3] new deadline_ms.
-_EXTEND_LEASE = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return 'missing' end
-if redis.call('HGET', KEYS[1], 'run_id') ~= ARGV[1] then return 'lost' end
-redis.call('HSET', KEYS[1], 'deadline_ms', ARGV[3])
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return 'extended'
-"""
-
-# KEYS[1] lease hash; ARGV[1] run id. Returns 1 when deleted.
-_DELETE_LEASE = """
-if redis.call('HGET', KEYS[1], 'run_id') == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-return 0
-"""
-
-# KEYS[1] scheduled zset; ARGV[1] key prefix, ARGV[2] limit, ARGV[3] marker ttl ms.
-# Not Redis-Cluster safe without a hash tag in the prefix (see the module docstring).
-_PROMOTE_DUE = """
-local t = redis.call('TIME')
-local now_ms = string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
-local members = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms, 'LIMIT', 0, ARGV[2])
-local pushed = 0
-for _, member in ipairs(members) do
-  redis.call('ZREM', KEYS[1], member)
-  local sep = string.find(member, '|[^|]*$')
-  if sep then
-    local priority = string.sub(member, 1, sep - 1)
-    local task_id = string.sub(member, sep + 1)
-    local marker = ARGV[1] .. 'queue:pending:' .. task_id
-    if redis.call('SET', marker, '1', 'NX', 'PX', ARGV[3]) then
-      redis.call('LPUSH', ARGV[1] .. 'queue:ready:' .. priority, task_id)
-      pushed = pushed + 1
-    end
-  end
-end
-return pushed
-"""
-
-
-@contextmanager
-def _wrapped(operation: str) -> Iterator[None]:
-    """Turn driver and socket errors into ``BackendUnavailable``: no redis error escapes."""
-    try:
-        yield
-    except (RedisError, OSError) as exc:
-        raise BackendUnavailable(f"redis {operation} failed: {type(exc).__name__}") from exc
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def _uuid(value: bytes | str | None) -> UUID | None:
@@ -131,7 +57,7 @@ def _uuid(value: bytes | str | None) -> UUID | None:
     if value is None:
         return None
     try:
-        return UUID(_text(value))
+        return UUID(as_text(value))
     except ValueError:
         return None
 
@@ -166,11 +92,13 @@ class RedisQueue:
         self._prefix = prefix
         self._marker_ttl_ms = _ms(marker_ttl)
         self._scheduled_key = f"{prefix}queue:scheduled"
-        self._enqueue = client.register_script(_ENQUEUE)
-        self._pop_now = client.register_script(_POP_NOW)
-        self._extend = client.register_script(_EXTEND_LEASE)
-        self._delete = client.register_script(_DELETE_LEASE)
-        self._promote = client.register_script(_PROMOTE_DUE)
+        self._enqueue = client.register_script(scripts.ENQUEUE)
+        self._enqueue_many = client.register_script(scripts.ENQUEUE_MANY)
+        self._pop_now = client.register_script(scripts.POP_MANY)
+        self._extend = client.register_script(scripts.EXTEND_LEASE)
+        self._delete = client.register_script(scripts.DELETE_LEASE)
+        self._delete_many = client.register_script(scripts.DELETE_LEASES)
+        self._promote = client.register_script(scripts.PROMOTE_DUE)
         # BRPOP must return before the client's socket read timeout, or redis-py raises (and
         # retries) a TimeoutError; long waits are therefore cut into slices below that timeout.
         socket_timeout = client.connection_pool.connection_kwargs.get("socket_timeout")
@@ -181,11 +109,18 @@ class RedisQueue:
     def _ready_key(self, priority: str) -> str:
         return f"{self._prefix}queue:ready:{priority}"
 
+    def _ready_keys(self, priorities: Sequence[str]) -> list[str]:
+        if isinstance(priorities, str) or not priorities:
+            raise ValueError("priorities must be a non-empty sequence of tier names")
+        return [self._ready_key(priority) for priority in priorities]
+
     def _marker_key(self, task_id: UUID) -> str:
         return f"{self._prefix}queue:pending:{task_id}"
 
     def _lease_key(self, task_id: UUID) -> str:
         return f"{self._prefix}lease:task:{task_id}"
+
+    # --- pending markers ----------------------------------------------------------------------
 
     async def enqueue(self, task_id: UUID, priority: str) -> bool:
         """SET NX PX the pending marker and LPUSH the id, in one script.
@@ -197,19 +132,80 @@ class RedisQueue:
             BackendUnavailable: Redis failed or is unreachable.
         """
         keys = [self._marker_key(task_id), self._ready_key(priority)]
-        with _wrapped("enqueue"):
+        with wrap_errors("enqueue"):
             pushed = await self._enqueue(keys=keys, args=[self._marker_ttl_ms, str(task_id)])
         return bool(pushed)
 
+    async def enqueue_many(self, items: Sequence[tuple[UUID, str]]) -> int:
+        """``enqueue`` for each ``(task_id, priority)`` in order, in one script (one round trip).
+
+        An id whose marker is live, including one set earlier in the same batch, is skipped.
+
+        Returns:
+            How many ids were pushed.
+
+        Raises:
+            BackendUnavailable: Redis failed or is unreachable.
+        """
+        if not items:
+            return 0
+        keys: list[str] = []
+        args: list[str | int] = [self._marker_ttl_ms]
+        for task_id, priority in items:
+            keys += (self._marker_key(task_id), self._ready_key(priority))
+            args.append(str(task_id))
+        with wrap_errors("enqueue_many"):
+            pushed = await self._enqueue_many(keys=keys, args=args)
+        return int(pushed)
+
     async def release_marker(self, task_id: UUID) -> None:
         """DEL the pending marker; idempotent. Raises ``BackendUnavailable``."""
-        with _wrapped("release_marker"):
+        with wrap_errors("release_marker"):
             await self._client.delete(self._marker_key(task_id))
+
+    async def release_markers(self, task_ids: Sequence[UUID]) -> None:
+        """One DEL of all the pending markers; idempotent. Raises ``BackendUnavailable``."""
+        if not task_ids:
+            return
+        with wrap_errors("release_markers"):
+            await self._client.delete(*(self._marker_key(task_id) for task_id in task_ids))
 
     async def has_marker(self, task_id: UUID) -> bool:
         """True while the pending marker exists. Raises ``BackendUnavailable``."""
-        with _wrapped("has_marker"):
+        with wrap_errors("has_marker"):
             return bool(await self._client.exists(self._marker_key(task_id)))
+
+    # --- ready lists --------------------------------------------------------------------------
+
+    async def _take(self, keys: list[str], count: int) -> list[UUID]:
+        """Up to ``count`` ids over the tiers in order, without blocking (one script).
+
+        Malformed entries (not UUIDs) are popped and discarded, so fewer may come back.
+        """
+        raw: list[bytes | str] = await self._pop_now(keys=keys, args=[count])
+        return [task_id for task_id in map(_uuid, raw) if task_id is not None]
+
+    async def _pop_one(self, keys: list[str], deadline: float) -> UUID | None:
+        """BRPOP until an id arrives or the event-loop time ``deadline`` passes.
+
+        Each BRPOP is kept under the socket read timeout (``_block_slice``); once less than
+        ``_MIN_BLOCK`` is left, one non-blocking pass ends the wait (never BRPOP 0, which would
+        block forever).
+        """
+        loop = asyncio.get_running_loop()
+        while True:
+            remaining = deadline - loop.time()
+            if remaining < _MIN_BLOCK:
+                found = await self._take(keys, 1)
+                return found[0] if found else None
+            block = min(remaining, self._block_slice)
+            reply = await self._client.brpop(keys, timeout=round(block, 3))
+            if reply is not None:
+                task_id = _uuid(reply[1])
+                if task_id is not None:
+                    return task_id
+            elif block >= remaining:
+                return None
 
     async def pop(self, priorities: Sequence[str], timeout: float) -> UUID | None:
         """BRPOP over the tiers in order (first non-empty tier wins, oldest id first).
@@ -230,24 +226,52 @@ class RedisQueue:
             ValueError: ``priorities`` is empty or a bare string.
             BackendUnavailable: Redis failed or is unreachable.
         """
-        if isinstance(priorities, str) or not priorities:
-            raise ValueError("priorities must be a non-empty sequence of tier names")
-        keys = [self._ready_key(priority) for priority in priorities]
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        with _wrapped("pop"):
-            while True:
-                remaining = deadline - loop.time()
-                if remaining < _MIN_BLOCK:
-                    return _uuid(await self._pop_now(keys=keys))
-                block = min(remaining, self._block_slice)
-                reply = await self._client.brpop(keys, timeout=round(block, 3))
-                if reply is not None:
-                    task_id = _uuid(reply[1])
-                    if task_id is not None:
-                        return task_id
-                elif block >= remaining:
-                    return None
+        keys = self._ready_keys(priorities)
+        deadline = asyncio.get_running_loop().time() + timeout
+        with wrap_errors("pop"):
+            return await self._pop_one(keys, deadline)
+
+    async def pop_many(
+        self, priorities: Sequence[str], timeout: float, max_count: int
+    ) -> list[UUID]:
+        """Up to ``max_count`` ids: the first blocking like ``pop``, the rest only if waiting.
+
+        Round trips: when ids are waiting, one script pops up to ``max_count`` over the tiers in
+        order and that is all. Otherwise (and only if ``timeout`` allows blocking) ``pop``'s
+        BRPOP loop waits for the first id, then the same script takes up to ``max_count - 1``
+        more: two round trips. Should that second trip fail, the id already popped is returned
+        rather than lost (the next call reports the outage). Cancellation while a call is in
+        flight loses what the server already popped, as with ``pop`` (markers stall until TTL).
+
+        Args:
+            priorities: tier names, highest first (non-empty).
+            timeout: seconds to block for the first id; ``<= 0`` does not block.
+            max_count: most ids to return (>= 1).
+
+        Returns:
+            Between 0 and ``max_count`` ids, in pop order (tier by tier, oldest first).
+
+        Raises:
+            ValueError: ``max_count < 1``, or ``priorities`` is empty or a bare string.
+            BackendUnavailable: Redis failed or is unreachable.
+        """
+        if max_count < 1:
+            raise ValueError("max_count must be at least 1")
+        keys = self._ready_keys(priorities)
+        deadline = asyncio.get_running_loop().time() + timeout
+        with wrap_errors("pop_many"):
+            found = await self._take(keys, max_count)
+            if found or timeout < _MIN_BLOCK:
+                return found
+            first = await self._pop_one(keys, deadline)
+            if first is None or max_count == 1:
+                return [] if first is None else [first]
+            try:
+                return [first, *await self._take(keys, max_count - 1)]
+            except (RedisError, OSError):
+                return [first]
+
+    # --- scheduled set ------------------------------------------------------------------------
 
     async def schedule(self, task_id: UUID, priority: str, due_at: datetime) -> None:
         """ZADD ``"{priority}|{task_id}"`` scored by ``due_at`` in epoch milliseconds.
@@ -257,7 +281,7 @@ class RedisQueue:
             BackendUnavailable: Redis failed or is unreachable.
         """
         member = f"{priority}|{task_id}"
-        with _wrapped("schedule"):
+        with wrap_errors("schedule"):
             await self._client.zadd(self._scheduled_key, {member: _epoch_ms(due_at)})
 
     async def promote_due(self, limit: int) -> int:
@@ -274,11 +298,13 @@ class RedisQueue:
         """
         if limit <= 0:
             return 0
-        with _wrapped("promote_due"):
+        with wrap_errors("promote_due"):
             pushed = await self._promote(
                 keys=[self._scheduled_key], args=[self._prefix, limit, self._marker_ttl_ms]
             )
         return int(pushed)
+
+    # --- leases -------------------------------------------------------------------------------
 
     async def set_lease(self, lease: Lease, ttl: float) -> None:
         """Replace the lease hash and PEXPIRE it after ``ttl`` seconds (one MULTI/EXEC).
@@ -287,18 +313,35 @@ class RedisQueue:
             ValueError: ``ttl`` is not positive.
             BackendUnavailable: Redis failed or is unreachable.
         """
-        key = self._lease_key(lease.task_id)
-        fields: dict[FieldT, EncodableT] = {
-            "worker_id": lease.worker_id,
-            "run_id": str(lease.run_id),
-            "deadline_ms": lease.deadline_ms,
-        }
+        await self.set_leases([lease], ttl)
+
+    async def set_leases(self, leases: Sequence[Lease], ttl: float) -> None:
+        """``set_lease`` for each lease: DEL + HSET + PEXPIRE per hash, all in one MULTI/EXEC.
+
+        A transaction rather than a plain pipeline, at no extra round trip: Redis runs none of it
+        unless EXEC arrives, so a client dying mid-send cannot leave a hash without its TTL (a
+        lease that never expires would block the reclaim of its task forever), and no other
+        client sees a hash between its DEL and its HSET.
+
+        Raises:
+            ValueError: ``ttl`` is not positive (checked only when there are leases).
+            BackendUnavailable: Redis failed or is unreachable.
+        """
+        if not leases:
+            return
         ttl_ms = _ms(ttl)
-        with _wrapped("set_lease"):
+        with wrap_errors("set_leases" if len(leases) > 1 else "set_lease"):
             async with self._client.pipeline(transaction=True) as pipe:
-                pipe.delete(key)
-                pipe.hset(key, mapping=fields)
-                pipe.pexpire(key, ttl_ms)
+                for lease in leases:
+                    key = self._lease_key(lease.task_id)
+                    fields: dict[FieldT, EncodableT] = {
+                        "worker_id": lease.worker_id,
+                        "run_id": str(lease.run_id),
+                        "deadline_ms": lease.deadline_ms,
+                    }
+                    pipe.delete(key)
+                    pipe.hset(key, mapping=fields)
+                    pipe.pexpire(key, ttl_ms)
                 await pipe.execute()
 
     async def extend_lease(self, lease: Lease, ttl: float) -> LeaseState:
@@ -312,9 +355,9 @@ class RedisQueue:
             BackendUnavailable: Redis failed or is unreachable.
         """
         args: list[str | int] = [str(lease.run_id), _ms(ttl), lease.deadline_ms]
-        with _wrapped("extend_lease"):
+        with wrap_errors("extend_lease"):
             state = await self._extend(keys=[self._lease_key(lease.task_id)], args=args)
-        return LeaseState(_text(state))
+        return LeaseState(as_text(state))
 
     async def delete_lease(self, task_id: UUID, run_id: UUID) -> None:
         """Delete the lease hash if it names ``run_id``; idempotent.
@@ -322,8 +365,21 @@ class RedisQueue:
         Raises:
             BackendUnavailable: Redis failed or is unreachable.
         """
-        with _wrapped("delete_lease"):
+        with wrap_errors("delete_lease"):
             await self._delete(keys=[self._lease_key(task_id)], args=[str(run_id)])
+
+    async def delete_leases(self, leases: Sequence[tuple[UUID, UUID]]) -> None:
+        """Delete each ``(task_id, run_id)`` lease hash that names its run_id, in one script.
+
+        Raises:
+            BackendUnavailable: Redis failed or is unreachable.
+        """
+        if not leases:
+            return
+        keys = [self._lease_key(task_id) for task_id, _ in leases]
+        args = [str(run_id) for _, run_id in leases]
+        with wrap_errors("delete_leases"):
+            await self._delete_many(keys=keys, args=args)
 
     async def leases_present(self, task_ids: Sequence[UUID]) -> set[UUID]:
         """The ids that have a lease hash: one pipelined round trip of EXISTS.
@@ -334,7 +390,7 @@ class RedisQueue:
         ids = list(task_ids)
         if not ids:
             return set()
-        with _wrapped("leases_present"):
+        with wrap_errors("leases_present"):
             async with self._client.pipeline(transaction=False) as pipe:
                 for task_id in ids:
                     pipe.exists(self._lease_key(task_id))
@@ -347,9 +403,9 @@ class RedisQueue:
         Raises:
             BackendUnavailable: Redis failed or is unreachable.
         """
-        with _wrapped("get_lease"):
+        with wrap_errors("get_lease"):
             raw = await self._client.hgetall(self._lease_key(task_id))
-        fields = {_text(name): _text(value) for name, value in raw.items()}
+        fields = {as_text(name): as_text(value) for name, value in raw.items()}
         run_id = _uuid(fields.get("run_id"))
         try:
             deadline_ms = int(fields["deadline_ms"])
@@ -362,76 +418,5 @@ class RedisQueue:
 
     async def ping(self) -> None:
         """PING. Raises ``BackendUnavailable`` unless Redis answers."""
-        with _wrapped("ping"):
+        with wrap_errors("ping"):
             await self._client.ping()
-
-
-def connect_redis(addr: str) -> Redis:
-    """Build a client (hiredis parser, bytes responses); it connects on first use.
-
-    Args:
-        addr: ``"host:port"`` as in ``REDIS_ADDR`` (spec §8; port defaults to 6379, IPv6 as
-            ``"[::1]:6379"``), or a ``redis://`` / ``rediss://`` / ``unix://`` URL.
-
-    Returns:
-        A ``redis.asyncio.Redis`` with a 5 s connect timeout, a 10 s socket read timeout
-        (``RedisQueue.pop`` keeps each BRPOP under it) and at most 3 retries of a command on
-        connection errors (jittered backoff up to 0.5 s), so an outage surfaces as
-        ``BackendUnavailable`` within seconds. The caller closes it (``aclose()``).
-
-    Raises:
-        ValueError: ``addr`` cannot be parsed.
-    """
-    options: dict[str, Any] = {
-        "decode_responses": False,
-        "socket_connect_timeout": 5.0,
-        "socket_timeout": 10.0,
-        "retry": Retry(ExponentialWithJitterBackoff(base=0.05, cap=0.5), retries=3),
-    }
-    if "://" in addr:
-        return Redis.from_url(addr, **options)
-    parts = urlsplit(f"redis://{addr}")
-    try:
-        host, port = parts.hostname, parts.port or DEFAULT_PORT
-    except ValueError as exc:
-        raise ValueError(f"invalid Redis address {addr!r}") from exc
-    if not host or parts.path or parts.query:
-        raise ValueError(f"invalid Redis address {addr!r}; expected host:port")
-    return Redis(host=host, port=port, **options)
-
-
-async def check_eviction_policy(client: Redis) -> str | None:
-    """Warn unless ``maxmemory-policy`` is ``noeviction`` (DESIGN §5: evicted leases mean reruns).
-
-    Args:
-        client: the Redis client the queue uses.
-
-    Returns:
-        A warning text when the policy evicts keys or cannot be read (CONFIG disabled, renamed
-        or not permitted, as on some managed services); None when it is ``noeviction``.
-
-    Raises:
-        BackendUnavailable: Redis is unreachable.
-    """
-    unreadable = (
-        "could not read Redis maxmemory-policy ({reason}); make sure it is 'noeviction', or "
-        "evicted leases and markers will cause reruns and stalls"
-    )
-    try:
-        with _wrapped("config_get"):
-            reply = await client.config_get("maxmemory-policy")
-    except BackendUnavailable as exc:
-        if isinstance(exc.__cause__, ResponseError):  # CONFIG disabled, renamed or not permitted
-            return unreadable.format(reason="CONFIG GET refused")
-        raise
-    # The reply maps name -> value; redis-py decodes CONFIG GET to str even with bytes responses.
-    raw_policy: bytes | str | None = next(iter(reply.values()), None)
-    if raw_policy is None:
-        return unreadable.format(reason="no such setting")
-    policy = _text(raw_policy)
-    if policy == "noeviction":
-        return None
-    return (
-        f"Redis maxmemory-policy is {policy!r}, not 'noeviction': under memory pressure Redis "
-        "may evict leases (tasks reclaimed and rerun) and queue entries (delayed until reconcile)"
-    )

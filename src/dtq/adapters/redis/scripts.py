@@ -1,0 +1,98 @@
+"""Lua scripts of ``RedisQueue`` (spec §5): each is one atomic server-side step and one round trip.
+
+Key layout and member encoding are described in ``dtq.adapters.redis.queue``. Every script
+declares all the keys it touches in KEYS, except ``PROMOTE_DUE``, which can only know the marker
+and ready-list keys after reading the sorted set (see the Redis Cluster note in ``queue``).
+"""
+
+from __future__ import annotations
+
+# KEYS[1] marker, KEYS[2] ready list; ARGV[1] marker ttl ms, ARGV[2] task id. Returns 1 or 0.
+ENQUEUE = """
+if redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[1]) then
+  redis.call('LPUSH', KEYS[2], ARGV[2])
+  return 1
+end
+return 0
+"""
+
+# KEYS[2i-1] marker of the i-th id, KEYS[2i] its ready list; ARGV[1] marker ttl ms, ARGV[i+1] the
+# i-th task id. ENQUEUE for each id in turn (a repeated id finds its own marker and is skipped).
+# Returns how many ids were pushed.
+ENQUEUE_MANY = """
+local pushed = 0
+for i = 1, #ARGV - 1 do
+  if redis.call('SET', KEYS[2 * i - 1], '1', 'NX', 'PX', ARGV[1]) then
+    redis.call('LPUSH', KEYS[2 * i], ARGV[i + 1])
+    pushed = pushed + 1
+  end
+end
+return pushed
+"""
+
+# KEYS = ready lists, highest tier first; ARGV[1] most ids to take (>= 1). Never blocks.
+# Takes the oldest ids of the first tier, then of the next, until ARGV[1] ids are taken.
+# Returns the ids in pop order (RPOP with a count needs Redis >= 6.2).
+POP_MANY = """
+local want = tonumber(ARGV[1])
+local taken = {}
+for _, key in ipairs(KEYS) do
+  if #taken >= want then break end
+  local ids = redis.call('RPOP', key, want - #taken)
+  if ids then
+    for _, id in ipairs(ids) do taken[#taken + 1] = id end
+  end
+end
+return taken
+"""
+
+# KEYS[1] lease hash; ARGV[1] run id, ARGV[2] ttl ms, ARGV[3] new deadline_ms.
+EXTEND_LEASE = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 'missing' end
+if redis.call('HGET', KEYS[1], 'run_id') ~= ARGV[1] then return 'lost' end
+redis.call('HSET', KEYS[1], 'deadline_ms', ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 'extended'
+"""
+
+# KEYS[1] lease hash; ARGV[1] run id. Returns 1 when deleted.
+DELETE_LEASE = """
+if redis.call('HGET', KEYS[1], 'run_id') == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
+# KEYS[i] lease hash, ARGV[i] the run id it must name to be deleted. Returns how many were deleted.
+DELETE_LEASES = """
+local deleted = 0
+for i, key in ipairs(KEYS) do
+  if redis.call('HGET', key, 'run_id') == ARGV[i] then
+    deleted = deleted + redis.call('DEL', key)
+  end
+end
+return deleted
+"""
+
+# KEYS[1] scheduled zset; ARGV[1] key prefix, ARGV[2] limit, ARGV[3] marker ttl ms.
+# Not Redis-Cluster safe without a hash tag in the prefix (see ``dtq.adapters.redis.queue``).
+PROMOTE_DUE = """
+local t = redis.call('TIME')
+local now_ms = string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+local members = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms, 'LIMIT', 0, ARGV[2])
+local pushed = 0
+for _, member in ipairs(members) do
+  redis.call('ZREM', KEYS[1], member)
+  local sep = string.find(member, '|[^|]*$')
+  if sep then
+    local priority = string.sub(member, 1, sep - 1)
+    local task_id = string.sub(member, sep + 1)
+    local marker = ARGV[1] .. 'queue:pending:' .. task_id
+    if redis.call('SET', marker, '1', 'NX', 'PX', ARGV[3]) then
+      redis.call('LPUSH', ARGV[1] .. 'queue:ready:' .. priority, task_id)
+      pushed = pushed + 1
+    end
+  end
+end
+return pushed
+"""
