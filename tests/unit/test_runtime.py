@@ -69,6 +69,8 @@ def test_empty_kind_is_refused() -> None:
         {"shutdown_grace": -1},
         {"sync_threads": 0},
         {"priorities": ()},
+        {"claim_batch": 0},
+        {"complete_batch": 0},
     ],
 )
 def test_options_reject_out_of_range_values(kwargs: dict[str, object]) -> None:

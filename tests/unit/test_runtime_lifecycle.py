@@ -11,7 +11,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 
 import pytest
@@ -225,15 +225,15 @@ async def test_store_outage_is_logged_and_the_loop_carries_on() -> None:
 
 
 class _FlakyReports(ExecutionService):
-    """Fails the first ``complete`` call as if the database dropped the connection."""
+    """Fails the first completion batch as if the database dropped the connection."""
 
     failures = 1
 
-    async def complete(self, claim: Claim) -> ReportOutcome:
+    async def complete_many(self, claims: Sequence[Claim]) -> list[ReportOutcome]:
         if self.failures:
             self.failures -= 1
             raise BackendUnavailable("connection reset")
-        return await super().complete(claim)
+        return await super().complete_many(claims)
 
 
 async def test_recording_an_outcome_is_retried_after_a_backend_error() -> None:

@@ -2,23 +2,40 @@
 
 Handler authors import from :mod:`dtq.worker`; this module holds the implementation.
 
-How one task is processed (spec §5 claim flow):
+How tasks are processed (spec §5 claim flow), in batches so that one store transaction serves
+many tasks while every state change is still committed before it is acknowledged:
 
-1. ``concurrency`` loops each pop a task id from the ready lists (``Options.priorities``, highest
-   first, blocking ``Options.poll_timeout`` seconds).
-2. ``ExecutionService.claim`` turns it into a run (it releases the pending marker on every path
-   and sets the lease). A refused claim (another worker won, not yet due) is counted and skipped.
-3. A kind with no handler fails at once with ``permanent=True`` (spec §6 Unknown kind).
-4. The handler runs under ``Options.default_timeout`` while a heartbeat extends the lease every
-   ``min(heartbeat_every, lease_duration / 3)`` seconds. If the lease is LOST (another run owns
-   the task) the handler is cancelled and *nothing* is recorded.
-5. Return: ``complete``. Exception: ``fail`` with ``"<ExceptionType>: <message>"``, retried by
-   policy; :class:`PermanentError` fails at once; a timeout fails with ``"timed out after N s"``.
+1. One fetch loop pops up to ``min(free slots, Options.claim_batch)`` task ids from the ready
+   lists (``Options.priorities``, highest first; it blocks ``Options.poll_timeout`` seconds for
+   the first id, then takes what is already waiting). There are ``concurrency`` slots; the loop
+   waits for one to free up, and also while ``Options.complete_batch`` successes are still
+   waiting for their commit.
+2. ``ExecutionService.claim_many`` claims them all in one transaction (it releases every
+   pending marker on every path and sets every lease). A refused id (another worker won, not
+   yet due, a duplicate) is counted (``worker_claim_refusals_total``) and skipped.
+3. Each claim's handler runs in its own asyncio task. A kind with no handler fails at once with
+   ``permanent=True`` (spec §6 Unknown kind).
+4. The handler runs under ``Options.default_timeout``. One heartbeat loop extends the lease of
+   every held claim every ``min(heartbeat_every, lease_duration / 3)`` seconds, from the claim
+   until its success is committed. If a lease is LOST (another run owns the task) that claim's
+   handler alone is cancelled (or its waiting success dropped) and *nothing* is recorded.
+5. Return: the claim joins the completion batch; one loop records batches with
+   ``ExecutionService.complete_many`` (at most ``Options.complete_batch`` claims each), the next
+   one as soon as the previous commit returns, so successes that finish while a commit is in
+   flight share the next transaction and an idle worker adds no delay. Exception: ``fail``
+   with ``"<ExceptionType>: <message>"`` (one call per failure), retried by policy;
+   :class:`PermanentError` fails at once; a timeout fails with ``"timed out after N s"``.
 
 Handler errors never stop a loop. A store or queue error (``BackendUnavailable``) is logged and
-the loop backs off (0.5 s doubling to 10 s, jittered), then carries on. Recording an outcome is
-retried a few times (a replay is a no-op); if it still fails, the lease lapses and the reconciler
-reclaims the task, so the work is redone (delivery is at-least-once).
+the fetch loop backs off (0.5 s doubling to 10 s, jittered), then carries on. Recording an
+outcome (a failure, a hand-back, or a whole completion batch) is retried a few times (a replay
+is a no-op); if it still fails, the claims are no longer heartbeated, their leases lapse and the
+reconciler reclaims the tasks, so the work is redone (delivery is at-least-once).
+
+Logging: failures, lost leases and hand-backs are logged at WARNING/INFO with ``task_id``,
+``job_id``, ``kind``, ``attempt`` and ``run_id``; ``task started`` and ``task succeeded`` are
+DEBUG lines, so a busy worker at INFO spends nothing per success on logging. Handlers log with
+the same task fields bound as context variables.
 
 Sync handlers (plain ``def``) run in a ``ThreadPoolExecutor`` of ``Options.sync_threads``
 threads, so they never block the event loop. A thread cannot be killed: on timeout, lease loss or
@@ -27,16 +44,17 @@ keeps running until it returns, holding its pool thread (and delaying process ex
 
 **Graceful shutdown policy** (spec §6, "document chosen policy"):
 
-* On stop (``stop`` event, or the first SIGTERM/SIGINT in :meth:`Runtime.run_forever`) the loops
-  pop no more work. A pop already blocking finishes (at most ``poll_timeout``, so no popped id
-  is lost); an id it delivers after the stop is put back unclaimed
+* On stop (``stop`` event, or the first SIGTERM/SIGINT in :meth:`Runtime.run_forever`) the fetch
+  loop pops no more work. A pop already blocking finishes (at most ``poll_timeout``, so no
+  popped id is lost); ids it delivers after the stop are put back unclaimed
   (``ExecutionService.put_back``: marker released, id pushed again), so no run is opened only
-  to be handed back.
+  to be handed back. Ids claimed by a batch already in flight run normally.
 * Running handlers get ``Options.shutdown_grace`` seconds to finish; their outcomes are recorded
   normally.
 * Then every handler still running is cancelled and its task *handed back at once*
   (``ExecutionService.hand_back``: run ``dead``, task ``queued`` and due now, attempt rolled back,
   id re-pushed) so another worker picks it up without waiting for the stale-run reclaim.
+  Successes already waiting for a completion batch are committed, not handed back.
 * A second signal (or the ``stop_now`` event) skips the remaining grace and hands back at once.
 * Every shutdown counts ``worker_shutdowns_total{reason}``: ``signal``, ``stop`` (the caller's
   event), ``cancelled`` (the ``run`` task was cancelled; it hands back first, too) or ``error``.
@@ -208,6 +226,8 @@ class Runtime:
                     "worker started",
                     kinds=list(self.kinds),
                     concurrency=session.concurrency,
+                    claim_batch=self.options.claim_batch,
+                    complete_batch=self.options.complete_batch,
                     lease_heartbeat_every=session.heartbeat_every,
                     priorities=list(self.options.priorities),
                 )

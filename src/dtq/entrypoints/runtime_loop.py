@@ -1,4 +1,4 @@
-"""One run of the worker runtime: the poll loops, the registry heartbeat, shutdown.
+"""One run of the worker runtime: the fetch loop, the registry heartbeat, shutdown.
 
 :class:`Session` is internal; :class:`dtq.entrypoints.runtime.Runtime` builds one per ``run``.
 The policy it implements (spec §5 claim flow, §6 semantics) is described in that module.
@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
+from uuid import UUID
 
 from structlog.typing import FilteringBoundLogger
 
@@ -20,11 +22,12 @@ from dtq.entrypoints.metrics import WorkerMetrics
 from dtq.entrypoints.runtime_task import TaskRunner, backoff_delay
 from dtq.entrypoints.runtime_types import Handler, Options, WorkerServices
 
-_FINAL_WAIT = 15.0  # seconds: bound on hand-backs after the grace period
+_FINAL_WAIT = 15.0  # seconds: bound on hand-backs and last commits after the grace period
 
 
 class Session:
-    """Everything one ``Runtime.run`` owns: the poll loops, the registry loop, the task runner.
+    """Everything one ``Runtime.run`` owns: the fetch loop, the registry loop, the task runner
+    (with its completion and lease heartbeat loops).
 
     Args:
         handlers: kind -> handler, fixed for the session.
@@ -57,13 +60,14 @@ class Session:
         lease_duration = services.execution.policy.lease_duration
         self.heartbeat_every = min(options.heartbeat_every, lease_duration / 3)
         self._log = log.bind(worker_id=self._worker_id)
-        self._stopping = asyncio.Event()  # set: loops pop no more work
+        self._stopping = asyncio.Event()  # set: the fetch loop pops no more work
         self._runner = TaskRunner(
             handlers=handlers,
             options=options,
             execution=services.execution,
             metrics=metrics,
             heartbeat_every=self.heartbeat_every,
+            log=self._log,
         )
 
     @property
@@ -79,33 +83,44 @@ class Session:
         Cancelling the caller also shuts down at once (handing running tasks back) and then
         re-raises ``CancelledError``.
         """
-        slots = [
-            asyncio.create_task(self._slot(), name=f"dtq-worker-loop-{i}")
-            for i in range(self.concurrency)
+        runner = self._runner
+        fetch = asyncio.create_task(self._fetch_loop(), name="dtq-worker-fetch")
+        background = [
+            asyncio.create_task(runner.completion_loop(), name="dtq-worker-completions"),
+            asyncio.create_task(runner.heartbeat_loop(), name="dtq-worker-lease-heartbeat"),
+            asyncio.create_task(self._registry_loop(), name="dtq-worker-registry"),
         ]
-        beat = asyncio.create_task(self._registry_loop(), name="dtq-worker-registry")
         try:
             await _wait_any(stop, stop_now)
-            self._stopping.set()
+            self._stop_fetching()
             if not stop_now.is_set():
-                await self._grace(slots, stop_now)
-            await self._hand_back_all(slots)
+                await self._grace(fetch, stop_now)
+            await self._hand_back_all(fetch)
         except asyncio.CancelledError:
-            self._stopping.set()
-            await self._hand_back_all(slots)
+            self._stop_fetching()
+            await self._hand_back_all(fetch)
             raise
         finally:
-            beat.cancel()
-            for slot in slots:
-                slot.cancel()
-            await asyncio.gather(beat, *slots, return_exceptions=True)
-            self._runner.close()
+            tasks = [fetch, *background, *runner.cancel_all()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            runner.close()
 
-    async def _grace(self, slots: list[asyncio.Task[None]], stop_now: asyncio.Event) -> None:
+    def _stop_fetching(self) -> None:
+        self._stopping.set()
+        self._runner.capacity.set()  # wake a fetch loop waiting for a free slot
+
+    async def _settled(self, fetch: asyncio.Task[None]) -> None:
+        """Return once the fetch loop has ended and every claim has settled."""
+        await asyncio.wait({fetch})
+        await self._runner.wait_settled()
+
+    async def _grace(self, fetch: asyncio.Task[None], stop_now: asyncio.Event) -> None:
         """Let running handlers finish for up to ``shutdown_grace`` seconds or ``stop_now``."""
         if self._options.shutdown_grace <= 0:
             return
-        all_done = asyncio.ensure_future(asyncio.wait(slots))
+        all_done = asyncio.ensure_future(self._settled(fetch))
         now = asyncio.ensure_future(stop_now.wait())
         try:
             await asyncio.wait(
@@ -117,34 +132,45 @@ class Session:
             all_done.cancel()
             now.cancel()
 
-    async def _hand_back_all(self, slots: list[asyncio.Task[None]]) -> None:
-        """Cancel every running handler, wait (bounded) for the loops to hand tasks back."""
+    async def _hand_back_all(self, fetch: asyncio.Task[None]) -> None:
+        """Cancel every running handler; wait (bounded) for the hand-backs and the commits of
+        successes already waiting."""
         self._runner.abandon()
-        pending = [s for s in slots if not s.done()]
-        if pending:
-            await asyncio.wait(pending, timeout=_FINAL_WAIT)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._settled(fetch), timeout=_FINAL_WAIT)
 
-    # -- the poll loop -------------------------------------------------------------------------
+    # -- the fetch loop ------------------------------------------------------------------------
 
-    async def _slot(self) -> None:
-        """Pop, claim, execute; repeat until stopping. Errors back off, never end the loop."""
+    async def _fetch_loop(self) -> None:
+        """Pop up to the free slots, claim them in one transaction, start their handlers;
+        repeat until stopping. Errors back off, never end the loop.
+
+        It is the only place that starts claims, so the free slots it computes cannot shrink
+        while it pops and claims. It also waits while ``complete_batch`` successes are still
+        waiting for a commit, so a slow store holds back claiming instead of piling up leases.
+        """
+        runner = self._runner
+        priorities = self._options.priorities
+        poll_timeout = self._options.poll_timeout
+        claim_batch = self._options.claim_batch
+        complete_batch = self._options.complete_batch
         failures = 0
         while not self._stopping.is_set():
+            free = self.concurrency - runner.active
+            if free <= 0 or runner.backlog >= complete_batch:
+                runner.capacity.clear()
+                await runner.capacity.wait()
+                continue
             try:
-                task_id = await self._queue.pop(
-                    self._options.priorities, timeout=self._options.poll_timeout
+                task_ids = await self._queue.pop_many(
+                    priorities, timeout=poll_timeout, max_count=min(free, claim_batch)
                 )
-                if task_id is not None and self._stopping.is_set():
-                    # popped by a wait that began before the stop: give it to another worker
-                    # unclaimed, rather than claim it only to hand it back (a dead run).
-                    await self._execution.put_back(task_id)
-                elif task_id is not None:
-                    claim = await self._execution.claim(task_id, self._worker_id)
-                    if claim is None:
-                        self._metrics.claim_refusals.inc()
-                        self._log.debug("claim refused", task_id=str(task_id))
-                    else:
-                        await self._runner.execute(claim, self._log)
+                if task_ids and self._stopping.is_set():
+                    # popped by a wait that began before the stop: give them to another worker
+                    # unclaimed, rather than claim them only to hand them back (dead runs).
+                    await self._put_back(task_ids)
+                elif task_ids:
+                    await self._claim(task_ids)
                 failures = 0
             except BackendUnavailable as exc:
                 failures += 1
@@ -157,12 +183,36 @@ class Session:
                 self._log.exception("worker loop error", retry_in=delay)
                 await self._pause(delay)
 
+    async def _claim(self, task_ids: Sequence[UUID]) -> None:
+        """Claim popped ids in one transaction; start a handler task per claim."""
+        claims = await self._execution.claim_many(task_ids, self._worker_id)
+        refused = len(task_ids) - len(claims)
+        if refused:
+            self._metrics.claim_refusals.inc(refused)
+            if self._log.is_enabled_for(logging.DEBUG):
+                claimed = {claim.task.id for claim in claims}
+                for task_id in task_ids:
+                    if task_id not in claimed:
+                        self._log.debug("claim refused", task_id=str(task_id))
+        for claim in claims:
+            self._runner.start(claim)
+
+    async def _put_back(self, task_ids: Sequence[UUID]) -> None:
+        """Return ids popped after the stop, unclaimed; one failure does not stop the rest."""
+        for task_id in task_ids:
+            try:
+                await self._execution.put_back(task_id)
+            except BackendUnavailable as exc:
+                self._log.warning(
+                    "put back failed; the reconciler re-pushes the task",
+                    task_id=str(task_id),
+                    error=str(exc),
+                )
+
     async def _pause(self, seconds: float) -> None:
         """Sleep ``seconds``, or less if the session starts stopping."""
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stopping.wait(), timeout=seconds)
-
-    # -- one task --------------------------------------------------------------------------------
 
     # -- worker registry -------------------------------------------------------------------------
 

@@ -1,22 +1,29 @@
-"""Executing one claimed task: handler call, timeout, lease heartbeat, outcome (spec §5, §6).
+"""Executing claimed tasks: handler call, timeout, lease heartbeat, outcomes (spec §5, §6).
 
 :class:`TaskRunner` is internal to the worker runtime; the policy it implements is described in
-:mod:`dtq.entrypoints.runtime`.
+:mod:`dtq.entrypoints.runtime`. The hot path of one task is deliberately short: one asyncio
+task runs the handler and, on success, appends the claim to the completion batch; one loop
+commits those batches (``ExecutionService.complete_many``) and one loop extends the leases of
+every claim this worker holds. Nothing is bound or logged per success above DEBUG.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
+import enum
 import inspect
+import logging
 import random
-from collections.abc import Awaitable, Callable, Mapping
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 import structlog
+from prometheus_client import Counter, Histogram
 from structlog.typing import FilteringBoundLogger
 
 from dtq.application.commands import Claim, ReportOutcome
@@ -31,7 +38,8 @@ HAND_BACK_REASON = "worker shutting down"
 
 _BACKOFF_START = 0.5  # seconds: first pause after a backend error
 _BACKOFF_CAP = 10.0  # seconds: longest pause between attempts
-_REPORT_ATTEMPTS = 5  # tries to record one outcome before leaving the task to reclaim
+_REPORT_ATTEMPTS = 5  # tries to record one outcome (or batch) before leaving it to reclaim
+_BEATS_AT_ONCE = 32  # lease extensions in flight together during one heartbeat pass
 
 _LEASE_LOST = "lease lost"
 _SHUTDOWN = "shutdown"
@@ -51,32 +59,78 @@ class HandlerTimeout(Exception):
     """The handler outlived ``Options.default_timeout`` (a failure, retried by policy)."""
 
 
+class _Phase(enum.Enum):
+    """Where a held claim is; decides what an interruption or a lost lease does to it."""
+
+    STARTING = "starting"  # claimed; its asyncio task has not begun: interrupting marks it
+    RUNNING = "running"  # the handler runs: interrupting cancels it
+    WAITING = "waiting"  # succeeded, queued for the next completion batch
+    COMMITTING = "committing"  # in a complete_many call now: that call decides
+    SETTLING = "settling"  # failure / hand-back being recorded, or nothing to do
+
+
 @dataclass(eq=False, slots=True)
-class _InFlight:
-    """A claimed task whose handler is running."""
+class _Held:
+    """A claim this worker holds: its handler runs or its success awaits a commit."""
 
     claim: Claim
-    log: FilteringBoundLogger
-    handler: asyncio.Task[None] | None = None
-    interrupted: str | None = None  # _LEASE_LOST or _SHUTDOWN once the runtime cancelled it
+    phase: _Phase = _Phase.STARTING
+    task: asyncio.Task[None] | None = None  # the asyncio task running the handler
+    interrupted: str | None = None  # _LEASE_LOST or _SHUTDOWN once the runtime stopped it
+    duration: float = 0.0  # handler wall time, seconds
 
     def interrupt(self, why: str) -> None:
-        """Cancel the handler; the first reason given wins."""
-        if self.interrupted is None:
-            self.interrupted = why
-        if self.handler is not None:
-            self.handler.cancel()
+        """Stop the handler (the first reason wins); no-op once it has finished.
+
+        A task cancelled before its first step never runs its body, so a claim whose task has
+        not begun is only marked: it checks the mark before calling the handler.
+        """
+        if self.phase not in _INTERRUPTIBLE or self.interrupted is not None:
+            return
+        self.interrupted = why
+        if self.phase is _Phase.RUNNING and self.task is not None:
+            self.task.cancel()
+
+
+_INTERRUPTIBLE = frozenset({_Phase.STARTING, _Phase.RUNNING})
+
+
+@dataclass(frozen=True, slots=True)
+class _KindMetrics:
+    """The labelled children of one kind, looked up once instead of per task."""
+
+    claimed: Counter
+    succeeded: Counter
+    duration: Histogram
+    extensions: Counter
+
+
+def task_fields(claim: Claim) -> dict[str, Any]:
+    """The log fields that identify a task's run: task_id, job_id, kind, attempt, run_id."""
+    return {
+        "task_id": str(claim.task.id),
+        "job_id": str(claim.task.job_id),
+        "kind": claim.task.kind,
+        "attempt": claim.run.attempt_number,
+        "run_id": str(claim.run.id),
+    }
 
 
 class TaskRunner:
-    """Runs claimed tasks for the poll loops of one runtime session.
+    """Runs claimed tasks for the fetch loop of one runtime session.
+
+    Start :meth:`completion_loop` and :meth:`heartbeat_loop` as tasks, then hand every claim to
+    :meth:`start`. :attr:`active` counts claims whose handler (or failure report) is still
+    going; :attr:`backlog` counts successes waiting for a commit; :attr:`capacity` is set
+    whenever either goes down.
 
     Args:
         handlers: kind -> handler, fixed for the session.
-        options: runtime options (timeout, thread pool size).
+        options: runtime options (timeout, thread pool size, complete_batch).
         execution: the service that records outcomes and extends leases.
         metrics: where to count (spec §9 worker metrics).
         heartbeat_every: lease heartbeat period in seconds.
+        log: the worker's logger (worker_id bound).
     """
 
     def __init__(
@@ -87,6 +141,7 @@ class TaskRunner:
         execution: ExecutionService,
         metrics: WorkerMetrics,
         heartbeat_every: float,
+        log: FilteringBoundLogger,
     ) -> None:
         self._handlers = dict(handlers)
         self._async = {kind: _is_async(h) for kind, h in self._handlers.items()}
@@ -94,97 +149,158 @@ class TaskRunner:
         self._execution = execution
         self._metrics = metrics
         self._heartbeat_every = heartbeat_every
+        self._log = log
+        self._debug = log.is_enabled_for(logging.DEBUG)
         self._pool = ThreadPoolExecutor(options.sync_threads, thread_name_prefix="dtq-handler")
-        self._inflight: set[_InFlight] = set()
+        self._by_kind: dict[str, _KindMetrics] = {}
+        self._held: set[_Held] = set()  # the claims whose leases the heartbeat keeps alive
+        self._tasks: set[asyncio.Task[None]] = set()  # one per claim, until it settles
+        self._waiting: deque[_Held] = deque()  # successes not yet in a complete_many call
+        self._wake = asyncio.Event()  # set: the completion loop has work
+        self._idle = asyncio.Event()  # set: no success waits for or is in a commit
+        self._idle.set()
         self._abandoning = False
+        self.capacity = asyncio.Event()
         self.handed_back = 0
 
+    @property
+    def active(self) -> int:
+        """Claims whose handler runs or whose failure / hand-back is being recorded."""
+        return len(self._tasks)
+
+    @property
+    def backlog(self) -> int:
+        """Successes waiting for the next completion batch."""
+        return len(self._waiting)
+
+    # -- starting and stopping -----------------------------------------------------------------
+
+    def start(self, claim: Claim) -> None:
+        """Run the claim's handler in its own asyncio task (or hand it back when shutting
+        down, or fail it permanently when its kind has no handler)."""
+        held = _Held(claim)
+        handler = self._handlers.get(claim.task.kind)
+        if handler is not None:
+            self._kind(claim.task.kind).claimed.inc()
+            if not self._abandoning:
+                self._held.add(held)
+        task = asyncio.create_task(self._run(held, handler))
+        held.task = task
+        self._tasks.add(task)
+        task.add_done_callback(self._finished)
+
     def abandon(self) -> None:
-        """Shutdown: cancel every running handler and hand its task back; later claims too."""
+        """Shutdown: cancel every running handler and hand its task back; later claims too.
+
+        Successes already waiting for a commit are still committed.
+        """
         self._abandoning = True
-        for flight in list(self._inflight):
-            flight.interrupt(_SHUTDOWN)
+        for held in list(self._held):
+            held.interrupt(_SHUTDOWN)
+
+    async def wait_settled(self) -> None:
+        """Return once every claim task has ended and every success is committed (or given
+        up)."""
+        while self._tasks:
+            await asyncio.wait(list(self._tasks))
+        await self._idle.wait()
+
+    def cancel_all(self) -> list[asyncio.Task[None]]:
+        """Cancel the claim tasks still going; return them (to be awaited)."""
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        return tasks
 
     def close(self) -> None:
         """Release the thread pool without waiting for sync handlers still running."""
         self._pool.shutdown(wait=False, cancel_futures=True)
 
-    async def execute(self, claim: Claim, log: FilteringBoundLogger) -> None:
-        """Run the claimed task's handler under heartbeat and timeout; record the outcome.
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self.capacity.set()
+        if not task.cancelled() and task.exception() is not None:
+            exc = task.exception()
+            self._log.error("task runner error", exc_info=exc)
 
-        Args:
-            claim: the claim ``ExecutionService.claim`` returned.
-            log: the worker's logger; the task fields are bound onto it.
+    # -- one claim -----------------------------------------------------------------------------
 
-        Raises:
-            Exception: only what a bug outside the handler raises; handler errors and backend
-                errors while recording are handled here.
-        """
-        kind = claim.task.kind
-        log = log.bind(
-            task_id=str(claim.task.id),
-            job_id=str(claim.task.job_id),
-            kind=kind,
-            attempt=claim.run.attempt_number,
-            run_id=str(claim.run.id),
-        )
-        handler = self._handlers.get(kind)
+    async def _run(self, held: _Held, handler: Handler | None) -> None:
         if handler is None:  # counted by unknown_kind only: a submitted kind is an unbounded label
-            await self._unknown_kind(claim, log)
+            held.phase = _Phase.SETTLING
+            await self._unknown_kind(held.claim)
             return
-        self._metrics.tasks_claimed.labels(kind=kind).inc()
-        flight = _InFlight(claim, log=log)
-        if self._abandoning:  # popped while shutting down: hand it straight back
-            await self._hand_back(flight)
+        if held.interrupted == _LEASE_LOST:  # lost before it began: record nothing
+            held.phase = _Phase.SETTLING
+            self._held.discard(held)
+            self._log.warning("lease lost: handler not started", **task_fields(held.claim))
             return
-        task = Task(
-            id=claim.task.id,
-            job_id=claim.task.job_id,
-            kind=kind,
-            payload=claim.task.payload,
-            attempt=claim.run.attempt_number,
-        )
-        log.debug("task started")
+        if self._abandoning:  # claimed while shutting down: hand it straight back
+            held.phase = _Phase.SETTLING
+            self._held.discard(held)
+            await self._hand_back(held)
+            return
+        try:
+            await self._execute(held, handler)
+        finally:
+            if held.phase is not _Phase.WAITING:
+                self._held.discard(held)
+
+    async def _execute(self, held: _Held, handler: Handler) -> None:
+        """Run the handler under its timeout; route the result (spec §6 Success / Failure)."""
+        claim = held.claim
+        kind = claim.task.kind
+        if self._debug:
+            self._log.debug("task started", **task_fields(claim))
         loop = asyncio.get_running_loop()
         started = loop.time()
-        flight.handler = asyncio.create_task(
-            self._invoke(handler, task), name=f"dtq-task-{task.id}"
-        )
-        beat = asyncio.create_task(self._heartbeat(flight), name=f"dtq-lease-{task.id}")
-        self._inflight.add(flight)
+        current = asyncio.current_task()
+        exc: BaseException | None = None
+        held.phase = _Phase.RUNNING
         try:
-            await asyncio.wait({flight.handler})
-        finally:
-            self._inflight.discard(flight)
-            beat.cancel()
-            flight.handler.cancel()
-        await self._settle(flight, loop.time() - started)
+            await self._invoke(handler, claim)
+        except asyncio.CancelledError as cancelled:
+            ours = 0 if held.interrupted is None else 1  # cancel requests we made ourselves
+            if current is not None and current.cancelling() > ours:
+                raise  # the session is cancelling this task: not a handler outcome
+            exc = cancelled  # interrupted by us, or raised by the handler itself
+        except Exception as error:
+            exc = error
+        held.phase = _Phase.SETTLING  # from here on nothing cancels this task
+        if held.interrupted is not None and current is not None and current.cancelling():
+            current.uncancel()  # our own interruption was delivered (or swallowed)
+        duration = loop.time() - started
 
-    async def _settle(self, flight: _InFlight, duration: float) -> None:
-        """Record what the finished handler task means (spec §6 Success / Failure / Lease)."""
-        claim, log, handler = flight.claim, flight.log, flight.handler
-        assert handler is not None
-        kind = claim.task.kind
-        if flight.interrupted == _LEASE_LOST:
-            log.warning("lease lost: handler cancelled, outcome not recorded")
+        if held.interrupted == _LEASE_LOST:
+            self._log.warning(
+                "lease lost: handler cancelled, outcome not recorded", **task_fields(claim)
+            )
             return
-        exc = None if handler.cancelled() else handler.exception()
-        if flight.interrupted == _SHUTDOWN and (handler.cancelled() or exc is not None):
-            await self._hand_back(flight)
+        if held.interrupted == _SHUTDOWN and exc is not None:
+            self._held.discard(held)
+            await self._hand_back(held)
             return
-        self._metrics.handler_duration.labels(kind=kind).observe(duration)
-        if handler.cancelled():
-            exc = asyncio.CancelledError("handler cancelled")
+        self._kind(kind).duration.observe(duration)
         if exc is None:
-            outcome = await self._report(log, "success", lambda: self._execution.complete(claim))
-            if outcome is ReportOutcome.RECORDED:
-                self._metrics.tasks_succeeded.labels(kind=kind).inc()
-            log.info("task succeeded", duration=round(duration, 6), outcome=outcome)
+            held.phase = _Phase.WAITING
+            held.duration = duration
+            self._waiting.append(held)
+            self._idle.clear()
+            self._wake.set()
             return
+        self._held.discard(held)  # no heartbeat while the failure is recorded (as a report)
+        if isinstance(exc, asyncio.CancelledError):
+            exc = asyncio.CancelledError("handler cancelled")
+        await self._fail(claim, exc, duration)
+
+    async def _fail(self, claim: Claim, exc: BaseException, duration: float) -> None:
+        """Record a handler failure (retried by policy unless permanent)."""
+        kind = claim.task.kind
         permanent = isinstance(exc, PermanentError)
         error = str(exc) if isinstance(exc, HandlerTimeout) else f"{type(exc).__name__}: {exc}"
+        fields = task_fields(claim)
         outcome = await self._report(
-            log, "failure", lambda: self._execution.fail(claim, error, permanent=permanent)
+            fields, "failure", lambda: self._execution.fail(claim, error, permanent=permanent)
         )
         retried = not permanent and claim.run.attempt_number < claim.task.max_attempts
         if outcome is ReportOutcome.RECORDED:
@@ -192,10 +308,11 @@ class TaskRunner:
             if retried:
                 self._metrics.tasks_retried.labels(kind=kind).inc()
         details: dict[str, Any] = {}
-        if not isinstance(exc, HandlerTimeout | PermanentError):
+        if not isinstance(exc, HandlerTimeout | PermanentError | asyncio.CancelledError):
             details["exc_info"] = exc  # an unexpected error: keep its traceback in the log
-        log.warning(
+        self._log.warning(
             "task failed",
+            **fields,
             error=error,
             permanent=permanent,
             will_retry=retried,
@@ -204,44 +321,61 @@ class TaskRunner:
             **details,
         )
 
-    async def _unknown_kind(self, claim: Claim, log: FilteringBoundLogger) -> None:
+    async def _unknown_kind(self, claim: Claim) -> None:
         """Fail a task nobody here can run, permanently (spec §6 Unknown kind)."""
         self._metrics.unknown_kind.inc()
         error = f"unknown kind {claim.task.kind!r}: no handler registered"
-        log.error("unknown kind: task failed permanently", registered=sorted(self._handlers))
+        fields = task_fields(claim)
+        self._log.error(
+            "unknown kind: task failed permanently", **fields, registered=sorted(self._handlers)
+        )
         await self._report(
-            log, "failure", lambda: self._execution.fail(claim, error, permanent=True)
+            fields, "failure", lambda: self._execution.fail(claim, error, permanent=True)
         )
 
-    async def _hand_back(self, flight: _InFlight) -> None:
+    async def _hand_back(self, held: _Held) -> None:
         """Give the task back at once instead of waiting for reclaim (spec §6 shutdown)."""
+        fields = task_fields(held.claim)
         outcome = await self._report(
-            flight.log,
+            fields,
             "hand-back",
-            lambda: self._execution.hand_back(flight.claim, HAND_BACK_REASON),
+            lambda: self._execution.hand_back(held.claim, HAND_BACK_REASON),
         )
         if outcome is ReportOutcome.RECORDED:
             self.handed_back += 1
-        flight.log.info("task handed back", outcome=outcome)
+        self._log.info("task handed back", **fields, outcome=outcome)
 
-    async def _invoke(self, handler: Handler, task: Task) -> None:
+    async def _invoke(self, handler: Handler, claim: Claim) -> None:
         """Call the handler under the task's log context and ``default_timeout``.
+
+        The context variables are set in this claim's own asyncio task (whose context is a
+        copy), so they need no reset and never leak into the fetch loop.
 
         Raises:
             HandlerTimeout: the deadline passed (the handler was cancelled or abandoned).
         """
-        timeout = self._options.default_timeout
-        with structlog.contextvars.bound_contextvars(
+        task = Task(
+            id=claim.task.id,
+            job_id=claim.task.job_id,
+            kind=claim.task.kind,
+            payload=claim.task.payload,
+            attempt=claim.run.attempt_number,
+        )
+        structlog.contextvars.bind_contextvars(
             task_id=str(task.id), job_id=str(task.job_id), kind=task.kind, attempt=task.attempt
-        ):
-            deadline = asyncio.timeout(timeout)
-            try:
-                async with deadline:
-                    await self._call(handler, task)
-            except TimeoutError:
-                if deadline.expired():
-                    raise HandlerTimeout(f"timed out after {timeout:g} s") from None
-                raise
+        )
+        timeout = self._options.default_timeout
+        if timeout is None:
+            await self._call(handler, task)
+            return
+        deadline = asyncio.timeout(timeout)
+        try:
+            async with deadline:
+                await self._call(handler, task)
+        except TimeoutError:
+            if deadline.expired():
+                raise HandlerTimeout(f"timed out after {timeout:g} s") from None
+            raise
 
     async def _call(self, handler: Handler, task: Task) -> None:
         """Await an async handler; run a sync one in the bounded thread pool."""
@@ -254,29 +388,179 @@ class TaskRunner:
         if inspect.isawaitable(result):
             await result
 
-    async def _heartbeat(self, flight: _InFlight) -> None:
-        """Extend the lease every ``heartbeat_every`` s; cancel the handler if it is lost."""
-        kind = flight.claim.task.kind
+    # -- completions -----------------------------------------------------------------------------
+
+    async def completion_loop(self) -> None:
+        """Commit waiting successes in batches of at most ``complete_batch``, one batch as soon
+        as the previous commit returned (while one is in flight, the next accumulates)."""
+        limit = self._options.complete_batch
         while True:
-            await asyncio.sleep(self._heartbeat_every)
+            await self._wake.wait()
+            self._wake.clear()
+            while self._waiting:
+                batch: list[_Held] = []
+                while self._waiting and len(batch) < limit:
+                    held = self._waiting.popleft()
+                    if held.interrupted == _LEASE_LOST:
+                        continue  # the heartbeat found it taken over: record nothing
+                    held.phase = _Phase.COMMITTING
+                    batch.append(held)
+                self.capacity.set()
+                if batch:
+                    await self._commit(batch)
+            self._idle.set()
+
+    async def _commit(self, batch: Sequence[_Held]) -> None:
+        """One ``complete_many`` for the batch, retried on backend errors; then settle each."""
+        try:
+            outcomes, attempts = await self._complete_many([held.claim for held in batch])
+        except Exception:  # a bug: never let it end the completion loop
+            self._log.exception("recording successes failed", tasks=len(batch))
+            outcomes, attempts = None, 0
+        finally:
+            for held in batch:  # the heartbeat stops: committed, or the lease lapses
+                held.phase = _Phase.SETTLING
+                self._held.discard(held)
+        if outcomes is None:
+            for held in batch:
+                self._log.error(
+                    "outcome not recorded; the task will be reclaimed",
+                    report="success",
+                    **task_fields(held.claim),
+                )
+            return
+        for held, outcome in zip(batch, outcomes, strict=True):
+            claim = held.claim
+            # A retry of a batch whose first commit did land answers DUPLICATE for our run.
+            if outcome is ReportOutcome.RECORDED or (
+                attempts > 1 and outcome is ReportOutcome.DUPLICATE
+            ):
+                self._kind(claim.task.kind).succeeded.inc()
+            elif outcome is ReportOutcome.STALE:
+                self._log.warning(
+                    "outcome refused: the run is no longer live",
+                    report="success",
+                    **task_fields(claim),
+                )
+            if self._debug:
+                self._log.debug(
+                    "task succeeded",
+                    **task_fields(claim),
+                    duration=round(held.duration, 6),
+                    outcome=outcome,
+                )
+
+    async def _complete_many(self, claims: list[Claim]) -> tuple[list[ReportOutcome] | None, int]:
+        """``complete_many`` with bounded retries of backend errors.
+
+        Returns:
+            The outcomes (None when they could not be recorded) and how many calls were made.
+        """
+        for attempt in range(1, _REPORT_ATTEMPTS + 1):
             try:
-                state = await self._execution.heartbeat(flight.claim)
-            except Exception as exc:
-                flight.log.warning("lease heartbeat failed", error=f"{type(exc).__name__}: {exc}")
-                continue
-            if state is LeaseState.LOST:
-                self._metrics.lease_losses.labels(kind=kind).inc()
-                flight.log.warning("lease lost: cancelling the handler")
-                flight.interrupt(_LEASE_LOST)
-                return
-            if state is LeaseState.EXTENDED:
-                self._metrics.lease_extensions.labels(kind=kind).inc()
-            else:
-                flight.log.warning("lease heartbeat found no lease", state=str(state))
+                return await self._execution.complete_many(claims), attempt
+            except BackendUnavailable as exc:
+                if attempt == _REPORT_ATTEMPTS:
+                    return None, attempt
+                self._log.warning(
+                    "recording outcomes failed; retrying",
+                    report="success",
+                    tasks=len(claims),
+                    error=str(exc),
+                )
+                await asyncio.sleep(backoff_delay(attempt))
+            except DtqError as exc:
+                self._log.error(
+                    "outcome refused",
+                    report="success",
+                    tasks=len(claims),
+                    error=f"{type(exc).__name__}: {exc}",
+                )
+                return None, attempt
+        return None, _REPORT_ATTEMPTS  # pragma: no cover - the loop always returns
+
+    # -- lease heartbeat -------------------------------------------------------------------------
+
+    async def heartbeat_loop(self) -> None:
+        """Every ``heartbeat_every`` s, extend the lease of every held claim (spec §6 Lease).
+
+        A claim is held from its claim until its success is committed, its failure is being
+        recorded, or its lease is lost. A LOST lease cancels a running handler (and only that
+        one) or drops a waiting success; nothing is recorded for it.
+        """
+        loop = asyncio.get_running_loop()
+        next_at = loop.time()
+        while True:
+            next_at += self._heartbeat_every
+            await asyncio.sleep(max(0.0, next_at - loop.time()))
+            if loop.time() - next_at > self._heartbeat_every:
+                next_at = loop.time()  # a pass overran a period: do not burst to catch up
+            await self._beat_all()
+
+    async def _beat_all(self) -> None:
+        held = list(self._held)
+        failed = 0
+        last: BaseException | None = None
+        for i in range(0, len(held), _BEATS_AT_ONCE):
+            chunk = held[i : i + _BEATS_AT_ONCE]
+            states = await asyncio.gather(
+                *(self._execution.heartbeat(h.claim) for h in chunk), return_exceptions=True
+            )
+            for h, state in zip(chunk, states, strict=True):
+                if isinstance(state, BaseException):
+                    failed += 1
+                    last = state
+                else:
+                    self._beaten(h, state)
+        if failed:
+            self._log.warning(
+                "lease heartbeat failed",
+                failed=failed,
+                held=len(held),
+                error=f"{type(last).__name__}: {last}",
+            )
+
+    def _beaten(self, held: _Held, state: LeaseState) -> None:
+        if held not in self._held:
+            return  # settled while the heartbeat was in flight
+        kind = held.claim.task.kind
+        if state is LeaseState.EXTENDED:
+            self._kind(kind).extensions.inc()
+            return
+        if state is not LeaseState.LOST:
+            self._log.warning(
+                "lease heartbeat found no lease", state=str(state), **task_fields(held.claim)
+            )
+            return
+        if held.phase is _Phase.COMMITTING:
+            return  # its complete_many is in flight: the fence there decides (STALE)
+        self._metrics.lease_losses.labels(kind=kind).inc()
+        self._held.discard(held)
+        if held.phase in _INTERRUPTIBLE:
+            self._log.warning("lease lost: cancelling the handler", **task_fields(held.claim))
+            held.interrupt(_LEASE_LOST)
+        else:  # WAITING: the success is dropped from the batch
+            held.interrupted = _LEASE_LOST
+            self._log.warning("lease lost: success not recorded", **task_fields(held.claim))
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _kind(self, kind: str) -> _KindMetrics:
+        found = self._by_kind.get(kind)
+        if found is None:
+            m = self._metrics
+            found = _KindMetrics(
+                claimed=m.tasks_claimed.labels(kind=kind),
+                succeeded=m.tasks_succeeded.labels(kind=kind),
+                duration=m.handler_duration.labels(kind=kind),
+                extensions=m.lease_extensions.labels(kind=kind),
+            )
+            self._by_kind[kind] = found
+        return found
 
     async def _report(
         self,
-        log: FilteringBoundLogger,
+        fields: dict[str, Any],
         what: str,
         call: Callable[[], Awaitable[ReportOutcome]],
     ) -> ReportOutcome | None:
@@ -291,17 +575,25 @@ class TaskRunner:
                 outcome = await call()
             except BackendUnavailable as exc:
                 if attempt == _REPORT_ATTEMPTS:
-                    log.error("outcome not recorded; the task will be reclaimed", report=what)
+                    self._log.error(
+                        "outcome not recorded; the task will be reclaimed", report=what, **fields
+                    )
                     return None
                 delay = backoff_delay(attempt)
-                log.warning("recording outcome failed; retrying", report=what, error=str(exc))
+                self._log.warning(
+                    "recording outcome failed; retrying", report=what, error=str(exc), **fields
+                )
                 await asyncio.sleep(delay)
             except DtqError as exc:
-                log.error("outcome refused", report=what, error=f"{type(exc).__name__}: {exc}")
+                self._log.error(
+                    "outcome refused", report=what, error=f"{type(exc).__name__}: {exc}", **fields
+                )
                 return None
             else:
                 if outcome is ReportOutcome.STALE:
-                    log.warning("outcome refused: the run is no longer live", report=what)
+                    self._log.warning(
+                        "outcome refused: the run is no longer live", report=what, **fields
+                    )
                 return outcome
         return None  # pragma: no cover - the loop always returns
 

@@ -63,13 +63,22 @@ class Options:
         heartbeat_every: lease heartbeat period. The runtime uses
             ``min(heartbeat_every, lease_duration / 3)`` (``LEASE_DURATION``, as the execution
             service's policy has it) so a lease never lapses between beats.
-        concurrency: number of poll/execute loops; None takes ``WORKER_CONCURRENCY``.
+        concurrency: how many handlers run at once (slots); None takes ``WORKER_CONCURRENCY``.
+            One fetch loop pops and claims work only into free slots.
         shutdown_grace: on a graceful stop, how long running handlers may take to finish
             before they are cancelled and handed back.
         sync_threads: size of the thread pool that runs plain (``def``) handlers.
         priorities: ready-queue tiers to pop, highest first (``queue:ready:{priority}``).
         poll_timeout: how long one pop blocks waiting for work; it also bounds how long a
             pop already in flight delays a stop.
+        claim_batch: most task ids (a count) popped and claimed together in one store
+            transaction (``ExecutionService.claim_many``); a pop takes
+            ``min(free slots, claim_batch)``. 1 claims one task per transaction.
+        complete_batch: most successes (a count) recorded together in one store transaction
+            (``ExecutionService.complete_many``). Successes are committed as soon as the
+            previous commit returns, so batches form only while a commit is in flight; no
+            timer delays a success on an idle worker. The fetch loop also stops claiming while
+            ``complete_batch`` successes are waiting for a commit (backpressure).
 
     Raises:
         ValueError: a value is out of range (non-positive durations, empty priorities, ...).
@@ -82,6 +91,8 @@ class Options:
     sync_threads: int = 8
     priorities: tuple[str, ...] = (DEFAULT_PRIORITY,)
     poll_timeout: float = 1.0
+    claim_batch: int = 32
+    complete_batch: int = 128
 
     def __post_init__(self) -> None:
         if self.default_timeout is not None and self.default_timeout <= 0:
@@ -96,6 +107,10 @@ class Options:
             raise ValueError("sync_threads must be >= 1")
         if self.poll_timeout <= 0:
             raise ValueError("poll_timeout must be > 0 seconds")
+        if self.claim_batch < 1:
+            raise ValueError("claim_batch must be >= 1 task")
+        if self.complete_batch < 1:
+            raise ValueError("complete_batch must be >= 1 task")
         priorities = tuple(self.priorities)
         if not priorities or not all(isinstance(p, str) and p for p in priorities):
             raise ValueError("priorities must be a non-empty sequence of tier names")
@@ -112,7 +127,7 @@ class WorkerSettings(Protocol):
 
     @property
     def worker_concurrency(self) -> int:
-        """``WORKER_CONCURRENCY``: poll loops when ``Options.concurrency`` is None."""
+        """``WORKER_CONCURRENCY``: handler slots when ``Options.concurrency`` is None."""
         ...
 
     @property
@@ -141,7 +156,7 @@ class WorkerServices(Protocol):
 
     @property
     def queue(self) -> Queue:
-        """The ready lists the loops pop from."""
+        """The ready lists the fetch loop pops from."""
         ...
 
     @property
