@@ -1,0 +1,70 @@
+"""The handler app the dtq scenarios run in real ``dtq-worker`` processes.
+
+Run with ``dtq-worker --app benchmarks.app:runtime``. Handlers that record something write to
+Redis under ``$BENCH_APP_PREFIX`` (a key under the scenario's dtq prefix, so cleaning the prefix
+cleans them too), at ``$REDIS_ADDR``:
+
+* ``noop`` - does nothing.
+* ``count`` - one ``INCR {prefix}done``: the same proof of work every peer's no-op task does.
+* ``stamp`` - ``LPUSH {prefix}started "<task_id> <time.time()>"`` as its first action, so the
+  client can BRPOP it and compute submit -> handler start.
+* ``fail_once`` - attempt 1 records ``HSET {prefix}failed <task_id> <time.time()>`` just before
+  raising; later attempts record ``HSET {prefix}retried <task_id> <time.time()>`` at start.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from redis.asyncio import Redis
+
+from dtq.worker import Options, Runtime, Task
+
+runtime = Runtime(Options(shutdown_grace=1.0))
+
+_client: Redis | None = None
+
+
+def _prefix() -> str:
+    return os.environ.get("BENCH_APP_PREFIX", "bench:app:")
+
+
+def _redis() -> Redis:
+    """One client per worker process (handlers all run on the worker's event loop)."""
+    global _client  # noqa: PLW0603 - a lazily built per-process client
+    if _client is None:
+        _client = Redis.from_url(f"redis://{os.environ.get('REDIS_ADDR', '127.0.0.1:6379')}/0")
+    return _client
+
+
+@runtime.handler("noop")
+async def noop(task: Task) -> None:
+    """Do nothing."""
+
+
+@runtime.handler("count")
+async def count(task: Task) -> None:
+    """Count this run in Redis (what each peer's benchmark task does too)."""
+    await _redis().incr(f"{_prefix()}done")
+
+
+@runtime.handler("stamp")
+async def stamp(task: Task) -> None:
+    """Record the wall-clock time the handler started."""
+    started = time.time()
+    await _redis().lpush(f"{_prefix()}started", f"{task.id} {started!r}")
+
+
+class PlannedFailure(Exception):
+    """The first attempt of a ``fail_once`` task."""
+
+
+@runtime.handler("fail_once")
+async def fail_once(task: Task) -> None:
+    """Fail the first attempt (recording when), succeed later ones (recording the start)."""
+    now = time.time()
+    if task.attempt <= 1:
+        await _redis().hset(f"{_prefix()}failed", str(task.id), repr(time.time()))
+        raise PlannedFailure("planned first-attempt failure")
+    await _redis().hset(f"{_prefix()}retried", str(task.id), repr(now))

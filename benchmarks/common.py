@@ -1,0 +1,292 @@
+"""Shared plumbing of the benchmarks: throwaway databases and Redis prefixes, child processes,
+polling until work is done, and the statistics every scenario reports.
+
+Every resource is created through a context manager that removes it again (the database is
+dropped WITH (FORCE), every key under the prefix is deleted), also when a run fails or is
+interrupted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+import redis
+
+ADMIN_DSN = os.environ.get("BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+class BenchError(Exception):
+    """A scenario could not produce a figure (a service is down, work did not finish...)."""
+
+
+# --- services ----------------------------------------------------------------------------------
+
+
+def redis_addr() -> str:
+    """``host:port`` of the bench Redis (dtq's ``REDIS_ADDR``)."""
+    return REDIS_URL.removeprefix("redis://").split("/")[0]
+
+
+def redis_client() -> redis.Redis:
+    """A synchronous client of the bench Redis (decoded responses)."""
+    return redis.Redis.from_url(REDIS_URL, decode_responses=True)
+
+
+def check_services() -> None:
+    """Fail early, with one line, when PostgreSQL or Redis cannot be reached."""
+    try:
+        with psycopg.connect(ADMIN_DSN, connect_timeout=5):
+            pass
+    except psycopg.Error as exc:
+        raise BenchError(f"PostgreSQL unreachable at {ADMIN_DSN}: {exc}") from None
+    client = redis_client()
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        raise BenchError(f"Redis unreachable at {REDIS_URL}: {exc}") from None
+    finally:
+        client.close()
+
+
+def dsn_for(database: str) -> str:
+    """The admin DSN pointed at ``database``."""
+    info = psycopg.conninfo.conninfo_to_dict(ADMIN_DSN)
+    info["dbname"] = database
+    return psycopg.conninfo.make_conninfo(**info)
+
+
+@contextlib.contextmanager
+def temp_database(tag: str, *, serializable: bool = False) -> Iterator[str]:
+    """Create ``bench_<tag>_<hex>``; yield its DSN; drop it (WITH FORCE) afterwards."""
+    name = f"bench_{tag}_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(ADMIN_DSN, autocommit=True, connect_timeout=5) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+        if serializable:
+            admin.execute(
+                f"ALTER DATABASE \"{name}\" SET default_transaction_isolation = 'serializable'"
+            )
+    try:
+        yield dsn_for(name)
+    finally:
+        with psycopg.connect(ADMIN_DSN, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def delete_prefix(client: redis.Redis, prefix: str) -> int:
+    """Delete every key under ``prefix``; return how many there were."""
+    deleted = 0
+    batch: list[str] = []
+    for key in client.scan_iter(match=f"{prefix}*", count=1000):
+        batch.append(key)
+        if len(batch) >= 1000:
+            deleted += int(client.delete(*batch))
+            batch.clear()
+    if batch:
+        deleted += int(client.delete(*batch))
+    return deleted
+
+
+@contextlib.contextmanager
+def temp_prefix(tag: str) -> Iterator[str]:
+    """A unique Redis key prefix ``bench:<tag>:<hex>:``; every key under it is deleted after."""
+    prefix = f"bench:{tag}:{uuid.uuid4().hex[:8]}:"
+    try:
+        yield prefix
+    finally:
+        client = redis_client()
+        try:
+            delete_prefix(client, prefix)
+        finally:
+            client.close()
+
+
+def free_port() -> int:
+    """A TCP port that was free a moment ago on 127.0.0.1."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+# --- child processes ---------------------------------------------------------------------------
+
+
+@dataclass
+class Processes:
+    """Child processes started in their own sessions, each logging to a file under ``logs``."""
+
+    logs: Path
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def start(self, name: str, argv: Sequence[str], env: dict[str, str]) -> None:
+        """Start ``argv`` in the background; stdout and stderr go to ``logs/<name>.log``."""
+        self.logs.mkdir(parents=True, exist_ok=True)
+        with (self.logs / f"{name}.log").open("ab") as log:
+            self.procs[name] = subprocess.Popen(
+                list(argv),
+                env=env,
+                cwd=ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def alive(self, name: str) -> bool:
+        proc = self.procs.get(name)
+        return proc is not None and proc.poll() is None
+
+    def check_alive(self, *names: str) -> None:
+        """Raise ``BenchError`` with the log tail when one of ``names`` has exited."""
+        for name in names or tuple(self.procs):
+            proc = self.procs[name]
+            if proc.poll() is not None:
+                raise BenchError(f"{name} exited with {proc.returncode}:\n{self.tail(name)}")
+
+    def tail(self, name: str, chars: int = 3000) -> str:
+        path = self.logs / f"{name}.log"
+        return path.read_text(errors="replace")[-chars:] if path.exists() else ""
+
+    def stop(self, *names: str, timeout: float = 15.0) -> None:
+        """SIGTERM the named processes (all when none named) as a group; SIGKILL stragglers."""
+        chosen = [n for n in (names or tuple(self.procs)) if n in self.procs]
+        for name in chosen:
+            _signal_group(self.procs[name], signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for name in chosen:
+            proc = self.procs.pop(name)
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _signal_group(proc, signal.SIGKILL)
+                proc.wait(timeout=10)
+
+    def __enter__(self) -> Processes:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, sig)
+
+
+# --- waiting for work --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Drain:
+    """When a drain was first seen to make progress and when it was seen complete.
+
+    ``window`` runs from the first poll that saw at least one task done to the first poll that
+    saw all of them done, so worker start-up time is left out for every system alike.
+    """
+
+    tasks: int  # tasks done (all of them unless ``complete`` is False)
+    started: float  # time.monotonic() of the first poll seeing progress
+    finished: float  # time.monotonic() of the first poll seeing everything done
+    launched: float  # time.monotonic() just before the workers were started
+    complete: bool = True  # False: the wait timed out with ``tasks`` done out of more
+
+    @property
+    def window(self) -> float:
+        return max(self.finished - self.started, 1e-6)
+
+    @property
+    def rate(self) -> float:
+        """Tasks per second over the window."""
+        return self.tasks / self.window
+
+    @property
+    def wall(self) -> float:
+        """Seconds from starting the workers to all done (start-up included)."""
+        return self.finished - self.launched
+
+
+def wait_drained(
+    count: Callable[[], int],
+    total: int,
+    *,
+    launched: float,
+    timeout: float,
+    interval: float = 0.01,
+    check: Callable[[], None] | None = None,
+    partial: bool = False,
+) -> Drain:
+    """Poll ``count()`` until it reaches ``total``.
+
+    Args:
+        count: how many tasks are done now.
+        total: how many must be done.
+        launched: ``time.monotonic()`` taken just before the workers started.
+        timeout: seconds from now before giving up.
+        interval: seconds between polls.
+        check: called every few polls (e.g. to fail fast when a worker died).
+        partial: on timeout return what was done (``complete=False``) instead of raising.
+
+    Raises:
+        BenchError: ``total`` was not reached within ``timeout`` (and ``partial`` is False).
+    """
+    deadline = time.monotonic() + timeout
+    started: float | None = None
+    polls = 0
+    done = 0
+    while True:
+        done = count()
+        now = time.monotonic()
+        if done > 0 and started is None:
+            started = now
+        if done >= total:
+            return Drain(tasks=total, started=started or now, finished=now, launched=launched)
+        if now > deadline:
+            if partial:
+                return Drain(done, started or now, now, launched, complete=False)
+            raise BenchError(f"only {done}/{total} tasks done after {timeout:.0f}s")
+        polls += 1
+        if check is not None and polls % 50 == 0:
+            check()
+        time.sleep(interval)
+
+
+# --- statistics --------------------------------------------------------------------------------
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0..100) by linear interpolation between closest ranks."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    if len(ordered) == 1:
+        return ordered[0]
+    pos = (len(ordered) - 1) * q / 100.0
+    low = math.floor(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+def median(values: Sequence[float]) -> float:
+    """Median of the runs (NaN when there are none)."""
+    return statistics.median(values) if values else math.nan
+
+
+def say(line: str) -> None:
+    """Progress output (stderr, so the table on stdout stays clean)."""
+    print(line, file=sys.stderr, flush=True)

@@ -1,0 +1,605 @@
+"""The dtq scenarios: drain, submit, latency, scale and retry precision (issue 7).
+
+Each scenario runs against its own throwaway PostgreSQL database and Redis prefix, with real
+``dtq migrate``, ``dtq orchestrator`` and ``dtq-worker --app benchmarks.app:runtime`` processes
+configured through the environment exactly as a deployment would be (documented defaults, except
+the addresses, the key prefix, ``RETRY_BACKOFF=1s`` and the worker concurrency under test).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+
+from benchmarks.common import (
+    BIN,
+    ROOT,
+    BenchError,
+    Drain,
+    Processes,
+    free_port,
+    median,
+    percentile,
+    redis_addr,
+    redis_client,
+    say,
+    temp_database,
+    temp_prefix,
+    wait_drained,
+)
+
+WORKERS = 2  # worker processes in every scenario (the issue's setup)
+RETRY_BACKOFF = 1.0  # seconds, the retry scenario's backoff
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much work each scenario does; ``quick()`` is the smoke-test variant."""
+
+    drain_tasks: int = 10_000
+    sweep_tasks: int = 2_000  # tasks per concurrency tried before the measured runs
+    concurrencies: tuple[int, ...] = (8, 16, 32)
+    submit_job_tasks: int = 10_000
+    submit_single_tasks: int = 10_000
+    submit_in_flight: int = 32
+    latency_tasks: int = 1_000
+    scale_total: int = 2_000  # tasks per small-job configuration (jobs of 10, of 1,000)
+    scale_sizes: tuple[int, ...] = (10, 1_000, 10_000)
+    dag_tasks: int = 10_000
+    dag_layers: int = 10
+    drain_timeout: float = 120.0  # seconds one drain may take before it counts as incomplete
+    retry_tasks: int = 200
+    retry_pace: float = 0.02  # seconds between two retry-scenario submits
+
+    @classmethod
+    def quick(cls) -> Sizes:
+        return cls(
+            drain_tasks=2_000,
+            sweep_tasks=1_000,
+            concurrencies=(8, 32),
+            submit_job_tasks=2_000,
+            submit_single_tasks=1_000,
+            latency_tasks=200,
+            scale_total=1_000,
+            scale_sizes=(10, 1_000, 2_000),
+            dag_tasks=2_000,
+            dag_layers=4,
+            drain_timeout=60.0,
+            retry_tasks=50,
+        )
+
+
+# --- one cluster: database + prefix + orchestrator + workers -----------------------------------
+
+
+@dataclass
+class Cluster:
+    """A migrated database, a Redis prefix, an orchestrator, and workers started on demand."""
+
+    dsn: str
+    prefix: str
+    procs: Processes
+    port: int = field(default_factory=free_port)
+    workers: list[str] = field(default_factory=list)
+    _worker_seq: int = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def app_prefix(self) -> str:
+        """Where the bench handlers write (under the dtq prefix, so it is cleaned with it)."""
+        return f"{self.prefix}app:"
+
+    def env(self, **extra: str) -> dict[str, str]:
+        import os
+
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("CRDB_", "REDIS_", "WORKER_", "DTQ_", "LOG_"))
+        }
+        env.update(
+            CRDB_DSN=self.dsn,
+            REDIS_ADDR=redis_addr(),
+            REDIS_KEY_PREFIX=self.prefix,
+            ORCHESTRATOR_LISTEN=f"127.0.0.1:{self.port}",
+            RETRY_BACKOFF=f"{RETRY_BACKOFF:g}s",
+            LOG_FORMAT="json",
+            BENCH_APP_PREFIX=self.app_prefix,
+            PYTHONPATH=str(ROOT),
+        )
+        env.update(extra)
+        return env
+
+    def migrate(self) -> None:
+        import subprocess
+
+        done = subprocess.run(
+            [str(BIN / "dtq"), "migrate"],
+            env=self.env(),
+            cwd=ROOT,
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise BenchError(f"dtq migrate failed: {done.stderr.decode()[-2000:]}")
+
+    def start_orchestrator(self) -> None:
+        self.procs.start("orchestrator", [str(BIN / "dtq"), "orchestrator"], self.env())
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            self.procs.check_alive("orchestrator")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                    return
+            time.sleep(0.1)
+        raise BenchError(f"orchestrator not healthy:\n{self.procs.tail('orchestrator')}")
+
+    def start_workers(self, concurrency: int, *, wait_ready: bool = False, **extra: str) -> None:
+        """Start ``WORKERS`` dtq-worker processes with ``WORKER_CONCURRENCY=concurrency``."""
+        names = []
+        for _ in range(WORKERS):
+            self._worker_seq += 1
+            name = f"worker{self._worker_seq}"
+            argv = [str(BIN / "dtq-worker"), "--app", "benchmarks.app:runtime"]
+            self.procs.start(name, argv, self.env(WORKER_CONCURRENCY=str(concurrency), **extra))
+            names.append(name)
+        self.workers.extend(names)
+        if wait_ready:
+            self._wait_registered(len(names))
+
+    def _wait_registered(self, count: int, timeout: float = 30) -> None:
+        """Wait until ``count`` workers have upserted their registry row (they are polling)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.procs.check_alive(*self.workers)
+            with psycopg.connect(self.dsn, autocommit=True) as conn:
+                row = conn.execute("SELECT count(*) FROM workers").fetchone()
+            if row is not None and row[0] >= count:
+                time.sleep(0.3)  # the registry row comes just before the first pop
+                return
+            time.sleep(0.1)
+        raise BenchError("workers did not register in time")
+
+    def stop_workers(self) -> None:
+        self.procs.stop(*self.workers)
+        self.workers.clear()
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            conn.execute("DELETE FROM workers")
+
+    def check_workers(self) -> None:
+        self.procs.check_alive("orchestrator", *self.workers)
+
+    # -- database probes ---------------------------------------------------------------------
+
+    def count_status(self, status: str) -> int:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            row = conn.execute("SELECT count(*) FROM tasks WHERE status = %s", (status,)).fetchone()
+        return int(row[0]) if row else 0
+
+    def counter(self) -> int:
+        """The ``count`` handler's Redis counter."""
+        client = redis_client()
+        try:
+            return int(client.get(f"{self.app_prefix}done") or 0)
+        finally:
+            client.close()
+
+    def reset_counter(self) -> None:
+        client = redis_client()
+        try:
+            client.delete(f"{self.app_prefix}done")
+        finally:
+            client.close()
+
+
+@contextlib.contextmanager
+def cluster(tag: str, logs: Path) -> Iterator[Cluster]:
+    """A running orchestrator on a fresh database and prefix; everything removed afterwards."""
+    with (
+        temp_database(f"dtq_{tag}", serializable=True) as dsn,
+        temp_prefix(f"dtq-{tag}") as prefix,
+        Processes(logs / tag) as procs,
+    ):
+        c = Cluster(dsn=dsn, prefix=prefix, procs=procs)
+        c.migrate()
+        c.start_orchestrator()
+        yield c
+
+
+# --- submitting --------------------------------------------------------------------------------
+
+
+def flat_job(n: int, kind: str = "count") -> dict[str, Any]:
+    return {"name": f"bench-{n}", "tasks": [{"name": f"t{i}", "kind": kind} for i in range(n)]}
+
+
+def dag_job(total: int, layers: int, kind: str = "count") -> dict[str, Any]:
+    """``layers`` times: one hub task, then ``total/layers - 1`` tasks fanning out of it; each
+    hub after the first fans in (depends on every task of the previous layer)."""
+    width = total // layers - 1
+    tasks: list[dict[str, Any]] = []
+    previous: list[str] = []
+    for layer in range(layers):
+        hub = f"h{layer}"
+        tasks.append({"name": hub, "kind": kind, "depends_on": previous})
+        wide = [f"w{layer}_{i}" for i in range(width)]
+        tasks.extend({"name": name, "kind": kind, "depends_on": [hub]} for name in wide)
+        previous = wide
+    return {"name": f"bench-dag-{total}", "tasks": tasks}
+
+
+def post_json(url: str, body: Any, *, timeout: float = 300) -> dict[str, Any]:
+    response = httpx.post(url, json=body, timeout=timeout)
+    if response.status_code not in (200, 201):
+        raise BenchError(f"POST {url} -> {response.status_code}: {response.text[:500]}")
+    result: dict[str, Any] = response.json()
+    return result
+
+
+async def _post_many(
+    url: str, bodies: list[dict[str, Any]], in_flight: int
+) -> tuple[float, list[dict[str, Any]]]:
+    """POST every body with at most ``in_flight`` requests outstanding; return elapsed seconds
+    and the responses in order."""
+    limits = httpx.Limits(max_connections=in_flight, max_keepalive_connections=in_flight)
+    results: list[dict[str, Any]] = [{} for _ in bodies]
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for i in range(len(bodies)):
+        queue.put_nowait(i)
+
+    async with httpx.AsyncClient(limits=limits, timeout=60) as client:
+
+        async def loop() -> None:
+            while True:
+                try:
+                    i = queue.get_nowait()
+                except asyncio.QueueEmpty:
+                    return
+                response = await client.post(url, json=bodies[i])
+                if response.status_code not in (200, 201):
+                    raise BenchError(f"POST {url} -> {response.status_code}: {response.text}")
+                results[i] = response.json()
+
+        started = time.perf_counter()
+        await asyncio.gather(*(loop() for _ in range(in_flight)))
+        elapsed = time.perf_counter() - started
+    return elapsed, results
+
+
+def post_many(
+    url: str, bodies: list[dict[str, Any]], in_flight: int
+) -> tuple[float, list[dict[str, Any]]]:
+    return asyncio.run(_post_many(url, bodies, in_flight))
+
+
+# --- scenario results --------------------------------------------------------------------------
+
+
+@dataclass
+class Result:
+    """One scenario's figures (medians over runs) and the raw per-run numbers."""
+
+    scenario: str
+    figures: dict[str, float] = field(default_factory=dict)
+    runs: dict[str, list[float]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def add_run(self, name: str, value: float) -> None:
+        self.runs.setdefault(name, []).append(value)
+
+    def settle(self) -> Result:
+        for name, values in self.runs.items():
+            self.figures[name] = median(values)
+        return self
+
+
+def _drain(
+    c: Cluster,
+    body: dict[str, Any] | list[dict[str, Any]],
+    concurrency: int,
+    timeout: float,
+) -> Drain:
+    """Submit with no worker running, then start the workers and time the drain: the ``count``
+    handler's Redis counter shows progress, the database the final ``completed`` count. A drain
+    still unfinished after ``timeout`` s is returned with ``complete=False``."""
+    bodies = body if isinstance(body, list) else [body]
+    total = sum(len(b["tasks"]) for b in bodies)
+    c.reset_counter()
+    before = c.count_status("completed")
+    if len(bodies) == 1:
+        post_json(f"{c.url}/v1/jobs", bodies[0])
+    else:
+        post_many(f"{c.url}/v1/jobs", bodies, 16)
+    launched = time.monotonic()
+    c.start_workers(concurrency)
+    try:
+        ran = wait_drained(
+            c.counter,
+            total,
+            launched=launched,
+            timeout=timeout,
+            check=c.check_workers,
+            partial=True,
+        )
+        if not ran.complete:
+            return ran
+        # every handler ran; the end is when every completion is committed
+        committed = wait_drained(
+            lambda: c.count_status("completed") - before,
+            total,
+            launched=launched,
+            timeout=max(10.0, timeout - (time.monotonic() - launched)),
+            check=c.check_workers,
+            partial=True,
+        )
+    finally:
+        c.stop_workers()
+    return Drain(total, ran.started, committed.finished, launched, complete=committed.complete)
+
+
+def _incomplete(d: Drain, what: str) -> str:
+    return f"{what} INCOMPLETE: {d.tasks} done in {d.finished - d.started:.0f}s (rate is partial)"
+
+
+More = Callable[[], bool]
+
+
+# --- 1. drain ----------------------------------------------------------------------------------
+
+
+def bench_drain(sizes: Sizes, runs: int, logs: Path, more: More) -> Result:
+    """10,000 queued no-op tasks, 2 workers. Each concurrency is tried once on ``sweep_tasks``
+    tasks; the best is measured ``runs`` times on ``drain_tasks`` (fewer if the time budget
+    says so); the figure is the median of those runs."""
+    result = Result("drain")
+    n = sizes.drain_tasks
+    with cluster("drain", logs) as c:
+        sweep: dict[int, float] = {}
+        for conc in sizes.concurrencies:
+            d = _drain(c, flat_job(sizes.sweep_tasks), conc, sizes.drain_timeout)
+            sweep[conc] = d.rate
+            result.add_run(f"sweep_c{conc}", d.rate)
+            say(f"  drain sweep c={conc}: {d.rate:,.0f} tasks/s ({d.window:.2f}s)")
+            if not d.complete:
+                result.notes.append(_incomplete(d, f"sweep c={conc}"))
+                break
+        best = max(sweep, key=lambda k: sweep[k])
+        for run in range(runs):
+            if run > 0 and not more():
+                result.notes.append(f"{run} of {runs} runs (time budget)")
+                break
+            d = _drain(c, flat_job(n), best, sizes.drain_timeout)
+            result.add_run("tasks_per_s", d.rate)
+            say(f"  drain c={best}: {d.rate:,.0f} tasks/s ({d.window:.2f}s, wall {d.wall:.2f}s)")
+            if not d.complete:
+                result.notes.append(_incomplete(d, "drain"))
+                break
+    result.settle()
+    result.figures["concurrency"] = best
+    result.notes.insert(
+        0,
+        f"{n} tasks, {WORKERS} workers, WORKER_CONCURRENCY={best} (sweep on "
+        f"{sizes.sweep_tasks}: " + ", ".join(f"c{k} {v:,.0f}/s" for k, v in sweep.items()) + ")",
+    )
+    return result
+
+
+# --- 2. submit ---------------------------------------------------------------------------------
+
+
+def bench_submit(sizes: Sizes, runs: int, logs: Path, more: More) -> Result:
+    """One job of 10,000 tasks, and 10,000 single-task POSTs ~32 in flight (no workers)."""
+    result = Result("submit")
+    with cluster("submit", logs) as c:
+        # warm up the API (first-request costs: imports, pool connections, plan caches)
+        post_many(f"{c.url}/v1/tasks", [{"kind": "noop"}] * 64, 16)
+        for run in range(runs):
+            if run > 0 and not more():
+                result.notes.append(f"{run} of {runs} runs (time budget)")
+                break
+            body = flat_job(sizes.submit_job_tasks, kind="noop")
+            started = time.perf_counter()
+            post_json(f"{c.url}/v1/jobs", body)
+            elapsed = time.perf_counter() - started
+            result.add_run("job_tasks_per_s", sizes.submit_job_tasks / elapsed)
+            singles = [{"kind": "noop"}] * sizes.submit_single_tasks
+            elapsed, _ = post_many(f"{c.url}/v1/tasks", singles, sizes.submit_in_flight)
+            result.add_run("single_tasks_per_s", sizes.submit_single_tasks / elapsed)
+            say(
+                f"  submit: job {result.runs['job_tasks_per_s'][-1]:,.0f}/s, single "
+                f"{result.runs['single_tasks_per_s'][-1]:,.0f}/s"
+            )
+    result.notes.insert(
+        0,
+        f"job of {sizes.submit_job_tasks}; {sizes.submit_single_tasks} single POST /v1/tasks "
+        f"with {sizes.submit_in_flight} in flight",
+    )
+    return result.settle()
+
+
+# --- 3. latency --------------------------------------------------------------------------------
+
+
+def bench_latency(sizes: Sizes, runs: int, logs: Path, more: More, concurrency: int) -> Result:
+    """Idle system: submit one ``stamp`` task, wait for its handler to start, repeat."""
+    result = Result("latency")
+    with cluster("latency", logs) as c:
+        c.start_workers(concurrency, wait_ready=True)
+        key = f"{c.app_prefix}started"
+        client = redis_client()
+        try:
+            with httpx.Client(timeout=30) as http:
+                for run in range(runs):
+                    if run > 0 and not more():
+                        result.notes.append(f"{run} of {runs} runs (time budget)")
+                        break
+                    samples = _latency_run(http, client, c, key, sizes.latency_tasks)
+                    for q in (50, 95, 99):
+                        result.add_run(f"p{q}_ms", percentile(samples, q))
+                    say(
+                        f"  latency: p50 {percentile(samples, 50):.1f} ms, "
+                        f"p99 {percentile(samples, 99):.1f} ms"
+                    )
+        finally:
+            client.close()
+            c.stop_workers()
+    result.notes.insert(
+        0, f"{sizes.latency_tasks} tasks one at a time, WORKER_CONCURRENCY={concurrency}"
+    )
+    return result.settle()
+
+
+def _latency_run(http: httpx.Client, client: Any, c: Cluster, key: str, n: int) -> list[float]:
+    samples: list[float] = []
+    warmup = 20
+    for i in range(n + warmup):
+        sent = time.time()
+        response = http.post(f"{c.url}/v1/tasks", json={"kind": "stamp"})
+        if response.status_code != 201:
+            raise BenchError(f"submit failed: {response.status_code} {response.text}")
+        task_id = response.json()["task_id"]
+        reply = client.brpop([key], timeout=10)
+        if reply is None:
+            c.check_workers()
+            raise BenchError("a stamp task did not start within 10 s")
+        got_id, started = reply[1].split()
+        if got_id != task_id:
+            raise BenchError(f"expected the start of {task_id}, got {got_id}")
+        if i >= warmup:
+            samples.append((float(started) - sent) * 1000)
+    return samples
+
+
+# --- 4. scale ----------------------------------------------------------------------------------
+
+
+def bench_scale(
+    sizes: Sizes,
+    runs: int,
+    logs: Path,
+    more: More,
+    concurrency: int,
+    reuse: dict[int, list[float]] | None = None,
+) -> Result:
+    """Per-task drain cost (µs of drain window per task) for jobs of 10, 1,000 and 10,000 tasks
+    and a 10,000-task layered DAG. Jobs smaller than ``scale_total`` are drained
+    ``scale_total // size`` at a time. ``reuse`` maps a job size to drain rates already measured
+    at this concurrency (the drain scenario's 10,000-task job), which are not run again."""
+    result = Result("scale")
+    reuse = reuse or {}
+    with cluster("scale", logs) as c:
+        for run in range(runs):
+            if run > 0 and not more():
+                result.notes.append(f"{run} of {runs} runs (time budget)")
+                break
+            incomplete = False
+            for size in sizes.scale_sizes:
+                key = f"us_per_task_{size}"
+                done = len(result.runs.get(key, []))
+                if size in reuse:
+                    if done < len(reuse[size]):
+                        result.add_run(key, 1e6 / reuse[size][done])
+                    continue
+                jobs = [flat_job(size) for _ in range(max(1, sizes.scale_total // size))]
+                d = _drain(c, jobs, concurrency, sizes.drain_timeout)
+                result.add_run(key, 1e6 * d.window / max(d.tasks, 1))
+                if not d.complete:
+                    result.notes.append(_incomplete(d, f"jobs of {size}"))
+                    incomplete = True
+                    break
+            if incomplete:
+                break
+            d = _drain(
+                c, dag_job(sizes.dag_tasks, sizes.dag_layers), concurrency, sizes.drain_timeout
+            )
+            result.add_run("us_per_task_dag", 1e6 * d.window / max(d.tasks, 1))
+            say(
+                "  scale: "
+                + ", ".join(
+                    f"{k.removeprefix('us_per_task_')} {v[-1]:,.0f}us"
+                    for k, v in result.runs.items()
+                )
+            )
+            if not d.complete:
+                result.notes.append(_incomplete(d, "DAG"))
+                break
+    result.settle()
+    costs = {k: v for k, v in result.figures.items() if k.startswith("us_per_task_")}
+    smallest = f"us_per_task_{sizes.scale_sizes[0]}"
+    largest = f"us_per_task_{sizes.scale_sizes[-1]}"
+    if smallest in costs and largest in costs:
+        result.figures["ratio_largest_job"] = costs[largest] / costs[smallest]
+    if costs:
+        result.figures["ratio_max_min"] = max(costs.values()) / min(costs.values())
+    result.notes.insert(
+        0,
+        f"jobs of {'/'.join(map(str, sizes.scale_sizes))} ({sizes.scale_total} tasks per small-"
+        f"job configuration) and a {sizes.dag_tasks}-task {sizes.dag_layers}-layer fan-out/"
+        f"fan-in DAG; WORKER_CONCURRENCY={concurrency}",
+    )
+    return result
+
+
+# --- 5. retry precision ------------------------------------------------------------------------
+
+
+def bench_retry(sizes: Sizes, runs: int, logs: Path, more: More, concurrency: int) -> Result:
+    """``fail_once`` tasks submitted one by one at a steady pace; lateness of each retry =
+    second-attempt start - first-attempt failure - RETRY_BACKOFF."""
+    result = Result("retry")
+    with cluster("retry", logs) as c:
+        c.start_workers(concurrency, wait_ready=True)
+        client = redis_client()
+        try:
+            for run in range(runs):
+                if run > 0 and not more():
+                    result.notes.append(f"{run} of {runs} runs (time budget)")
+                    break
+                client.delete(f"{c.app_prefix}failed", f"{c.app_prefix}retried")
+                samples = _retry_run(c, client, sizes)
+                for q in (50, 99):
+                    result.add_run(f"p{q}_ms", percentile(samples, q))
+                result.add_run("max_ms", max(samples))
+                say(
+                    f"  retry: lateness p50 {percentile(samples, 50):.1f} ms, "
+                    f"p99 {percentile(samples, 99):.1f} ms"
+                )
+        finally:
+            client.close()
+            c.stop_workers()
+    result.notes.insert(
+        0,
+        f"{sizes.retry_tasks} tasks, RETRY_BACKOFF={RETRY_BACKOFF:g}s, default PROMOTE_INTERVAL "
+        f"(100ms), WORKER_CONCURRENCY={concurrency}",
+    )
+    return result.settle()
+
+
+def _retry_run(c: Cluster, client: Any, sizes: Sizes) -> list[float]:
+    with httpx.Client(timeout=30) as http:
+        for _ in range(sizes.retry_tasks):
+            response = http.post(f"{c.url}/v1/tasks", json={"kind": "fail_once"})
+            if response.status_code != 201:
+                raise BenchError(f"submit failed: {response.status_code} {response.text}")
+            time.sleep(sizes.retry_pace)
+    deadline = time.monotonic() + 60
+    while client.hlen(f"{c.app_prefix}retried") < sizes.retry_tasks:
+        if time.monotonic() > deadline:
+            raise BenchError("not every fail_once task was retried within 60 s")
+        c.check_workers()
+        time.sleep(0.05)
+    failed = client.hgetall(f"{c.app_prefix}failed")
+    retried = client.hgetall(f"{c.app_prefix}retried")
+    return [(float(retried[k]) - float(failed[k]) - RETRY_BACKOFF) * 1000 for k in retried]
