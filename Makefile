@@ -68,3 +68,24 @@ cluster-status:
 
 cluster-down:
 	$(CLUSTER) down -v
+
+# --- benchmarks (benchmarks/README.md) ------------------------------------------------------------
+# Need PostgreSQL on 127.0.0.1:5432 and Redis on 127.0.0.1:6379 (BENCH_DATABASE_URL, BENCH_REDIS_URL).
+#   make bench         install the bench extra (peers, profilers), run every scenario and peer
+#   make bench-quick   the same, 1 run and smaller sizes (a smoke test, ~2 minutes)
+#   make bench-micro   pytest-benchmark micro-benchmarks of the pure parts (no services)
+
+.PHONY: bench bench-install bench-quick bench-micro
+
+bench-install: install
+	$(BIN)/python -m pip install --quiet -e ".[dev,bench]"
+
+bench: bench-install
+	$(BIN)/python -m benchmarks.run
+
+bench-quick: bench-install
+	$(BIN)/python -m benchmarks.run --quick
+
+bench-micro: install
+	$(BIN)/pytest benchmarks/micro -q -p no:cacheprovider --benchmark-sort=name \
+		--benchmark-columns=min,median,mean,ops

@@ -1,0 +1,128 @@
+"""pytest-benchmark micro-benchmarks of dtq's pure parts: no database, no Redis, no network.
+
+Run with ``make bench-micro`` (``pytest benchmarks/micro``). They live outside ``tests/`` (the
+``testpaths`` of the normal run), so ``make test`` never collects them, and they assert only
+correctness, never time.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import msgspec
+import pytest
+
+from dtq.domain.dag import TaskNode, validate_dag
+from dtq.domain.entities import Task
+from dtq.domain.status import TaskStatus
+
+pytestmark = pytest.mark.benchmark
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _task() -> Task:
+    return Task(
+        id=uuid.uuid4(),
+        job_id=uuid.uuid4(),
+        name="t",
+        kind="noop",
+        payload={"n": 1},
+        status=TaskStatus.QUEUED,
+        scheduled_at=T0,
+        created_at=T0,
+        updated_at=T0,
+    )
+
+
+def test_claim_then_succeed(benchmark: Any) -> None:
+    """queued -> running -> completed, the path of every successful task."""
+    run_id = uuid.uuid4()
+
+    def cycle() -> Task:
+        task = _task()
+        run = task.claim(run_id=run_id, worker_id="w", at=T0)
+        task.succeed(run, at=T0)
+        return task
+
+    task = benchmark(cycle)
+    assert task.status is TaskStatus.COMPLETED
+
+
+def test_claim_then_fail_with_retry(benchmark: Any) -> None:
+    """queued -> running -> queued (retry after backoff)."""
+    run_id = uuid.uuid4()
+    backoff = timedelta(seconds=1)
+
+    def cycle() -> Task:
+        task = _task()
+        run = task.claim(run_id=run_id, worker_id="w", at=T0)
+        task.fail(run, error="boom", permanent=False, backoff=backoff, at=T0)
+        return task
+
+    task = benchmark(cycle)
+    assert task.status is TaskStatus.QUEUED
+    assert task.scheduled_at == T0 + backoff
+
+
+def _layered(total: int, layers: int) -> list[TaskNode]:
+    """The bench DAG: per layer a hub, then tasks fanning out of it; hubs fan in."""
+    width = total // layers - 1
+    nodes: list[TaskNode] = []
+    previous: tuple[str, ...] = ()
+    for layer in range(layers):
+        hub = f"h{layer}"
+        nodes.append(TaskNode(hub, previous))
+        wide = tuple(f"w{layer}_{i}" for i in range(width))
+        nodes.extend(TaskNode(name, (hub,)) for name in wide)
+        previous = wide
+    return nodes
+
+
+def test_validate_dag_10000_layered(benchmark: Any) -> None:
+    """validate_dag on a 10,000-node, 10-layer fan-out/fan-in graph (~20,000 edges)."""
+    nodes = _layered(10_000, 10)
+    order = benchmark(validate_dag, nodes)
+    assert len(order) == 10_000
+    assert order.index("h1") > order.index("w0_998")
+
+
+def test_validate_dag_10000_independent(benchmark: Any) -> None:
+    """validate_dag on 10,000 tasks with no edges (the flat job of the drain benchmark)."""
+    nodes = [TaskNode(f"t{i}", ()) for i in range(10_000)]
+    assert len(benchmark(validate_dag, nodes)) == 10_000
+
+
+PAYLOAD: dict[str, Any] = {
+    "account": "acme-42",
+    "report": {"kind": "monthly", "month": "2026-10", "currency": "EUR"},
+    "recipients": ["ops@example.com", "finance@example.com"],
+    "options": {"pdf": True, "pages": 12, "threshold": 0.75, "tags": ["a", "b", "c"]},
+    "items": [{"sku": f"SKU-{i}", "qty": i, "price": 9.99 + i} for i in range(20)],
+}
+ENCODER = msgspec.json.Encoder()
+DECODER = msgspec.json.Decoder()
+
+
+def test_json_encode_payload(benchmark: Any) -> None:
+    """msgspec JSON encoding of a typical ~1 KB task payload."""
+    data = benchmark(ENCODER.encode, PAYLOAD)
+    assert 500 < len(data) < 4096
+
+
+def test_json_decode_payload(benchmark: Any) -> None:
+    """msgspec JSON decoding of the same payload."""
+    data = ENCODER.encode(PAYLOAD)
+    assert benchmark(DECODER.decode, data) == PAYLOAD
+
+
+def test_json_round_trip_10000_task_job(benchmark: Any) -> None:
+    """Encode and decode a 10,000-task POST /v1/jobs body, as the API receives it."""
+    body = {"tasks": [{"name": f"t{i}", "kind": "noop"} for i in range(10_000)]}
+
+    def round_trip() -> Any:
+        return DECODER.decode(ENCODER.encode(body))
+
+    assert len(benchmark(round_trip)["tasks"]) == 10_000
