@@ -160,9 +160,12 @@ async def test_unknown_ids_read_as_none_or_empty(store: Store) -> None:
             await tx.tasks.dependents(uuid4()),
             await tx.runs.get(uuid4()),
             await tx.runs.list_for_task(uuid4()),
+            await tx.jobs.get_many([uuid4(), uuid4()]),
+            await tx.runs.get_many([uuid4()]),
+            await tx.tasks.dependents_many([uuid4()]),
         )
 
-    assert await store.run(fetch) == (None, None, None, [], [], [], None, [])
+    assert await store.run(fetch) == (None, None, None, [], [], [], None, [], [], [], [])
 
 
 async def test_list_by_job_orders_by_created_at_then_name(store: Store) -> None:
@@ -517,6 +520,309 @@ async def test_run_save_is_guarded_on_the_stored_run_still_running(store: Store)
     stored = await store.run(fetch)
     assert stored is not None
     assert (stored.status, stored.error, stored.finished_at) == (RunStatus.SUCCEEDED, None, now)
+
+
+# --- batch methods ----------------------------------------------------------------------------
+
+
+def by_id(items: list[Any]) -> list[Any]:
+    return sorted(items, key=lambda x: x.id)
+
+
+def new_run(task: Task, at: datetime, worker: str = "w1") -> TaskRun:
+    return TaskRun(uuid4(), task.id, 1, worker, RunStatus.RUNNING, started_at=at)
+
+
+async def test_batch_methods_do_nothing_on_empty_input(store: Store) -> None:
+    async def fn(tx: Transaction) -> tuple[Any, ...]:
+        await tx.jobs.save_many([])
+        await tx.tasks.save_many([])
+        await tx.runs.add_many([])
+        await tx.runs.save_many([])
+        return (
+            await tx.jobs.get_many([]),
+            await tx.tasks.get_many([]),
+            await tx.runs.get_many([]),
+            await tx.tasks.dependents_many([]),
+        )
+
+    assert await store.run(fn) == ([], [], [], [])
+
+
+async def test_jobs_get_many_and_save_many_round_trip(store: Store) -> None:
+    now = await db_now(store)
+    one, two, untouched = new_job(now, key="k1"), new_job(now), new_job(now)
+    for job in (one, two, untouched):
+        await add(store, job, [new_task(job, "t", now)])
+    later = now + timedelta(seconds=5)
+
+    async def update(tx: Transaction) -> list[Job]:
+        jobs = await tx.jobs.get_many([one.id, uuid4(), two.id, one.id])
+        assert by_id(jobs) == by_id([one, two])
+        for job in jobs:
+            job.set_status(JobStatus.RUNNING, at=later)
+        jobs[0].metadata = {"note": "ünïcode", "n": [1, 2.5, None]}
+        jobs[1].metadata = None
+        await tx.jobs.save_many(jobs)
+        assert [j.version for j in jobs] == [1, 1]
+        await tx.jobs.save_many(jobs)  # the bumped in-memory versions match the stored ones
+        assert [j.version for j in jobs] == [2, 2]
+        return jobs
+
+    saved = await store.run(update)
+
+    async def fetch(tx: Transaction) -> list[Job]:
+        return await tx.jobs.get_many([one.id, two.id, untouched.id])
+
+    assert by_id(await store.run(fetch)) == by_id([*saved, untouched])
+    assert {j.idempotency_key for j in saved} == {"k1", None}  # never rewritten
+
+
+async def test_tasks_save_many_writes_every_mutable_column(store: Store) -> None:
+    now = await db_now(store)
+    job = new_job(now)
+    started = now - timedelta(seconds=30)
+    tasks = [
+        new_task(job, "a", now),
+        new_task(job, "b", now, status=TaskStatus.PENDING),
+        new_task(
+            job,
+            "c",
+            now,
+            status=TaskStatus.RUNNING,
+            started_at=started,
+            current_run_id=uuid4(),
+            attempt=1,
+            last_error="old",
+        ),
+    ]
+    untouched = new_task(job, "d", now)
+    await add(store, job, [*tasks, untouched])
+    later = now + timedelta(seconds=7)
+
+    async def update(tx: Transaction) -> list[Task]:
+        fresh = {t.id: t for t in await tx.tasks.get_many([t.id for t in tasks])}
+        a, b, c = (fresh[t.id] for t in tasks)
+        a.status, a.started_at, a.current_run_id = TaskStatus.RUNNING, later, uuid4()
+        a.attempt, a.priority, a.max_attempts = 1, "high", 9
+        b.status, b.scheduled_at, b.reclaims = TaskStatus.QUEUED, later, 2
+        c.status, c.finished_at, c.last_error = TaskStatus.COMPLETED, later, None
+        c.current_run_id, c.started_at = None, None
+        for t in (a, b, c):
+            t.updated_at = later
+        batch = [c, a, b]
+        await tx.tasks.save_many(batch)
+        assert [t.version for t in batch] == [1, 1, 1]
+        assert by_id(await tx.tasks.get_many([t.id for t in batch])) == by_id(batch)
+        return batch
+
+    saved = await store.run(update)
+    stored = await store.run(lambda tx: tx.tasks.get_many([t.id for t in [*tasks, untouched]]))
+    assert by_id(stored) == by_id([*saved, untouched])
+
+
+async def test_task_save_many_is_all_or_nothing(store: Store) -> None:
+    now = await db_now(store)
+    job = new_job(now)
+    tasks = [new_task(job, f"t{i}", now) for i in range(3)]
+    await add(store, job, tasks)
+    ids = [t.id for t in tasks]
+
+    async def fn(tx: Transaction) -> list[str]:
+        fresh = {t.id: t for t in await tx.tasks.get_many(ids)}
+        first, stale, last = (fresh[i] for i in ids)
+        moved = replace(stale)
+        moved.last_error = "moved on by another writer"
+        await tx.tasks.save(moved)  # the stored row is now one version ahead of ``stale``
+        outcomes = []
+        batches = [[first, stale, last], [first, replace(last, id=uuid4())]]  # stale / gone
+        for batch in batches:
+            for t in batch:
+                t.last_error = "batch"
+            try:
+                await tx.tasks.save_many(batch)
+            except ConcurrentUpdate:
+                outcomes.append("conflict")
+            assert [t.version for t in batch] == [0] * len(batch)  # not bumped
+        # nothing of either batch is visible, even in this transaction
+        seen = {t.id: t for t in await tx.tasks.get_many(ids)}
+        outcomes.append(",".join(f"{seen[i].last_error}@{seen[i].version}" for i in ids))
+        return outcomes
+
+    assert await store.run(fn) == [
+        "conflict",
+        "conflict",
+        "None@0,moved on by another writer@1,None@0",
+    ]
+    # and nothing of them was committed either
+    stored = {t.id: t for t in await store.run(lambda tx: tx.tasks.get_many(ids))}
+    assert [(stored[i].last_error, stored[i].version) for i in ids] == [
+        (None, 0),
+        ("moved on by another writer", 1),
+        (None, 0),
+    ]
+
+
+async def test_a_stale_save_many_reruns_the_transaction_and_commits_nothing(
+    store: Store,
+) -> None:
+    now = await db_now(store)
+    job = new_job(now)
+    tasks = [new_task(job, f"t{i}", now) for i in range(3)]
+    await add(store, job, tasks)
+    calls = 0
+
+    async def always_stale(tx: Transaction) -> None:
+        nonlocal calls
+        calls += 1
+        fresh = await tx.tasks.get_many([t.id for t in tasks])
+        for t in fresh:
+            t.last_error = f"try {calls}"
+        fresh[1].version += 1  # as if another transaction had moved that row on
+        await tx.tasks.save_many(fresh)
+
+    with pytest.raises(BackendUnavailable):
+        await store.run(always_stale)
+    assert calls > 1
+    stored = await store.run(lambda tx: tx.tasks.get_many([t.id for t in tasks]))
+    assert by_id(stored) == by_id(tasks)
+
+    async def stale_once(tx: Transaction) -> list[int]:
+        nonlocal calls
+        calls += 1
+        fresh = await tx.tasks.get_many([t.id for t in tasks])
+        for t in fresh:
+            t.last_error = "written"
+        if calls == 1:
+            fresh[0].version += 1
+        await tx.tasks.save_many(fresh)
+        return [t.version for t in fresh]
+
+    calls = 0
+    assert await store.run(stale_once) == [1, 1, 1]
+    assert calls == 2
+    stored = await store.run(lambda tx: tx.tasks.get_many([t.id for t in tasks]))
+    assert {(t.last_error, t.version) for t in stored} == {("written", 1)}
+
+
+async def test_job_save_many_is_all_or_nothing(store: Store) -> None:
+    now = await db_now(store)
+    jobs = [new_job(now) for _ in range(3)]
+    for job in jobs:
+        await add(store, job, [new_task(job, "t", now)])
+    ids = [j.id for j in jobs]
+
+    async def fn(tx: Transaction) -> str:
+        fresh = {j.id: j for j in await tx.jobs.get_many(ids)}
+        batch = [fresh[i] for i in ids]
+        for job in batch:
+            job.set_status(JobStatus.RUNNING, at=now)
+        batch[2].version = 7
+        try:
+            await tx.jobs.save_many(batch)
+        except ConcurrentUpdate:
+            assert [j.version for j in batch] == [0, 0, 7]
+            return "conflict"
+        return "saved"
+
+    assert await store.run(fn) == "conflict"
+    stored = await store.run(lambda tx: tx.jobs.get_many(ids))
+    assert by_id(stored) == by_id(jobs)
+
+
+async def test_runs_add_many_get_many_and_guarded_save_many(store: Store) -> None:
+    now = await db_now(store)
+    job = new_job(now)
+    tasks = [new_task(job, f"t{i}", now, status=TaskStatus.RUNNING) for i in range(3)]
+    await add(store, job, tasks)
+    runs = [new_run(t, now - timedelta(seconds=i), worker=f"w{i}") for i, t in enumerate(tasks)]
+
+    async def insert(tx: Transaction) -> list[TaskRun]:
+        await tx.runs.add_many([replace(r) for r in runs])
+        return await tx.runs.get_many([r.id for r in runs])
+
+    assert by_id(await store.run(insert)) == by_id(runs)
+
+    async def end_two(tx: Transaction) -> None:
+        ok, bad, _ = (replace(r) for r in runs)
+        ok._end(RunStatus.SUCCEEDED, at=now)
+        bad._end(RunStatus.FAILED, at=now, error="boom ✗")
+        await tx.runs.save_many([ok, bad])
+
+    await store.run(end_two)
+
+    async def late(tx: Transaction) -> list[str]:
+        outcomes = []
+        ended_again = replace(runs[0])
+        ended_again._end(RunStatus.DEAD, at=now, error="late reclaim")
+        live = replace(runs[2])
+        live._end(RunStatus.SUCCEEDED, at=now)
+        unknown = replace(live, id=uuid4())
+        for batch in ([live, ended_again], [live, unknown]):
+            try:
+                await tx.runs.save_many(batch)
+            except ConcurrentUpdate:
+                outcomes.append("conflict")
+        return outcomes
+
+    assert await store.run(late) == ["conflict", "conflict"]
+
+    stored = {r.id: r for r in await store.run(lambda tx: tx.runs.get_many([r.id for r in runs]))}
+    assert [(stored[r.id].status, stored[r.id].error) for r in runs] == [
+        (RunStatus.SUCCEEDED, None),
+        (RunStatus.FAILED, "boom ✗"),
+        (RunStatus.RUNNING, None),  # the live run of the refused batches was not ended
+    ]
+    assert stored[runs[2].id].finished_at is None
+    assert stored[runs[0].id].finished_at == now
+
+
+async def test_dependents_many_lists_edges_out_of_every_given_task(store: Store) -> None:
+    now = await db_now(store)
+    job = new_job(now)
+    a = new_task(job, "a", now)
+    b, c, d = (new_task(job, n, now, status=TaskStatus.PENDING) for n in "bcd")
+    edges = [(b.id, a.id), (c.id, a.id), (d.id, b.id), (d.id, c.id)]
+
+    async def add_and_probe(tx: Transaction) -> list[tuple[UUID, UUID]]:
+        await tx.jobs.add(job, [a, b, c, d], edges)
+        return await tx.tasks.dependents_many([a.id])  # edges written in this transaction
+
+    assert sorted(await store.run(add_and_probe)) == sorted([(a.id, b.id), (a.id, c.id)])
+
+    async def probe(tx: Transaction) -> tuple[Any, ...]:
+        return (
+            await tx.tasks.dependents_many([a.id, b.id, uuid4(), a.id]),
+            await tx.tasks.dependents_many([d.id]),
+            await tx.tasks.dependents_many([b.id, c.id]),
+        )
+
+    from_ab, from_d, from_bc = await store.run(probe)
+    assert sorted(from_ab) == sorted([(a.id, b.id), (a.id, c.id), (b.id, d.id)])
+    assert from_d == []
+    assert sorted(from_bc) == sorted([(b.id, d.id), (c.id, d.id)])
+
+
+async def test_now_after_a_task_read_is_the_transaction_time(store: Store) -> None:
+    now = await db_now(store)
+    job = new_job(now)
+    task = new_task(job, "t", now)
+    await add(store, job, [task])
+
+    async def fn(tx: Transaction) -> tuple[datetime, ...]:
+        await tx.tasks.get_many([task.id])
+        first = await tx.now()
+        await tx.tasks.get(task.id)
+        conn = getattr(tx, "conn", None)  # the SQL adapter: compare with its own clock
+        if conn is not None:
+            row = await (await conn.execute("SELECT now()")).fetchone()
+            return first, await tx.now(), row[0]
+        return first, await tx.now(), first
+
+    first, again, database = await store.run(fn)
+    assert first == again == database
+    assert first.utcoffset() == timedelta(0)
+    assert first >= now
 
 
 # --- workers ----------------------------------------------------------------------------------

@@ -5,6 +5,11 @@ connection. psycopg errors are not caught here: they travel up to ``CockroachSto
 decides between re-running the transaction and raising a domain error. The domain errors raised
 here are ``ConcurrentUpdate`` (a version- or status-guarded write matched no row; the store
 re-runs the function), ``DuplicateIdempotencyKey`` and ``InvalidPayload``.
+
+Every batch method issues one statement whatever the batch size (parallel typed arrays through
+``unnest`` or ``= ANY``), and none for an empty batch. The single-row writes keep their own
+plain statements: a one-row batch statement measured about 0.2 ms slower per call (array
+encoding and the unnest join).
 """
 
 from __future__ import annotations
@@ -32,6 +37,54 @@ from dtq.domain.errors import ConcurrentUpdate, DuplicateIdempotencyKey
 from dtq.domain.status import RunStatus, TaskStatus
 
 Conn = AsyncConnection[TupleRow]
+
+
+class _TxClock:
+    """The transaction timestamp of one try, read at most once.
+
+    ``sql.GET_TASK`` and ``sql.GET_TASKS`` return ``now()`` as a trailing column; the first such
+    row seen is kept, so a try that opens with a task read (claim, report) learns the time
+    without a ``SELECT now()`` round trip of its own.
+    """
+
+    def __init__(self, conn: Conn) -> None:
+        self._conn = conn
+        self._now: datetime | None = None
+
+    def offer(self, row: TupleRow) -> None:
+        """Keep the trailing ``now()`` column of ``row`` unless the time is known already."""
+        if self._now is None:
+            self._now = row[-1].astimezone(UTC)
+
+    async def now(self) -> datetime:
+        """The transaction timestamp (aware UTC); ``SELECT now()`` if no row brought it."""
+        if self._now is None:
+            row = await (await self._conn.execute(sql.NOW)).fetchone()
+            assert row is not None
+            self._now = row[0].astimezone(UTC)
+        return self._now
+
+
+def _distinct_ids(kind: str, ids: Sequence[UUID]) -> None:
+    """Refuse a batch naming one row twice (it would be written once and look stale).
+
+    Raises:
+        ValueError: some id appears more than once (a caller bug, not a conflict).
+    """
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"{kind} batch names the same id more than once")
+
+
+def _check_all_written(kind: str, sent: Sequence[UUID], written: list[TupleRow]) -> None:
+    """Raise ``ConcurrentUpdate`` unless a guarded batch write returned every row it was sent.
+
+    The batch statements write all rows or none, so a short result means none were written.
+    """
+    if len(written) != len(sent):
+        raise ConcurrentUpdate(
+            f"{kind} batch of {len(sent)} refused: some row changed since it was read or is gone"
+        )
+
 
 # --- repositories -----------------------------------------------------------------------------
 
@@ -86,11 +139,19 @@ class PgJobRepository:
         row = await (await self._conn.execute(sql.GET_JOB_BY_KEY, (key,))).fetchone()
         return None if row is None else job_from_row(row)
 
+    async def get_many(self, job_ids: Sequence[UUID]) -> list[Job]:
+        """The known jobs among ``job_ids``, in no set order (one statement)."""
+        if not job_ids:
+            return []
+        cur = await self._conn.execute(sql.GET_JOBS, (list(job_ids),))
+        return [job_from_row(row) for row in await cur.fetchall()]
+
     async def save(self, job: Job) -> None:
         """Compare-and-set on ``version``; bumps ``job.version`` on success.
 
         Raises:
             ConcurrentUpdate: the stored row no longer has ``job.version`` (or is gone).
+            InvalidPayload: the metadata is not JSON-encodable.
         """
         cur = await self._conn.execute(
             sql.UPDATE_JOB,
@@ -106,6 +167,36 @@ class PgJobRepository:
         if cur.rowcount != 1:
             raise ConcurrentUpdate(f"job {job.id} changed since version {job.version}")
         job.version += 1
+
+    async def save_many(self, jobs: Sequence[Job]) -> None:
+        """Compare-and-set of every job on its ``version`` in one statement; all or nothing.
+
+        On success each job's ``version`` is bumped in memory.
+
+        Raises:
+            ConcurrentUpdate: some stored row no longer has the job's version (or is gone);
+                no row of the batch was written.
+            ValueError: two jobs share an id.
+            InvalidPayload: some metadata is not JSON-encodable.
+        """
+        if not jobs:
+            return
+        ids = [j.id for j in jobs]
+        _distinct_ids("job", ids)
+        cur = await self._conn.execute(
+            sql.UPDATE_JOBS,
+            (
+                ids,
+                [Int8(j.version) for j in jobs],
+                [j.name for j in jobs],
+                [j.status.value for j in jobs],
+                [encode_json(j.metadata) for j in jobs],
+                [j.updated_at for j in jobs],
+            ),
+        )
+        _check_all_written("job", ids, await cur.fetchall())
+        for job in jobs:
+            job.version += 1
 
 
 def _task_arrays(job_id: UUID, tasks: Sequence[Task]) -> tuple[Any, ...]:
@@ -139,20 +230,28 @@ def _task_arrays(job_id: UUID, tasks: Sequence[Task]) -> tuple[Any, ...]:
 class PgTaskRepository:
     """``TaskRepository`` on one transaction."""
 
-    def __init__(self, conn: Conn) -> None:
+    def __init__(self, conn: Conn, clock: _TxClock) -> None:
         self._conn = conn
+        self._clock = clock
 
     async def get(self, task_id: UUID) -> Task | None:
-        """The task, or None for an unknown id."""
+        """The task, or None for an unknown id (the row also brings the transaction time)."""
         row = await (await self._conn.execute(sql.GET_TASK, (task_id,))).fetchone()
-        return None if row is None else task_from_row(row)
+        if row is None:
+            return None
+        self._clock.offer(row)
+        return task_from_row(row)
 
     async def get_many(self, task_ids: Sequence[UUID]) -> list[Task]:
-        """The known tasks among ``task_ids``, in no set order (one statement)."""
+        """The known tasks among ``task_ids``, in no set order (one statement; the rows also
+        bring the transaction time)."""
         if not task_ids:
             return []
         cur = await self._conn.execute(sql.GET_TASKS, (list(task_ids),))
-        return [task_from_row(row) for row in await cur.fetchall()]
+        rows = await cur.fetchall()
+        if rows:
+            self._clock.offer(rows[0])
+        return [task_from_row(row) for row in rows]
 
     async def list_by_job(self, job_id: UUID) -> list[Task]:
         """Every task of the job, ordered by ``created_at``, ``name`` (then id)."""
@@ -187,10 +286,55 @@ class PgTaskRepository:
             raise ConcurrentUpdate(f"task {task.id} changed since version {task.version}")
         task.version += 1
 
+    async def save_many(self, tasks: Sequence[Task]) -> None:
+        """Compare-and-set of every task on its ``version`` in one statement; all or nothing.
+
+        Writes the mutable columns (as ``sql.UPDATE_TASKS`` lists them); on success each task's
+        ``version`` is bumped in memory.
+
+        Raises:
+            ConcurrentUpdate: some stored row no longer has the task's version (or is gone);
+                no row of the batch was written.
+            ValueError: two tasks share an id.
+        """
+        if not tasks:
+            return
+        ids = [t.id for t in tasks]
+        _distinct_ids("task", ids)
+        cur = await self._conn.execute(
+            sql.UPDATE_TASKS,
+            (
+                ids,
+                [Int8(t.version) for t in tasks],
+                [t.status.value for t in tasks],
+                [t.scheduled_at for t in tasks],
+                [t.updated_at for t in tasks],
+                [t.priority for t in tasks],
+                [Int8(t.max_attempts) for t in tasks],
+                [Int8(t.attempt) for t in tasks],
+                [Int8(t.reclaims) for t in tasks],
+                [t.started_at for t in tasks],
+                [t.finished_at for t in tasks],
+                [t.last_error for t in tasks],
+                [t.current_run_id for t in tasks],
+            ),
+        )
+        _check_all_written("task", ids, await cur.fetchall())
+        for task in tasks:
+            task.version += 1
+
     async def dependents(self, task_id: UUID) -> list[UUID]:
         """Ids of the tasks that depend directly on ``task_id`` (ordered by id)."""
         cur = await self._conn.execute(sql.DEPENDENTS, (task_id,))
         return [row[0] for row in await cur.fetchall()]
+
+    async def dependents_many(self, task_ids: Sequence[UUID]) -> list[tuple[UUID, UUID]]:
+        """``(depends_on_task_id, task_id)`` edges out of any of ``task_ids``, in no set order
+        (one statement)."""
+        if not task_ids:
+            return []
+        cur = await self._conn.execute(sql.DEPENDENTS_MANY, (list(task_ids),))
+        return [(row[0], row[1]) for row in await cur.fetchall()]
 
     async def dependencies_completed(self, task_id: UUID) -> bool:
         """True when no direct dependency of ``task_id`` is other than ``completed``."""
@@ -264,10 +408,35 @@ class PgRunRepository:
             ),
         )
 
+    async def add_many(self, runs: Sequence[TaskRun]) -> None:
+        """Insert new runs in one statement (``INSERT ... SELECT FROM unnest``)."""
+        if not runs:
+            return
+        await self._conn.execute(
+            sql.INSERT_RUNS,
+            (
+                [r.id for r in runs],
+                [r.task_id for r in runs],
+                [Int8(r.attempt_number) for r in runs],
+                [r.worker_id for r in runs],
+                [r.status.value for r in runs],
+                [r.started_at for r in runs],
+                [r.error for r in runs],
+                [r.finished_at for r in runs],
+            ),
+        )
+
     async def get(self, run_id: UUID) -> TaskRun | None:
         """The run, or None."""
         row = await (await self._conn.execute(sql.GET_RUN, (run_id,))).fetchone()
         return None if row is None else run_from_row(row)
+
+    async def get_many(self, run_ids: Sequence[UUID]) -> list[TaskRun]:
+        """The known runs among ``run_ids``, in no set order (one statement)."""
+        if not run_ids:
+            return []
+        cur = await self._conn.execute(sql.GET_RUNS, (list(run_ids),))
+        return [run_from_row(row) for row in await cur.fetchall()]
 
     async def save(self, run: TaskRun) -> None:
         """Write status, error and finished_at if the stored run is still ``running``.
@@ -281,6 +450,32 @@ class PgRunRepository:
         )
         if cur.rowcount != 1:
             raise ConcurrentUpdate(f"run {run.id} is no longer running")
+
+    async def save_many(self, runs: Sequence[TaskRun]) -> None:
+        """Write status, error and finished_at of every run whose stored row is still
+        ``running``, in one statement; all or nothing.
+
+        Raises:
+            ConcurrentUpdate: some stored run already ended (or does not exist); no row of
+                the batch was written.
+            ValueError: two runs share an id.
+        """
+        if not runs:
+            return
+        ids = [r.id for r in runs]
+        _distinct_ids("run", ids)
+        cur = await self._conn.execute(
+            sql.UPDATE_RUNS,
+            (
+                ids,
+                [r.status.value for r in runs],
+                [r.error for r in runs],
+                [r.finished_at for r in runs],
+                RunStatus.RUNNING.value,
+                RunStatus.RUNNING.value,
+            ),
+        )
+        _check_all_written("run", ids, await cur.fetchall())
 
     async def list_for_task(self, task_id: UUID) -> list[TaskRun]:
         """Every run of the task ordered by ``started_at``, then id."""
@@ -310,21 +505,18 @@ class PgWorkerRepository:
 class PgTransaction:
     """``Transaction``: the four repositories on one connection plus the database clock.
 
-    One instance per try of ``CockroachStore.run``; ``now()`` is read once and cached.
+    One instance per try of ``CockroachStore.run``; ``now()`` is read once and cached, and costs
+    no statement when a task read earlier in the try brought it (``_TxClock``).
     """
 
     def __init__(self, conn: Conn) -> None:
         self.conn = conn
+        self._clock = _TxClock(conn)
         self.jobs = PgJobRepository(conn)
-        self.tasks = PgTaskRepository(conn)
+        self.tasks = PgTaskRepository(conn, self._clock)
         self.runs = PgRunRepository(conn)
         self.workers = PgWorkerRepository(conn)
-        self._now: datetime | None = None
 
     async def now(self) -> datetime:
-        """The transaction timestamp (``SELECT now()``, aware UTC), fixed for this try."""
-        if self._now is None:
-            row = await (await self.conn.execute(sql.NOW)).fetchone()
-            assert row is not None
-            self._now = row[0].astimezone(UTC)
-        return self._now
+        """The transaction timestamp (database ``now()``, aware UTC), fixed for this try."""
+        return await self._clock.now()
