@@ -5,7 +5,7 @@ Queues N no-op (``count``) tasks, then starts two workers as in the drain benchm
 time, no idle), the other a plain ``dtq-worker``. Prints, per task the profiled worker ran: SQL
 statements by name, store transactions and failed tries, Redis commands; then where the
 profiled worker's CPU went (by library, inclusive, and the top functions by self time). The raw
-numbers go to ``benchmarks/results/profile.json`` and the py-spy stacks next to it.
+numbers go to ``benchmarks/results/profile.json`` (the raw py-spy stacks to ``--stacks``).
 """
 
 from __future__ import annotations
@@ -150,13 +150,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
     parser.add_argument("--out", type=Path, default=RESULTS / "profile.json")
+    parser.add_argument("--stacks", type=Path, default=None, help="keep py-spy's raw stacks here")
     args = parser.parse_args(argv)
     if shutil.which("py-spy", path=str(BIN)) is None:
         say("py-spy is not installed (pip install -e '.[bench]')")
         return 1
     logs = Path(tempfile.mkdtemp(prefix="dtq-profile-"))
     counts_path = logs / "counts.json"
-    stacks = args.out.with_suffix(".pyspy.txt")
+    stacks = args.stacks or logs / "pyspy.txt"
     with cluster("profile", logs) as c:
         post_json(f"{c.url}/v1/jobs", flat_job(args.tasks))
         env = c.env(WORKER_CONCURRENCY=str(args.concurrency), PROFILE_COUNTS=str(counts_path))
