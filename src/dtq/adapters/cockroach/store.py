@@ -180,8 +180,17 @@ class CockroachStore:
 
 
 async def _configure(conn: AsyncConnection[TupleRow]) -> None:
-    """Per-connection session setup: UTC timestamps and SERIALIZABLE transactions."""
+    """Per-connection session setup: UTC timestamps and SERIALIZABLE transactions.
+
+    On PostgreSQL (not CockroachDB) sequential scans are also discouraged for the session:
+    SERIALIZABLE's predicate locks follow the plan, and a sequential scan of a small table
+    (which the planner prefers for ``id = ANY(...)`` on a few pages) locks the whole table, so
+    every pair of concurrent claims of different tasks would conflict and retry. Index scans
+    lock only the rows read. CockroachDB always reads the primary index by key here.
+    """
     await conn.execute("SET TIME ZONE 'UTC'")
+    if conn.info.parameter_status("crdb_version") is None:
+        await conn.execute("SET enable_seqscan = off")
     await conn.set_isolation_level(IsolationLevel.SERIALIZABLE)
 
 

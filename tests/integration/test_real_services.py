@@ -1,0 +1,177 @@
+"""The application services and the HTTP API on PostgreSQL + Redis (the real adapters).
+
+These repeat, on the production adapters, flows the unit suite checks on the fakes: the API's
+submit/read round trip, concurrent claimers, concurrent completions inside one job (the
+serialization-retry path), and repair after Redis loses its data mid-run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from uuid import UUID
+
+import httpx
+import pytest
+from redis.asyncio import Redis
+
+from dtq.adapters.cockroach import CockroachStore
+from dtq.adapters.memory.clock import SystemClock
+from dtq.adapters.redis import RedisQueue
+from dtq.application.commands import Claim, ExecutionPolicy, SubmitJob, TaskSpec
+from dtq.application.execution import ExecutionService
+from dtq.application.health import HealthService
+from dtq.application.queries import QueryService
+from dtq.application.reconcile import ReconcileService
+from dtq.application.registry import WorkerRegistryService
+from dtq.application.submit import SubmitService
+from dtq.domain.status import JobStatus, RunStatus, TaskStatus
+from dtq.entrypoints.api import create_app
+from dtq.entrypoints.config import Settings
+from dtq.entrypoints.container import Services
+from dtq.entrypoints.metrics import OrchestratorMetrics, new_registry
+
+pytestmark = pytest.mark.integration
+
+POLICY = ExecutionPolicy(lease_duration=2.0, retry_backoff=0.1, stale_running_after=0.5)
+
+
+@pytest.fixture
+def services(pg_store: CockroachStore, redis_client: Redis, redis_prefix: str) -> Services:
+    queue = RedisQueue(redis_client, prefix=redis_prefix, marker_ttl=30)
+    settings = Settings()
+    return Services(
+        settings=settings,
+        clock=SystemClock(),
+        store=pg_store,
+        queue=queue,
+        submit=SubmitService(store=pg_store, queue=queue),
+        queries=QueryService(store=pg_store),
+        health=HealthService(store=pg_store, queue=queue),
+        execution=ExecutionService(store=pg_store, queue=queue, policy=POLICY),
+        reconcile=ReconcileService(store=pg_store, queue=queue, policy=POLICY),
+        registry=WorkerRegistryService(store=pg_store),
+    )
+
+
+async def drain(services: Services, worker: str, *, rounds: int = 200) -> list[Claim]:
+    """Pop, claim and complete until the ready list stays empty."""
+    done: list[Claim] = []
+    for _ in range(rounds):
+        ids = await services.queue.pop_many(["default"], timeout=0.05, max_count=16)
+        if not ids:
+            return done
+        claims = await services.execution.claim_many(ids, worker)
+        await services.execution.complete_many(claims)
+        done.extend(claims)
+    return done
+
+
+async def test_api_round_trip_on_postgres_and_redis(services: Services) -> None:
+    registry = new_registry()
+    app = create_app(services, services.settings, OrchestratorMetrics(registry), registry)
+    assert await services.health.check() == {"store": None, "queue": None}
+    # httpx's ASGI transport runs the app on this test's event loop, where the pool and the
+    # Redis client live (Litestar's test client would run it on a portal thread's loop).
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://dtq") as client:
+        body = {
+            "tasks": [
+                {"name": "a", "kind": "echo", "payload": {"n": 1}},
+                {"name": "b", "kind": "echo", "payload": {"n": 2}, "depends_on": ["a"]},
+            ]
+        }
+        created = await client.post("/v1/jobs", json=body, headers={"Idempotency-Key": "k-1"})
+        assert created.status_code == 201
+        replay = await client.post("/v1/jobs", json=body, headers={"Idempotency-Key": "k-1"})
+        assert replay.status_code == 200
+        assert replay.json() == created.json()
+        await drain(services, "w1")
+        await drain(services, "w1")
+        job = (await client.get(f"/v1/jobs/{created.json()['job_id']}")).json()
+        assert job["status"] == "completed"
+        task = (await client.get(f"/v1/tasks/{created.json()['tasks']['b']}")).json()
+        assert [r["status"] for r in task["runs"]] == ["succeeded"]
+
+
+async def test_eight_concurrent_claimers_claim_each_of_200_tasks_exactly_once(
+    services: Services,
+) -> None:
+    result = await services.submit.submit_job(
+        SubmitJob(tasks=tuple(TaskSpec(f"t{i}", "echo") for i in range(200)))
+    )
+    claimed: list[Claim] = []
+
+    async def claimer(worker: str) -> None:
+        while ids := await services.queue.pop_many(["default"], timeout=0.05, max_count=4):
+            claimed.extend(await services.execution.claim_many(ids, worker))
+
+    await asyncio.gather(*(claimer(f"w{i}") for i in range(8)))
+    counts = Counter(c.task.id for c in claimed)
+    assert set(counts) == set(result.task_ids.values())
+    assert set(counts.values()) == {1}
+    assert await services.queue.pop(["default"], timeout=0) is None
+
+
+async def test_concurrent_completions_in_one_job_take_the_retry_path(
+    services: Services, pg_store: CockroachStore
+) -> None:
+    result = await services.submit.submit_job(
+        SubmitJob(
+            tasks=(
+                *(TaskSpec(f"t{i}", "echo") for i in range(40)),
+                TaskSpec("join", "echo", depends_on=tuple(f"t{i}" for i in range(40))),
+            )
+        )
+    )
+    ids = await services.queue.pop_many(["default"], timeout=0, max_count=100)
+    claims = await services.execution.claim_many(ids, "w1")
+    assert len(claims) == 40
+    before = pg_store.retries
+    # eight workers report their batches of five at once; each batch probes the join's
+    # dependencies, which the others are writing: SERIALIZABLE must make some of them retry
+    batches = [claims[i : i + 5] for i in range(0, 40, 5)]
+    outcomes = await asyncio.gather(*(services.execution.complete_many(b) for b in batches))
+    assert {o.value for batch in outcomes for o in batch} == {"recorded"}
+    assert pg_store.retries > before, "no serialization retry was needed: the test proves nothing"
+    view = await services.queries.get_job(result.job_id)
+    status = {t.name: t.status for t in view.tasks}
+    assert status["join"] is TaskStatus.QUEUED  # promoted exactly once all 40 completed
+    assert await services.queue.pop(["default"], timeout=0) == result.task_ids["join"]
+
+
+async def test_redis_loss_mid_run_is_repaired_by_reconcile_and_reclaim(
+    services: Services, redis_wipe: Callable[[], Awaitable[None]]
+) -> None:
+    result = await services.submit.submit_job(
+        SubmitJob(tasks=tuple(TaskSpec(f"t{i}", "echo") for i in range(30)))
+    )
+    ids = await services.queue.pop_many(["default"], timeout=0, max_count=10)
+    in_flight = await services.execution.claim_many(ids, "w-dead")  # this worker then dies
+    await redis_wipe()  # ready list, markers and leases are gone
+    await asyncio.sleep(POLICY.stale_running_after + 0.2)
+    report = await services.reconcile.reconcile_once()
+    assert report.reclaimed == len(in_flight)  # each reclaimed task is pushed by the reclaim
+    assert report.enqueued == 30 - len(in_flight)  # the never-claimed rest by enqueue_due
+    await drain(services, "w-alive")
+    view = await services.queries.get_job(result.job_id)
+    assert view.job.status is JobStatus.COMPLETED
+    dead = [await services.queries.get_task(c.task.id) for c in in_flight]
+    for task_view in dead:
+        assert [r.status for r in task_view.runs] == [RunStatus.DEAD, RunStatus.SUCCEEDED]
+        assert task_view.runs[0].attempt_number == task_view.runs[1].attempt_number == 1
+
+
+async def test_stale_report_after_reclaim_is_refused_on_postgres(services: Services) -> None:
+    result = await services.submit.submit_job(SubmitJob(tasks=(TaskSpec("a", "echo"),)))
+    task_id: UUID = result.task_ids["a"]
+    stale = await services.execution.claim(await services.queue.pop(["default"], timeout=0), "w1")  # type: ignore[arg-type]
+    assert stale is not None
+    await services.queue.delete_lease(task_id, stale.run.id)
+    await asyncio.sleep(POLICY.stale_running_after + 0.2)
+    assert await services.reconcile.reclaim_stale() == 1
+    fresh = await services.execution.claim(await services.queue.pop(["default"], timeout=0), "w2")  # type: ignore[arg-type]
+    assert fresh is not None
+    assert (await services.execution.complete(stale)).value == "stale"
+    assert (await services.execution.complete(fresh)).value == "recorded"
