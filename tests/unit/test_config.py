@@ -36,7 +36,7 @@ def test_defaults_match_the_spec_table() -> None:
     assert s.retry_backoff == 5.0
     assert s.pending_marker_ttl == 60.0
     assert s.max_reclaims == 5
-    assert s.promote_interval == pytest.approx(0.1)
+    assert s.promote_interval == pytest.approx(0.025)
     assert s.reconcile_batch == 500
     assert s.worker_metrics_listen is None
     assert s.log_format == "auto"

@@ -133,7 +133,7 @@ class Settings:
     retry_backoff: float = 5.0
     pending_marker_ttl: float = 60.0
     max_reclaims: int = 5
-    promote_interval: float = 0.1
+    promote_interval: float = 0.025
     reconcile_batch: int = 500
     worker_metrics_listen: str | None = None
     log_format: LogFormat = "auto"
@@ -346,7 +346,7 @@ def load_settings(environ: Mapping[str, str]) -> Settings:
         retry_backoff=env.duration("RETRY_BACKOFF", 5.0),
         pending_marker_ttl=env.duration("PENDING_MARKER_TTL", 60.0),
         max_reclaims=env.integer("MAX_RECLAIMS", 5, minimum=0),
-        promote_interval=env.duration("PROMOTE_INTERVAL", 0.1),
+        promote_interval=env.duration("PROMOTE_INTERVAL", 0.025),
         reconcile_batch=env.integer("RECONCILE_BATCH", 500, minimum=1),
         worker_metrics_listen=metrics_listen,
         log_format=env.choice("LOG_FORMAT", "auto", _LOG_FORMATS, {}),
