@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import random
 from collections.abc import Iterator, Sequence
@@ -45,12 +46,15 @@ class CountingExecution(ExecutionService):
         self.gate.set()
         self.completing = asyncio.Event()  # set once a complete_many call is waiting
         self.complete_failures = 0  # how many complete_many calls still raise
+        self.in_flight = 0  # claim_many + complete_many calls running now
+        self.most_in_flight = 0
 
     async def claim_many(self, task_ids: Sequence[UUID], worker_id: str) -> list[Claim]:
         self.claim_sizes.append(len(task_ids))
-        if self.latency:
-            await asyncio.sleep(self.latency)
-        return await super().claim_many(task_ids, worker_id)
+        with self._counted():
+            if self.latency:
+                await asyncio.sleep(self.latency)
+            return await super().claim_many(task_ids, worker_id)
 
     async def complete_many(self, claims: Sequence[Claim]) -> list[ReportOutcome]:
         self.complete_sizes.append(len(claims))
@@ -59,9 +63,19 @@ class CountingExecution(ExecutionService):
         if self.complete_failures:
             self.complete_failures -= 1
             raise BackendUnavailable("connection reset")
-        if self.latency:
-            await asyncio.sleep(self.latency)
-        return await super().complete_many(claims)
+        with self._counted():
+            if self.latency:
+                await asyncio.sleep(self.latency)
+            return await super().complete_many(claims)
+
+    @contextlib.contextmanager
+    def _counted(self) -> Iterator[None]:
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            yield
+        finally:
+            self.in_flight -= 1
 
 
 def counting_harness(latency: float = 0.0) -> tuple[Harness, CountingExecution]:
@@ -120,6 +134,8 @@ async def test_claims_and_completions_are_batched_and_each_task_completes_once(
     assert sum(execution.complete_sizes) == 200
     assert len(execution.complete_sizes) < 200 // 2
     assert max(execution.complete_sizes) <= max_complete
+    # claims and completions take turns: one hot-path transaction at a time
+    assert execution.most_in_flight == 1
 
 
 async def test_a_duplicate_id_in_a_batch_is_claimed_once_and_counted_as_refused() -> None:

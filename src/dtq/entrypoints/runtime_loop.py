@@ -185,7 +185,8 @@ class Session:
 
     async def _claim(self, task_ids: Sequence[UUID]) -> None:
         """Claim popped ids in one transaction; start a handler task per claim."""
-        claims = await self._execution.claim_many(task_ids, self._worker_id)
+        async with self._runner.transaction_turn:
+            claims = await self._execution.claim_many(task_ids, self._worker_id)
         refused = len(task_ids) - len(claims)
         if refused:
             self._metrics.claim_refusals.inc(refused)

@@ -122,7 +122,8 @@ class TaskRunner:
     Start :meth:`completion_loop` and :meth:`heartbeat_loop` as tasks, then hand every claim to
     :meth:`start`. :attr:`active` counts claims whose handler (or failure report) is still
     going; :attr:`backlog` counts successes waiting for a commit; :attr:`capacity` is set
-    whenever either goes down.
+    whenever either goes down. :attr:`transaction_turn` serializes the hot-path transactions
+    (``claim_many`` in the fetch loop, ``complete_many`` here).
 
     Args:
         handlers: kind -> handler, fixed for the session.
@@ -161,6 +162,9 @@ class TaskRunner:
         self._idle.set()
         self._abandoning = False
         self.capacity = asyncio.Event()
+        #: Taken around every ``claim_many`` and ``complete_many``: the hot path keeps one store
+        #: transaction in flight per worker, claims and completions taking turns (FIFO).
+        self.transaction_turn = asyncio.Lock()
         self.handed_back = 0
 
     @property
@@ -458,7 +462,8 @@ class TaskRunner:
         """
         for attempt in range(1, _REPORT_ATTEMPTS + 1):
             try:
-                return await self._execution.complete_many(claims), attempt
+                async with self.transaction_turn:
+                    return await self._execution.complete_many(claims), attempt
             except BackendUnavailable as exc:
                 if attempt == _REPORT_ATTEMPTS:
                     return None, attempt
