@@ -1,0 +1,270 @@
+"""Drain throughput of ONE in-process worker Runtime on the real adapters (not a test).
+
+Creates a throwaway PostgreSQL database (serializable by default, migrated with
+``apply_migrations``) and a unique Redis key prefix, submits ``--tasks`` no-op tasks with no
+worker running, then starts one ``Runtime`` at ``--concurrency`` in this process and times how
+long it takes until every task's success is committed (``worker_tasks_succeeded_total``, which
+counts only committed successes). The database is dropped and every key under the prefix is
+deleted afterwards, also when a run fails.
+
+Logging is configured as a deployment would (JSON at ``--log-level``), written to /dev/null so
+the rendering cost is measured without flooding the terminal.
+
+Usage::
+
+    python benchmarks/drain_inprocess.py                    # 5,000 tasks, concurrency 32, 3 runs
+    python benchmarks/drain_inprocess.py --tasks 2000 --runs 1
+
+Each run also prints the hot-path store transactions (``claim_many`` / ``complete_many`` calls
+and their mean duration; ``claim`` / ``complete`` on code without the batch methods) and the
+store's transaction re-runs by reason (``40001`` = serialization failure). To measure another
+revision, put its ``src`` first on ``PYTHONPATH`` (with ``migrations/`` next to it); the script
+uses only APIs that older revisions have too.
+
+Environment: ``BENCH_DATABASE_URL`` (admin DSN, default ``postgresql://postgres@127.0.0.1:5432/
+postgres``) and ``BENCH_REDIS_URL`` (default ``redis://127.0.0.1:6379/0``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import inspect
+import os
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import redis
+from prometheus_client import CollectorRegistry
+
+from dtq.adapters.cockroach import apply_migrations
+from dtq.application.commands import SubmitJob, TaskSpec
+from dtq.entrypoints.config import Settings
+from dtq.entrypoints.container import open_services
+from dtq.entrypoints.logging import configure_logging
+from dtq.entrypoints.metrics import WorkerMetrics
+from dtq.worker import Options, Runtime, Task
+
+ADMIN_DSN = os.environ.get("BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
+KIND = "noop"
+
+
+@contextlib.contextmanager
+def temp_database() -> Iterator[str]:
+    """A migrated throwaway database (serializable by default); yields its DSN, drops it."""
+    name = f"dtq_drain_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(ADMIN_DSN, autocommit=True, connect_timeout=5) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+        admin.execute(
+            f"ALTER DATABASE \"{name}\" SET default_transaction_isolation = 'serializable'"
+        )
+    info = psycopg.conninfo.conninfo_to_dict(ADMIN_DSN)
+    info["dbname"] = name
+    dsn = psycopg.conninfo.make_conninfo("", **info)
+    try:
+        apply_migrations(dsn)
+        yield dsn
+    finally:
+        with psycopg.connect(ADMIN_DSN, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextlib.contextmanager
+def temp_prefix() -> Iterator[str]:
+    """A unique Redis key prefix; every key under it is deleted afterwards."""
+    client = redis.Redis.from_url(REDIS_URL)
+    client.ping()
+    prefix = f"dtqdrain:{uuid.uuid4().hex[:8]}:"
+    try:
+        yield prefix
+    finally:
+        keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
+        if keys:
+            client.delete(*keys)
+        client.close()
+
+
+class CallStats:
+    """Calls and total seconds of one wrapped service method."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.seconds = 0.0
+
+    def __str__(self) -> str:
+        mean = 1000 * self.seconds / self.calls if self.calls else 0.0
+        return f"{self.calls} calls, {mean:.1f} ms each"
+
+
+def count_calls(target: Any, names: tuple[str, ...]) -> dict[str, CallStats]:
+    """Wrap the async methods ``names`` of ``target`` that exist; count and time their calls."""
+    stats: dict[str, CallStats] = {}
+    for name in names:
+        method = getattr(target, name, None)
+        if method is None:
+            continue
+        stats[name] = CallStats()
+
+        def wrap(fn: Callable[..., Awaitable[Any]], key: str) -> Callable[..., Awaitable[Any]]:
+            async def counted(*args: Any, **kwargs: Any) -> Any:
+                began = time.perf_counter()
+                try:
+                    return await fn(*args, **kwargs)
+                finally:
+                    stats[key].calls += 1
+                    stats[key].seconds += time.perf_counter() - began
+
+            return counted
+
+        setattr(target, name, wrap(method, name))
+    return stats
+
+
+def make_runtime(args: argparse.Namespace) -> Runtime:
+    """A Runtime with the no-op handler, at ``--concurrency`` (and the batch sizes if given)."""
+    option_args: dict[str, Any] = {"concurrency": args.concurrency}
+    fields = inspect.signature(Options).parameters
+    for name in ("claim_batch", "complete_batch"):
+        value = getattr(args, name)
+        if value is not None:
+            if name not in fields:
+                raise SystemExit(f"this Options has no {name}")
+            option_args[name] = value
+    runtime = Runtime(Options(**option_args))
+
+    @runtime.handler(KIND)
+    async def noop(task: Task) -> None:
+        return None
+
+    return runtime
+
+
+async def submit(services: Any, args: argparse.Namespace) -> float:
+    """Submit ``--tasks`` no-op tasks split over ``--jobs`` jobs; return the seconds it took."""
+    per_job = args.tasks // args.jobs
+    started = time.perf_counter()
+    for j in range(args.jobs):
+        n = per_job if j < args.jobs - 1 else args.tasks - per_job * (args.jobs - 1)
+        specs = tuple(TaskSpec(name=f"t{i}", kind=KIND) for i in range(n))
+        await services.submit.submit_job(SubmitJob(tasks=specs))
+    return time.perf_counter() - started
+
+
+async def run_until_drained(
+    runtime: Runtime, services: Any, metrics: WorkerMetrics, args: argparse.Namespace
+) -> float:
+    """Run the runtime until ``--tasks`` successes are committed; return the seconds it took."""
+
+    def succeeded() -> float:
+        value = metrics.registry.get_sample_value("worker_tasks_succeeded_total", {"kind": KIND})
+        return 0.0 if value is None else value
+
+    stop = asyncio.Event()
+    started = time.perf_counter()
+    worker = asyncio.create_task(runtime.run(services, stop=stop, metrics=metrics))
+    deadline = started + args.timeout
+    while succeeded() < args.tasks:
+        if worker.done():
+            worker.result()
+            raise RuntimeError("the runtime stopped before the drain finished")
+        if time.perf_counter() > deadline:
+            stop.set()
+            await worker
+            raise RuntimeError(
+                f"only {succeeded():.0f}/{args.tasks} tasks done after {args.timeout} s"
+            )
+        await asyncio.sleep(0.002)
+    elapsed = time.perf_counter() - started
+    stop.set()
+    await asyncio.wait_for(worker, 30)
+    return elapsed
+
+
+async def drain_once(args: argparse.Namespace, dsn: str, prefix: str) -> dict[str, Any]:
+    """Submit, then run one Runtime until every success is committed; return the figures."""
+    settings = Settings(
+        crdb_dsn=dsn,
+        redis_addr=REDIS_URL.removeprefix("redis://").split("/")[0],
+        redis_key_prefix=prefix,
+        worker_id=f"drain-{uuid.uuid4().hex[:6]}",
+        worker_concurrency=args.concurrency,
+        log_level=args.log_level,
+    )
+    runtime = make_runtime(args)
+    metrics = WorkerMetrics(CollectorRegistry())
+    retries: dict[str, int] = {}
+
+    def on_retry(reason: str) -> None:
+        retries[reason] = retries.get(reason, 0) + 1
+
+    async with open_services(settings, backend="real", on_store_retry=on_retry) as services:
+        submitted_in = await submit(services, args)
+        retries.clear()
+        # One call = one store transaction: claim/complete delegate to the batch methods when
+        # the service has them (older code has only the single ones).
+        batch = hasattr(services.execution, "claim_many")
+        names = ("claim_many", "complete_many") if batch else ("claim", "complete")
+        calls = count_calls(services.execution, names)
+        elapsed = await run_until_drained(runtime, services, metrics, args)
+
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT count(*) FROM tasks WHERE status = 'completed'").fetchone()
+    completed = int(row[0]) if row else 0
+    if completed != args.tasks:
+        raise RuntimeError(f"{completed}/{args.tasks} tasks completed in the database")
+    return {
+        "elapsed": elapsed,
+        "rate": args.tasks / elapsed,
+        "submitted_in": submitted_in,
+        "calls": calls,
+        "retries": dict(retries),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tasks", type=int, default=5000)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--jobs", type=int, default=1, help="split the tasks over this many jobs")
+    parser.add_argument("--runs", type=int, default=3, help="each on a fresh database")
+    parser.add_argument("--claim-batch", type=int, default=None)
+    parser.add_argument("--complete-batch", type=int, default=None)
+    parser.add_argument("--log-level", default="info")
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per drain")
+    args = parser.parse_args(argv)
+
+    with Path(os.devnull).open("w") as sink:
+        configure_logging("json", args.log_level, stream=sink)
+        import dtq
+
+        print(f"dtq from {Path(dtq.__file__).parent}", file=sys.stderr)
+        rates: list[float] = []
+        for run in range(1, args.runs + 1):
+            with temp_database() as dsn, temp_prefix() as prefix:
+                result = asyncio.run(drain_once(args, dsn, prefix))
+            rates.append(result["rate"])
+            calls = "; ".join(f"{k}: {v}" for k, v in result["calls"].items())
+            print(
+                f"run {run}: {args.tasks} tasks in {result['elapsed']:.2f} s = "
+                f"{result['rate']:,.0f} tasks/s (submit {result['submitted_in']:.2f} s; "
+                f"calls: {calls}; store re-runs: {result['retries'] or 0})",
+                flush=True,
+            )
+    print(
+        f"drain, 1 in-process runtime, concurrency {args.concurrency}: "
+        f"median {statistics.median(rates):,.0f} tasks/s "
+        f"(min {min(rates):,.0f}, max {max(rates):,.0f}, {len(rates)} runs)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
