@@ -7,6 +7,7 @@ run was reclaimed changes nothing (``ReportOutcome.STALE``).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -93,19 +94,23 @@ class ExecutionService:
         if not ids:
             return []
         run_ids = {task_id: uuid4() for task_id in ids}
-        batch = _ClaimBatch()
         try:
             try:
                 batch = await self._store.run(lambda tx: _claim_tx(tx, ids, run_ids, worker_id))
             except CommitOutcomeUnknown:
                 batch = await self._store.run(lambda tx: _claim_recovered(tx, run_ids, worker_id))
-        finally:
+        except BaseException:
             await self._queue.release_markers(ids)
+            raise
+        # After the commit: release the markers and write the leases at once (two independent
+        # round trips in parallel; the claim's latency is on the path to the handler's start).
+        leases = [self._lease(claim) for claim in batch.claims]
+        await asyncio.gather(
+            self._queue.release_markers(ids),
+            self._queue.set_leases(leases, self._policy.lease_ttl),
+        )
         for task_id, priority, due in batch.not_due:
             await self._queue.schedule(task_id, priority, due)
-        if batch.claims:
-            leases = [self._lease(claim) for claim in batch.claims]
-            await self._queue.set_leases(leases, self._policy.lease_ttl)
         return batch.claims
 
     async def put_back(self, task_id: UUID) -> bool:
