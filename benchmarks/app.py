@@ -21,7 +21,7 @@ from redis.asyncio import Redis
 
 from dtq.worker import Options, Runtime, Task
 
-runtime = Runtime(Options(shutdown_grace=1.0))
+runtime = Runtime(Options(shutdown_grace=1.0, claim_batch=128))
 
 _client: Redis | None = None
 

@@ -46,7 +46,7 @@ class Sizes:
 
     drain_tasks: int = 10_000
     sweep_tasks: int = 2_000  # tasks per concurrency tried before the measured runs
-    concurrencies: tuple[int, ...] = (8, 16, 32)
+    concurrencies: tuple[int, ...] = (16, 64, 128)
     submit_job_tasks: int = 10_000
     submit_single_tasks: int = 10_000
     submit_in_flight: int = 32
