@@ -581,8 +581,8 @@ def bench_retry(sizes: Sizes, runs: int, logs: Path, more: More, concurrency: in
             c.stop_workers()
     result.notes.insert(
         0,
-        f"{sizes.retry_tasks} tasks, RETRY_BACKOFF={RETRY_BACKOFF:g}s, default PROMOTE_INTERVAL "
-        f"(100ms), WORKER_CONCURRENCY={concurrency}",
+        f"{sizes.retry_tasks} tasks, RETRY_BACKOFF={RETRY_BACKOFF:g}s, default PROMOTE_INTERVAL, "
+        f"WORKER_CONCURRENCY={concurrency}",
     )
     return result.settle()
 
