@@ -290,3 +290,24 @@ async def test_dev_serves_runs_a_task_and_stops_on_sigterm(
 
         os.kill(os.getpid(), signal.SIGTERM)
         assert await server == 0
+
+
+def test_worker_exit_does_not_wait_for_a_lingering_handler_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import threading
+
+    from dtq.entrypoints import cli
+
+    release = threading.Event()
+    thread = threading.Thread(target=release.wait, name="sync-handler")
+    thread.start()
+    exits: list[int] = []
+    monkeypatch.setattr(cli.os, "_exit", exits.append)
+    try:
+        cli._exit_without_lingering_threads(0)
+    finally:
+        release.set()
+        thread.join()
+    assert exits == [0]
+    assert cli._exit_without_lingering_threads(3) == 3  # nothing lingers now: a normal return

@@ -34,7 +34,7 @@ def test_defaults_match_the_spec_table() -> None:
     assert s.worker_concurrency == 1
     assert s.worker_heartbeat_interval == 30.0
     assert s.retry_backoff == 5.0
-    assert s.pending_marker_ttl == 60.0
+    assert s.pending_marker_ttl == 300.0
     assert s.max_reclaims == 5
     assert s.promote_interval == pytest.approx(0.025)
     assert s.reconcile_batch == 500
@@ -295,3 +295,18 @@ def test_env_example_values_load() -> None:
     merged = load_dotenv_file(REPO / ".env.example", environ={})
 
     load_settings(merged)
+
+
+@pytest.mark.parametrize("dsn", ["notadsn", "http://x", "mysql://a@b/c", "postgresql://[::1"])
+def test_a_malformed_dsn_is_refused_in_one_line(dsn: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        Settings(crdb_dsn=dsn).require_dsn()
+    assert err.value.variable == "CRDB_DSN"
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "dsn", ["postgresql://root@127.0.0.1:26257/defaultdb?sslmode=disable", "host=db dbname=x"]
+)
+def test_url_and_keyword_dsns_are_accepted(dsn: str) -> None:
+    assert Settings(crdb_dsn=dsn).require_dsn() == dsn

@@ -100,3 +100,17 @@ async def test_store_down_means_nothing_is_pushed(app: App) -> None:
     with pytest.raises(BackendUnavailable):
         await app.submit_tasks(TaskSpec("a", "echo"))
     assert app.queue.ready_ids("default") == []
+
+
+async def test_redis_down_after_the_commit_still_creates_the_job(app: App) -> None:
+    async def refuse(items: object) -> int:
+        raise BackendUnavailable("redis enqueue failed")
+
+    app.queue.enqueue_many = refuse  # type: ignore[method-assign]
+    result = await app.submit_tasks(TaskSpec("a", "echo"))
+    assert result.created
+    assert (await app.queries.get_task(result.task_ids["a"])).task.status is TaskStatus.QUEUED
+    assert app.queue.ready_ids("default") == []
+    del app.queue.enqueue_many  # Redis is back: the reconciler pushes the committed task
+    assert await app.reconcile.enqueue_due() == 1
+    assert app.queue.ready_ids("default") == [result.task_ids["a"]]

@@ -133,7 +133,7 @@ class ReconcileService:
         """
         return await self._queue.promote_due(limit)
 
-    async def reconcile_once(self, limit: int = 500, *, max_pages: int = 40) -> ReconcileReport:
+    async def reconcile_once(self, limit: int = 500, *, max_pages: int = 10) -> ReconcileReport:
         """One full pass: reclaim stale runs, then enqueue due tasks, then promote scheduled.
 
         Each step pages through its candidates ``limit`` at a time until a page comes back

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from datetime import datetime
 from uuid import UUID, uuid4
 
@@ -10,6 +11,7 @@ from dtq.application.ports import Queue, Store, Transaction
 from dtq.domain.dag import TaskNode, validate_dag
 from dtq.domain.entities import Job, Task
 from dtq.domain.errors import (
+    BackendUnavailable,
     CommitOutcomeUnknown,
     DuplicateIdempotencyKey,
     IdempotencyConflict,
@@ -35,9 +37,10 @@ class SubmitService:
         """Validate and create a job in one transaction; enqueue its root tasks after commit.
 
         Tasks without dependencies start ``queued`` and due now; the others start ``pending``
-        and are promoted when their dependencies complete. With an idempotency key, a replay of
-        the same request returns the original ids (``created=False``) and writes nothing, also
-        when two such requests race.
+        and are promoted when their dependencies complete. If Redis fails after the commit, the
+        job is still created (and the call succeeds): the reconciler pushes its due tasks. With
+        an idempotency key, a replay of the same request returns the original ids
+        (``created=False``) and writes nothing, also when two such requests race.
 
         Args:
             cmd: the job to create.
@@ -87,9 +90,11 @@ class SubmitService:
         except CommitOutcomeUnknown:
             result = await self._store.run(lambda tx: _recover(tx, job_id, task_ids))
         if result.created:
-            for spec in cmd.tasks:
-                if not spec.depends_on:
-                    await self._queue.enqueue(task_ids[spec.name], spec.priority)
+            roots = [(task_ids[s.name], s.priority) for s in cmd.tasks if not s.depends_on]
+            # The job is committed: if Redis fails now, the reconciler pushes its due tasks once
+            # Redis is back. Failing the request would invite a client to submit it again.
+            with contextlib.suppress(BackendUnavailable):
+                await self._queue.enqueue_many(roots)
         return result
 
 

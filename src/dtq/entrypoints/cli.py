@@ -23,9 +23,11 @@ import argparse
 import asyncio
 import dataclasses
 import importlib
+import logging
 import os
 import signal
 import sys
+import threading
 import traceback
 from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -230,6 +232,11 @@ def load_runtime(spec: str | None) -> Runtime:
     module_name, sep, attr_path = text.partition(":")
     if not sep or not module_name or not attr_path:
         raise UsageError("--app", f"expected 'module:attribute', got {text!r}")
+    # Like uvicorn: the working directory is importable, so `--app myapp.tasks:runtime` works
+    # from the folder that holds `myapp/` without setting PYTHONPATH.
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
@@ -285,7 +292,28 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         settings = dataclasses.replace(settings, worker_concurrency=args.concurrency)
     settings.require_dsn()
     runtime = load_runtime(args.app)
-    return _run(_work(settings, runtime))
+    return _exit_without_lingering_threads(_run(_work(settings, runtime)))
+
+
+def _exit_without_lingering_threads(code: int) -> int:
+    """Return ``code``, or end the process at once if handler threads are still running.
+
+    A plain ``def`` handler cannot be interrupted; at shutdown its task was already handed back
+    (or its outcome recorded), but Python would wait at exit for its thread to return. Logs are
+    flushed first; nothing else is left to do by then.
+    """
+    lingering = [
+        t
+        for t in threading.enumerate()
+        if t.is_alive() and not t.daemon and t is not threading.main_thread()
+    ]
+    if not lingering:
+        return code
+    _say(f"dtq: {len(lingering)} handler thread(s) still running; exiting without waiting")
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _cmd_migrate(args: argparse.Namespace) -> int:
@@ -307,7 +335,9 @@ def _cmd_dev(args: argparse.Namespace) -> int:
         host, _ = listen_address(settings.orchestrator_listen)
         settings = dataclasses.replace(settings, orchestrator_listen=f"[{host}]:{args.port}")
     runtime = load_runtime(args.app)
-    return _run(_serve(settings, backend="memory", runtime=runtime))
+    return _exit_without_lingering_threads(
+        _run(_serve(settings, backend="memory", runtime=runtime))
+    )
 
 
 def _run(coro: Coroutine[Any, Any, int]) -> int:

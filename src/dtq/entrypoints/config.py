@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Literal, TypeVar
 
 import durationpy
+import psycopg
 from dotenv import dotenv_values
+from psycopg.conninfo import conninfo_to_dict
 
 from dtq.application.commands import ExecutionPolicy
 
@@ -131,7 +133,7 @@ class Settings:
     worker_concurrency: int = 1
     worker_heartbeat_interval: float = 30.0
     retry_backoff: float = 5.0
-    pending_marker_ttl: float = 60.0
+    pending_marker_ttl: float = 300.0
     max_reclaims: int = 5
     promote_interval: float = 0.025
     reconcile_batch: int = 500
@@ -164,13 +166,17 @@ class Settings:
             ``crdb_dsn``.
 
         Raises:
-            ConfigError: ``CRDB_DSN`` is not set.
+            ConfigError: ``CRDB_DSN`` is not set, or is neither a ``postgresql://`` URL nor a
+                libpq ``key=value`` string.
         """
+        example = "e.g. postgresql://root@127.0.0.1:26257/defaultdb?sslmode=disable"
         if not self.crdb_dsn:
-            raise ConfigError(
-                "CRDB_DSN",
-                "required (e.g. postgresql://root@127.0.0.1:26257/defaultdb?sslmode=disable)",
-            )
+            raise ConfigError("CRDB_DSN", f"required ({example})")
+        try:
+            conninfo_to_dict(self.crdb_dsn)
+        except psycopg.ProgrammingError as exc:
+            reason = " ".join(str(exc).split())
+            raise ConfigError("CRDB_DSN", f"not a PostgreSQL DSN ({reason}); {example}") from None
         return self.crdb_dsn
 
 
@@ -344,7 +350,7 @@ def load_settings(environ: Mapping[str, str]) -> Settings:
             "WORKER_HEARTBEAT_INTERVAL", 30.0, minimum=_MIN_HEARTBEAT_INTERVAL
         ),
         retry_backoff=env.duration("RETRY_BACKOFF", 5.0),
-        pending_marker_ttl=env.duration("PENDING_MARKER_TTL", 60.0),
+        pending_marker_ttl=env.duration("PENDING_MARKER_TTL", 300.0),
         max_reclaims=env.integer("MAX_RECLAIMS", 5, minimum=0),
         promote_interval=env.duration("PROMOTE_INTERVAL", 0.025),
         reconcile_batch=env.integer("RECONCILE_BATCH", 500, minimum=1),

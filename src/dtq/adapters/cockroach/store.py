@@ -82,7 +82,7 @@ class CockroachStore:
         self,
         pool: Pool,
         *,
-        max_retries: int = 8,
+        max_retries: int = 12,
         base_backoff: float = 0.005,
         max_backoff: float = 0.5,
         on_retry: Callable[[str], None] | None = None,
