@@ -134,3 +134,17 @@ def test_ordinary_json_is_storable() -> None:
     check_storable(
         {"s": "héllo ☃", "n": -(2**63), "f": 1.5, "b": True, "z": None, "l": [{}]}, field="p"
     )
+
+
+def nest(levels: int) -> object:
+    value: object = 1
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+def test_nesting_limit_counts_containers_exactly() -> None:
+    check_storable(nest(64), field="p", max_depth=64)
+    with pytest.raises(InvalidPayload) as err:
+        check_storable(nest(65), field="p", max_depth=64)
+    assert err.value.field == "p" + "[0]" * 64

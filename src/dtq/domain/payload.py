@@ -35,7 +35,8 @@ def check_storable(value: Any, *, field: str, max_depth: int = 64) -> None:
     stack: list[tuple[Any, str, int]] = [(value, field, 0)]
     while stack:
         item, path, depth = stack.pop()
-        if depth > max_depth:
+        if isinstance(item, list | dict) and depth >= max_depth:
+            # ``depth`` containers enclose this one: it would be nesting level max_depth + 1
             raise InvalidPayload(f"nested deeper than {max_depth} levels", field=path)
         if isinstance(item, list):
             stack.extend((v, f"{path}[{i}]", depth + 1) for i, v in enumerate(item))
