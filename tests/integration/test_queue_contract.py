@@ -191,6 +191,29 @@ async def test_enqueue_many_of_nothing_pushes_nothing(queue: Queue) -> None:
     assert await queue.pop(["default"], 0) is None
 
 
+async def test_enqueue_unlisted_does_not_push_an_id_still_waiting(queue: Queue) -> None:
+    taken, waiting, lost = new_id(), new_id(), new_id()
+    await queue.enqueue_many([(taken, "default"), (waiting, "default")])
+    assert await queue.pop(["default"], 0) == taken  # oldest first: `waiting` stays listed
+    await queue.release_markers([taken, waiting])  # both markers gone (e.g. expired)
+
+    items = [(waiting, "default"), (lost, "default"), (taken, "default")]
+    assert await queue.enqueue_unlisted(items) == 2  # `lost` and `taken` are pushed
+
+    for task_id in (waiting, lost, taken):
+        assert await queue.has_marker(task_id) is True  # the waiting id got its marker back
+    assert await queue.pop_many(["default"], 0, 10) == [waiting, lost, taken]
+    assert await queue.enqueue_unlisted([]) == 0
+
+
+async def test_enqueue_unlisted_respects_a_live_marker(queue: Queue) -> None:
+    task_id = new_id()
+    await queue.enqueue(task_id, "default")
+    await queue.pop(["default"], 0)  # popped, marker still held: in flight
+    assert await queue.enqueue_unlisted([(task_id, "default")]) == 0
+    assert await queue.pop(["default"], 0) is None
+
+
 async def test_release_markers_frees_each_listed_id_only(queue: Queue) -> None:
     first, second, kept, never = new_id(), new_id(), new_id(), new_id()
     await queue.enqueue_many([(first, "default"), (second, "default"), (kept, "default")])

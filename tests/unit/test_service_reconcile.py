@@ -173,3 +173,12 @@ async def test_a_pass_stops_after_max_pages_and_the_next_one_carries_on(app: App
     first = await app.reconcile.reconcile_once(limit=5, max_pages=1)
     second = await app.reconcile.reconcile_once(limit=5, max_pages=1)
     assert (first.enqueued, second.enqueued) == (5, 5)
+
+
+async def test_a_backlog_older_than_the_marker_ttl_is_not_pushed_twice() -> None:
+    app = build_app(marker_ttl=60.0)
+    result = await app.submit_tasks(*(TaskSpec(f"t{i}", "echo") for i in range(10)))
+    app.clock.advance(61)  # the ids still wait in the ready list; their markers expired
+    assert await app.reconcile.enqueue_due() == 0
+    assert sorted(app.queue.ready_ids("default")) == sorted(result.task_ids.values())
+    assert all([await app.queue.has_marker(i) for i in result.task_ids.values()])

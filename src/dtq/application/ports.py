@@ -303,6 +303,17 @@ class Queue(Protocol):
         """
         ...
 
+    async def enqueue_unlisted(self, items: Sequence[tuple[UUID, str]]) -> int:
+        """The reconciler's ``enqueue_many``: like it, set each marker (SET NX) first; but an id
+        that is still waiting in its ready list (its marker expired during a long backlog) only
+        gets its marker back and is not pushed a second time. The list is searched from its
+        oldest entry, up to a bounded number of entries (an adapter setting), in one round trip.
+
+        Returns:
+            How many ids were pushed.
+        """
+        ...
+
     async def release_marker(self, task_id: UUID) -> None:
         """Delete the pending marker; idempotent (spec §5: all three exit paths call it)."""
         ...

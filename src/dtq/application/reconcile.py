@@ -45,7 +45,8 @@ class ReconcileService:
         """Push ``queued`` tasks with ``scheduled_at <= now`` behind the pending marker.
 
         Returns:
-            How many ids were pushed (tasks whose marker is set are skipped: in flight).
+            How many ids were pushed (tasks whose marker is set are skipped: in flight; a
+            task still waiting in its ready list is not pushed twice).
 
         Raises:
             BackendUnavailable: the database or Redis failed.
@@ -57,10 +58,9 @@ class ReconcileService:
 
         due = await self._store.run(read)
         self._due_cursor = (due[-1].scheduled_at, due[-1].id) if len(due) == limit else None
-        pushed = 0
-        for task in due:
-            pushed += await self._queue.enqueue(task.id, task.priority)
-        return pushed
+        # An id whose marker expired while it waited in a long ready list is found there and
+        # only gets its marker back: a backlog never fills Redis with duplicates.
+        return await self._queue.enqueue_unlisted([(task.id, task.priority) for task in due])
 
     async def reclaim_stale(self, limit: int = 500) -> int:
         """Reclaim ``running`` tasks older than ``stale_running_after`` that have no lease.

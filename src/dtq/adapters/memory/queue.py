@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 from collections import defaultdict, deque
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -62,13 +63,18 @@ class InMemoryQueue:
         clock: time source for marker/lease expiry and for ``promote_due``'s notion of "now".
         marker_ttl: lifetime of a pending marker in seconds (float, > 0); the backstop for a
             marker whose release never happened (spec §5 Pending enqueue deduplication).
+        listed_scan_limit: how many of a ready list's oldest entries ``enqueue_unlisted``
+            searches for the id before pushing it.
 
     Raises:
         ValueError: ``marker_ttl`` is not positive.
     """
 
-    def __init__(self, clock: Clock, *, marker_ttl: float = 60.0) -> None:
+    def __init__(
+        self, clock: Clock, *, marker_ttl: float = 60.0, listed_scan_limit: int = 10_000
+    ) -> None:
         _check_ttl(marker_ttl)
+        self._listed_scan_limit = listed_scan_limit
         self._clock = clock
         self._marker_ttl = timedelta(seconds=marker_ttl)
         self._ready: defaultdict[str, deque[UUID]] = defaultdict(deque)  # oldest at the left
@@ -111,6 +117,19 @@ class InMemoryQueue:
         pushed = 0
         for task_id, priority in items:
             pushed += await self.enqueue(task_id, priority)
+        return pushed
+
+    async def enqueue_unlisted(self, items: Sequence[tuple[UUID, str]]) -> int:
+        """Set each marker; push the id unless it already waits among the oldest
+        ``listed_scan_limit`` entries of its ready list. Returns how many were pushed."""
+        pushed = 0
+        for task_id, priority in items:
+            if not self._reserve(task_id):
+                continue
+            oldest = itertools.islice(self._ready.get(priority, ()), self._listed_scan_limit)
+            if task_id not in oldest:
+                self._push(priority, task_id)
+                pushed += 1
         return pushed
 
     async def release_marker(self, task_id: UUID) -> None:

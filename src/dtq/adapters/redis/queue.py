@@ -82,18 +82,29 @@ class RedisQueue:
         client: a ``redis.asyncio.Redis`` (from ``connect_redis``); responses may be bytes or str.
         prefix: key namespace, ``REDIS_KEY_PREFIX`` (spec §8).
         marker_ttl: pending-marker lifetime in seconds (float, > 0), sent as PX milliseconds.
+        listed_scan_limit: how many of a ready list's oldest entries ``enqueue_unlisted``
+            searches for an id before pushing it again.
 
     Raises:
         ValueError: ``marker_ttl`` is not positive.
     """
 
-    def __init__(self, client: Redis, *, prefix: str = "dto:", marker_ttl: float = 60.0) -> None:
+    def __init__(
+        self,
+        client: Redis,
+        *,
+        prefix: str = "dto:",
+        marker_ttl: float = 60.0,
+        listed_scan_limit: int = 10_000,
+    ) -> None:
         self._client = client
+        self._listed_scan_limit = listed_scan_limit
         self._prefix = prefix
         self._marker_ttl_ms = _ms(marker_ttl)
         self._scheduled_key = f"{prefix}queue:scheduled"
         self._enqueue = client.register_script(scripts.ENQUEUE)
         self._enqueue_many = client.register_script(scripts.ENQUEUE_MANY)
+        self._enqueue_unlisted = client.register_script(scripts.ENQUEUE_UNLISTED)
         self._pop_now = client.register_script(scripts.POP_MANY)
         self._extend = client.register_script(scripts.EXTEND_LEASE)
         self._delete = client.register_script(scripts.DELETE_LEASE)
@@ -156,6 +167,28 @@ class RedisQueue:
             args.append(str(task_id))
         with wrap_errors("enqueue_many"):
             pushed = await self._enqueue_many(keys=keys, args=args)
+        return int(pushed)
+
+    async def enqueue_unlisted(self, items: Sequence[tuple[UUID, str]]) -> int:
+        """``enqueue_many`` that does not push an id still waiting in its ready list (searched
+        from the oldest entry, ``listed_scan_limit`` entries at most); one script, one round
+        trip. Its cost is O(ids x min(list length, limit)) on the Redis server.
+
+        Returns:
+            How many ids were pushed.
+
+        Raises:
+            BackendUnavailable: Redis failed or is unreachable.
+        """
+        if not items:
+            return 0
+        keys: list[str] = []
+        args: list[str | int] = [self._marker_ttl_ms, self._listed_scan_limit]
+        for task_id, priority in items:
+            keys += (self._marker_key(task_id), self._ready_key(priority))
+            args.append(str(task_id))
+        with wrap_errors("enqueue_unlisted"):
+            pushed = await self._enqueue_unlisted(keys=keys, args=args)
         return int(pushed)
 
     async def release_marker(self, task_id: UUID) -> None:

@@ -19,6 +19,24 @@ return 0
 # KEYS[2i-1] marker of the i-th id, KEYS[2i] its ready list; ARGV[1] marker ttl ms, ARGV[i+1] the
 # i-th task id. ENQUEUE for each id in turn (a repeated id finds its own marker and is skipped).
 # Returns how many ids were pushed.
+#: enqueue_unlisted: KEYS = (marker, ready list) pairs; ARGV = marker TTL ms, scan limit, ids.
+#: After SET NX of the marker, the id is pushed only if LPOS does not find it among the oldest
+#: ``scan limit`` entries (RANK -1 searches from the tail, where the oldest ids wait).
+ENQUEUE_UNLISTED = """
+local pushed = 0
+local limit = tonumber(ARGV[2])
+for i = 1, #ARGV - 2 do
+  local id = ARGV[i + 2]
+  if redis.call('SET', KEYS[2 * i - 1], '1', 'NX', 'PX', ARGV[1]) then
+    if not redis.call('LPOS', KEYS[2 * i], id, 'RANK', -1, 'MAXLEN', limit) then
+      redis.call('LPUSH', KEYS[2 * i], id)
+      pushed = pushed + 1
+    end
+  end
+end
+return pushed
+"""
+
 ENQUEUE_MANY = """
 local pushed = 0
 for i = 1, #ARGV - 1 do
