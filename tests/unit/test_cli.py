@@ -311,3 +311,12 @@ def test_worker_exit_does_not_wait_for_a_lingering_handler_thread(
         thread.join()
     assert exits == [0]
     assert cli._exit_without_lingering_threads(3) == 3  # nothing lingers now: a normal return
+
+
+def test_a_missing_env_file_named_on_the_command_line_is_an_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status = cli.main(["--env-file", "nowhere.env", "dev"])
+
+    assert status == 2
+    assert one_error_line(capsys.readouterr().err) == "dtq: --env-file: no such file: 'nowhere.env'"

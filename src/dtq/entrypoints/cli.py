@@ -205,7 +205,11 @@ def _settings(args: argparse.Namespace, *, defaults: Mapping[str, str] | None = 
 
     Raises:
         ConfigError: a variable has an unusable value.
+        UsageError: ``--env-file`` names a file that does not exist (the default ``.env`` may
+            be absent).
     """
+    if args.env_file != ".env" and not os.path.isfile(args.env_file):
+        raise UsageError("--env-file", f"no such file: {args.env_file!r}")
     environ = load_dotenv_file(args.env_file, environ=os.environ)
     settings = load_settings({**(defaults or {}), **environ})
     configure_logging(settings.log_format, settings.log_level)
