@@ -236,7 +236,7 @@ class _Tasks:
         return replace(task) if task else None
 
     async def get_many(self, task_ids: Sequence[UUID]) -> list[Task]:
-        found = (self._tx.task(i) for i in task_ids)
+        found = (self._tx.task(i) for i in dict.fromkeys(task_ids))  # each row once, as SQL
         return [replace(t) for t in found if t is not None]
 
     async def list_by_job(self, job_id: UUID) -> list[Task]:
