@@ -39,6 +39,7 @@ from dtq.domain.status import TaskStatus
 from dtq.entrypoints.config import Settings
 from dtq.entrypoints.metrics import WorkerMetrics
 from dtq.worker import Runtime
+from tests.unit.conftest import memory_container
 
 T = TypeVar("T")
 
@@ -147,17 +148,17 @@ class Harness:
 def build_harness(
     policy: ExecutionPolicy = POLICY, settings: Settings = SETTINGS, *, marker_ttl: float = 5.0
 ) -> Harness:
-    clock = SystemClock()
-    store = InMemoryStore(clock)
-    queue = InMemoryQueue(clock, marker_ttl=marker_ttl)
+    c = memory_container(SystemClock(), policy, replace(settings, pending_marker_ttl=marker_ttl))
+    store, queue = c.store(), c.queue()
+    assert isinstance(store, InMemoryStore) and isinstance(queue, InMemoryQueue)
     return Harness(
         store=store,
         queue=queue,
-        submit=SubmitService(store=store, queue=queue),
-        queries=QueryService(store=store),
-        execution=ExecutionService(store=store, queue=queue, policy=policy),
-        reconcile=ReconcileService(store=store, queue=queue, policy=policy),
-        registry=WorkerRegistryService(store=store),
+        submit=c.submit(),
+        queries=c.queries(),
+        execution=c.execution(),
+        reconcile=c.reconcile(),
+        registry=c.registry(),
         settings=settings,
     )
 
