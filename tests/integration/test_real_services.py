@@ -14,22 +14,16 @@ from uuid import UUID
 
 import httpx
 import pytest
+from dependency_injector import providers
 from redis.asyncio import Redis
 
 from dtq.adapters.cockroach import CockroachStore
-from dtq.adapters.memory.clock import SystemClock
 from dtq.adapters.redis import RedisQueue
 from dtq.application.commands import Claim, ExecutionPolicy, SubmitJob, TaskSpec
-from dtq.application.execution import ExecutionService
-from dtq.application.health import HealthService
-from dtq.application.queries import QueryService
-from dtq.application.reconcile import ReconcileService
-from dtq.application.registry import WorkerRegistryService
-from dtq.application.submit import SubmitService
 from dtq.domain.status import JobStatus, RunStatus, TaskStatus
 from dtq.entrypoints.api import create_app
 from dtq.entrypoints.config import Settings
-from dtq.entrypoints.container import Services
+from dtq.entrypoints.container import Services, build_container
 from dtq.entrypoints.metrics import OrchestratorMetrics, new_registry
 
 pytestmark = pytest.mark.integration
@@ -39,19 +33,23 @@ POLICY = ExecutionPolicy(lease_duration=2.0, retry_backoff=0.1, stale_running_af
 
 @pytest.fixture
 def services(pg_store: CockroachStore, redis_client: Redis, redis_prefix: str) -> Services:
-    queue = RedisQueue(redis_client, prefix=redis_prefix, marker_ttl=30)
+    """The production container with the real adapters of the fixtures plugged in."""
     settings = Settings()
+    c = build_container(settings, backend="memory")
+    c.store.override(providers.Object(pg_store))
+    c.queue.override(providers.Object(RedisQueue(redis_client, prefix=redis_prefix)))
+    c.policy.override(providers.Object(POLICY))
     return Services(
         settings=settings,
-        clock=SystemClock(),
-        store=pg_store,
-        queue=queue,
-        submit=SubmitService(store=pg_store, queue=queue),
-        queries=QueryService(store=pg_store),
-        health=HealthService(store=pg_store, queue=queue),
-        execution=ExecutionService(store=pg_store, queue=queue, policy=POLICY),
-        reconcile=ReconcileService(store=pg_store, queue=queue, policy=POLICY),
-        registry=WorkerRegistryService(store=pg_store),
+        clock=c.clock(),
+        store=c.store(),
+        queue=c.queue(),
+        submit=c.submit(),
+        queries=c.queries(),
+        health=c.health(),
+        execution=c.execution(),
+        reconcile=c.reconcile(),
+        registry=c.registry(),
     )
 
 
