@@ -37,6 +37,7 @@ import structlog
 import uvicorn
 
 from dtq.domain.errors import BackendUnavailable
+from dtq.entrypoints import eventloop
 from dtq.entrypoints.config import (
     ConfigError,
     Settings,
@@ -348,7 +349,7 @@ def _run(coro: Coroutine[Any, Any, int]) -> int:
     """Run ``coro`` in a new event loop; a lone backend or config error leaves its task group
     as itself, so :func:`main` reports it as one line."""
     try:
-        return asyncio.run(coro)
+        return eventloop.run(coro)
     except ExceptionGroup as group:
         leaves = _leaves(group)
         if len(leaves) == 1 and isinstance(

@@ -87,6 +87,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from structlog.typing import FilteringBoundLogger
 
 from dtq.domain.errors import DuplicateKind
+from dtq.entrypoints import eventloop
 from dtq.entrypoints.config import listen_address
 from dtq.entrypoints.metrics import WorkerMetrics, new_registry
 from dtq.entrypoints.runtime_loop import Session
@@ -268,7 +269,7 @@ class Runtime:
                 ``lambda: open_services(settings, backend="real")``.
             metrics: as :meth:`run`.
         """
-        asyncio.run(self._run_signalled(services, metrics))
+        eventloop.run(self._run_signalled(services, metrics))
 
     async def _run_signalled(
         self, services: WorkerServices | ServicesFactory, metrics: WorkerMetrics | None

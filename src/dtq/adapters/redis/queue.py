@@ -41,7 +41,6 @@ from uuid import UUID
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
-from redis.typing import EncodableT, FieldT
 
 from dtq.adapters.redis import scripts
 from dtq.adapters.redis.connection import as_text, wrap_errors
@@ -106,6 +105,7 @@ class RedisQueue:
         self._enqueue_many = client.register_script(scripts.ENQUEUE_MANY)
         self._enqueue_unlisted = client.register_script(scripts.ENQUEUE_UNLISTED)
         self._pop_now = client.register_script(scripts.POP_MANY)
+        self._set_leases = client.register_script(scripts.SET_LEASES)
         self._extend = client.register_script(scripts.EXTEND_LEASE)
         self._delete = client.register_script(scripts.DELETE_LEASE)
         self._delete_many = client.register_script(scripts.DELETE_LEASES)
@@ -340,7 +340,7 @@ class RedisQueue:
     # --- leases -------------------------------------------------------------------------------
 
     async def set_lease(self, lease: Lease, ttl: float) -> None:
-        """Replace the lease hash and PEXPIRE it after ``ttl`` seconds (one MULTI/EXEC).
+        """Replace the lease hash and PEXPIRE it after ``ttl`` seconds (see :meth:`set_leases`).
 
         Raises:
             ValueError: ``ttl`` is not positive.
@@ -349,12 +349,14 @@ class RedisQueue:
         await self.set_leases([lease], ttl)
 
     async def set_leases(self, leases: Sequence[Lease], ttl: float) -> None:
-        """``set_lease`` for each lease: DEL + HSET + PEXPIRE per hash, all in one MULTI/EXEC.
+        """``set_lease`` for each lease, all in one script call (one round trip, one command).
 
-        A transaction rather than a plain pipeline, at no extra round trip: Redis runs none of it
-        unless EXEC arrives, so a client dying mid-send cannot leave a hash without its TTL (a
-        lease that never expires would block the reclaim of its task forever), and no other
-        client sees a hash between its DEL and its HSET.
+        Each hash is replaced whole (DEL, HSET of worker_id, run_id, deadline_ms) and given its
+        PEXPIRE inside the script, so it is atomic like a MULTI/EXEC: a client dying mid-send
+        cannot leave a hash without its TTL (a lease that never expires would block the reclaim
+        of its task forever), and no other client sees a hash between its DEL and its HSET. One
+        script instead of three commands per lease: the worker's Redis client packs and parses
+        one command per batch (``benchmarks/PROFILE.md``).
 
         Raises:
             ValueError: ``ttl`` is not positive (checked only when there are leases).
@@ -363,19 +365,12 @@ class RedisQueue:
         if not leases:
             return
         ttl_ms = _ms(ttl)
+        keys = [self._lease_key(lease.task_id) for lease in leases]
+        args: list[str | int] = [ttl_ms]
+        for lease in leases:
+            args += (lease.worker_id, str(lease.run_id), lease.deadline_ms)
         with wrap_errors("set_leases" if len(leases) > 1 else "set_lease"):
-            async with self._client.pipeline(transaction=True) as pipe:
-                for lease in leases:
-                    key = self._lease_key(lease.task_id)
-                    fields: dict[FieldT, EncodableT] = {
-                        "worker_id": lease.worker_id,
-                        "run_id": str(lease.run_id),
-                        "deadline_ms": lease.deadline_ms,
-                    }
-                    pipe.delete(key)
-                    pipe.hset(key, mapping=fields)
-                    pipe.pexpire(key, ttl_ms)
-                await pipe.execute()
+            await self._set_leases(keys=keys, args=args)
 
     async def extend_lease(self, lease: Lease, ttl: float) -> LeaseState:
         """If the hash names ``lease.run_id``: PEXPIRE ``ttl`` seconds, store ``deadline_ms``.
