@@ -173,3 +173,25 @@ async def test_stale_report_after_reclaim_is_refused_on_postgres(services: Servi
     assert fresh is not None
     assert (await services.execution.complete(stale)).value == "stale"
     assert (await services.execution.complete(fresh)).value == "recorded"
+
+
+async def test_batch_with_a_reclaimed_claim_records_the_others_on_postgres(
+    services: Services,
+) -> None:
+    """The claim-time compare-and-set fails for the whole batch; the checked path, in the same
+    transaction, records the live claims and refuses the stale one."""
+    await services.submit.submit_job(
+        SubmitJob(tasks=tuple(TaskSpec(f"t{i}", "echo") for i in range(3)))
+    )
+    ids = await services.queue.pop_many(["default"], timeout=0, max_count=3)
+    claims = await services.execution.claim_many(ids, "w1")
+    assert len(claims) == 3
+    stale = claims[1]
+    await services.queue.delete_lease(stale.task.id, stale.run.id)
+    await asyncio.sleep(POLICY.stale_running_after + 0.2)
+    assert await services.reconcile.reclaim_stale() == 1
+    outcomes = await services.execution.complete_many(claims)
+    assert [o.value for o in outcomes] == ["recorded", "stale", "recorded"]
+    for claim, status in zip(claims, ("completed", "queued", "completed"), strict=True):
+        view = await services.queries.get_task(claim.task.id)
+        assert view.task.status.value == status

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar, cast
 from uuid import UUID
 
 import pytest
 
 from dtq.application.commands import Claim, ReportOutcome, TaskSpec
-from dtq.application.ports import Lease, LeaseState
+from dtq.application.execution import ExecutionService
+from dtq.application.ports import Lease, LeaseState, Store, Transaction
 from dtq.domain.errors import BackendUnavailable
 from dtq.domain.status import JobStatus, RunStatus, TaskStatus
 from tests.unit.conftest import POLICY, App
+
+T = TypeVar("T")
 
 
 async def pop_claim(app: App, worker: str = "w1") -> Claim:
@@ -205,6 +210,73 @@ async def test_report_from_a_reclaimed_run_is_refused_and_changes_nothing(app: A
     assert view.task.current_run_id == fresh.run.id
     lease = await app.queue.get_lease(task_id)
     assert lease is not None and lease.run_id == fresh.run.id
+
+
+class _ReadCountingStore:
+    """Wraps a store; counts the task and run reads made inside its transactions."""
+
+    def __init__(self, inner: Store) -> None:
+        self.inner = inner
+        self.reads: list[str] = []
+
+    async def run(self, fn: Callable[[Transaction], Awaitable[T]]) -> T:
+        outer = self
+
+        class _Repo:
+            def __init__(self, repo: Any, name: str) -> None:
+                self._repo, self._name = repo, name
+
+            def __getattr__(self, attr: str) -> Any:
+                if attr in ("get", "get_many"):
+                    outer.reads.append(f"{self._name}.{attr}")
+                return getattr(self._repo, attr)
+
+        class _Tx:
+            def __init__(self, tx: Transaction) -> None:
+                self._tx = tx
+                self.tasks = _Repo(tx.tasks, "tasks")
+                self.runs = _Repo(tx.runs, "runs")
+
+            def __getattr__(self, attr: str) -> Any:
+                return getattr(self._tx, attr)
+
+        return await self.inner.run(lambda tx: fn(cast(Transaction, _Tx(tx))))
+
+
+async def test_batch_success_is_written_from_the_claims_without_reading_them(app: App) -> None:
+    result = await app.submit_tasks(*(TaskSpec(f"t{i}", "echo") for i in range(3)))
+    claims = [await pop_claim(app) for _ in range(3)]
+    counting = _ReadCountingStore(app.store)
+    execution = ExecutionService(store=counting, queue=app.queue, policy=POLICY)
+    outcomes = await execution.complete_many(claims)
+    assert outcomes == [ReportOutcome.RECORDED] * 3
+    assert counting.reads == []  # written by compare-and-set on the claim-time versions
+    for claim in claims:
+        view = await app.queries.get_task(claim.task.id)
+        assert view.task.status is TaskStatus.COMPLETED
+        assert [r.status for r in view.runs] == [RunStatus.SUCCEEDED]
+    assert (await app.queries.get_job(result.job_id)).job.status is JobStatus.COMPLETED
+    assert all(c.task.status is TaskStatus.RUNNING for c in claims)  # the claims are untouched
+
+
+async def test_batch_with_a_reclaimed_claim_judges_each_claim_on_its_own(app: App) -> None:
+    await app.submit_tasks(*(TaskSpec(f"t{i}", "echo") for i in range(3)))
+    claims = [await pop_claim(app) for _ in range(3)]
+    stale = claims[1]
+    await app.queue.delete_lease(stale.task.id, stale.run.id)
+    app.clock.advance(POLICY.stale_running_after + 1)
+    await app.queue.set_leases(
+        [app.execution._lease(c) for c in (claims[0], claims[2])], POLICY.lease_ttl
+    )
+    assert await app.reconcile.reclaim_stale() == 1
+    counting = _ReadCountingStore(app.store)
+    execution = ExecutionService(store=counting, queue=app.queue, policy=POLICY)
+    outcomes = await execution.complete_many(claims)
+    assert outcomes == [ReportOutcome.RECORDED, ReportOutcome.STALE, ReportOutcome.RECORDED]
+    assert "tasks.get_many" in counting.reads  # the claim-time CAS failed: checked path
+    assert await status_of(app, claims[0].task.id) is TaskStatus.COMPLETED
+    assert await status_of(app, stale.task.id) is TaskStatus.QUEUED
+    assert await status_of(app, claims[2].task.id) is TaskStatus.COMPLETED
 
 
 async def test_job_row_is_written_only_when_its_status_changes(app: App) -> None:

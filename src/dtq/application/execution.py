@@ -8,6 +8,7 @@ run was reclaimed changes nothing (``ReportOutcome.STALE``).
 from __future__ import annotations
 
 import asyncio
+import copy
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -23,7 +24,7 @@ from dtq.application.transitions import (
     settle_job,
 )
 from dtq.domain.entities import Task, TaskRun
-from dtq.domain.errors import CommitOutcomeUnknown, StaleRun, TaskNotClaimable
+from dtq.domain.errors import CommitOutcomeUnknown, ConcurrentUpdate, StaleRun, TaskNotClaimable
 from dtq.domain.status import TaskStatus
 
 
@@ -153,6 +154,13 @@ class ExecutionService:
         (``DUPLICATE``); a report from a run that is no longer live is refused (``STALE``) and
         changes nothing, without affecting the other claims of the batch.
 
+        The first try trusts the claims: the tasks and runs as this worker claimed them are
+        written back with a compare-and-set on the task's claim-time ``version`` (and the run
+        still ``running``), without reading them first: two statements and their read locks
+        fewer on the hot path. If any task changed since its claim (reclaimed, cancelled, a
+        replayed report), nothing is written and the same transaction goes on with the checked
+        path, which reads every task and run and judges each claim on its own.
+
         Returns:
             One outcome per claim, in order: RECORDED, DUPLICATE or STALE.
 
@@ -162,8 +170,15 @@ class ExecutionService:
         """
         if not claims:
             return []
+        trust_claims = True
 
         async def tx_fn(tx: Transaction) -> tuple[list[ReportOutcome], list[Task]]:
+            nonlocal trust_claims
+            trusted, trust_claims = trust_claims, False  # a re-run takes the checked path
+            if trusted:
+                recorded = await _complete_as_claimed(tx, claims)
+                if recorded is not None:
+                    return recorded
             return await _complete_tx(tx, claims)
 
         try:
@@ -349,6 +364,46 @@ async def _claim_recovered(
     return batch
 
 
+async def _complete_as_claimed(
+    tx: Transaction, claims: Sequence[Claim]
+) -> tuple[list[ReportOutcome], list[Task]] | None:
+    """Record every claim's success from the claim itself, or nothing (returns None).
+
+    Works on copies, so the claims stay as claimed for the checked path. The tasks' CAS is all
+    or nothing; when it passes, every run is still ``running`` (a run only ends together with a
+    write to its task), so a failing run CAS is a real conflict and re-runs the transaction.
+    """
+    if len({claim.task.id for claim in claims}) != len(claims):
+        return None
+    now = await tx.now()
+    tasks: list[Task] = []
+    runs: list[TaskRun] = []
+    for claim in claims:
+        task, run = copy.copy(claim.task), copy.copy(claim.run)
+        try:
+            if not task.succeed(run, at=now):
+                return None
+        except StaleRun:
+            return None
+        tasks.append(task)
+        runs.append(run)
+    try:
+        await tx.tasks.save_many(tasks)
+    except ConcurrentUpdate:
+        return None
+    await tx.runs.save_many(runs)
+    promoted = await _after_completion(tx, tasks, at=now)
+    return [ReportOutcome.RECORDED] * len(claims), promoted
+
+
+async def _after_completion(tx: Transaction, done: Sequence[Task], *, at: datetime) -> list[Task]:
+    """Promote the dependents of ``done`` (just completed) and settle their jobs."""
+    promoted = await promote_dependents(tx, done, at=at)
+    for job_id in dict.fromkeys(task.job_id for task in done):
+        await settle_job(tx, job_id, at=at)
+    return promoted
+
+
 async def _complete_tx(
     tx: Transaction, claims: Sequence[Claim]
 ) -> tuple[list[ReportOutcome], list[Task]]:
@@ -374,10 +429,7 @@ async def _complete_tx(
         return outcomes, []
     await tx.tasks.save_many([task for task, _ in done])
     await tx.runs.save_many([run for _, run in done])
-    promoted = await promote_dependents(tx, [task for task, _ in done], at=now)
-    for job_id in dict.fromkeys(task.job_id for task, _ in done):
-        await settle_job(tx, job_id, at=now)
-    return outcomes, promoted
+    return outcomes, await _after_completion(tx, [task for task, _ in done], at=now)
 
 
 async def _load_run(tx: Transaction, claim: Claim) -> tuple[Task, TaskRun]:
