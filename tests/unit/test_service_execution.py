@@ -236,6 +236,7 @@ class _ReadCountingStore:
                 self._tx = tx
                 self.tasks = _Repo(tx.tasks, "tasks")
                 self.runs = _Repo(tx.runs, "runs")
+                self.jobs = _Repo(tx.jobs, "jobs")
 
             def __getattr__(self, attr: str) -> Any:
                 return getattr(self._tx, attr)
@@ -250,13 +251,28 @@ async def test_batch_success_is_written_from_the_claims_without_reading_them(app
     execution = ExecutionService(store=counting, queue=app.queue, policy=POLICY)
     outcomes = await execution.complete_many(claims)
     assert outcomes == [ReportOutcome.RECORDED] * 3
-    assert counting.reads == []  # written by compare-and-set on the claim-time versions
+    # written by compare-and-set on the claim-time versions; only the finished job is read
+    assert counting.reads == ["jobs.get"]
     for claim in claims:
         view = await app.queries.get_task(claim.task.id)
         assert view.task.status is TaskStatus.COMPLETED
         assert [r.status for r in view.runs] == [RunStatus.SUCCEEDED]
     assert (await app.queries.get_job(result.job_id)).job.status is JobStatus.COMPLETED
     assert all(c.task.status is TaskStatus.RUNNING for c in claims)  # the claims are untouched
+
+
+async def test_success_that_leaves_work_in_the_job_does_not_read_the_job_row(app: App) -> None:
+    result = await app.submit_tasks(*(TaskSpec(f"t{i}", "echo") for i in range(3)))
+    claims = [await pop_claim(app) for _ in range(2)]
+    counting = _ReadCountingStore(app.store)
+    execution = ExecutionService(store=counting, queue=app.queue, policy=POLICY)
+    assert await execution.complete_many(claims) == [ReportOutcome.RECORDED] * 2
+    assert "jobs.get" not in counting.reads  # one task is still queued: the job stays running
+    assert (await app.queries.get_job(result.job_id)).job.status is JobStatus.RUNNING
+    last = await pop_claim(app)
+    assert await execution.complete(last) is ReportOutcome.RECORDED
+    assert "jobs.get" in counting.reads  # nothing left: the job is read and settled
+    assert (await app.queries.get_job(result.job_id)).job.status is JobStatus.COMPLETED
 
 
 async def test_batch_with_a_reclaimed_claim_judges_each_claim_on_its_own(app: App) -> None:

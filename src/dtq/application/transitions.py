@@ -103,27 +103,29 @@ async def mark_job_failed(tx: Transaction, job_id: UUID, *, at: datetime) -> Non
 
 
 async def settle_job(tx: Transaction, job_id: UUID, *, at: datetime) -> None:
-    """Re-derive the job's status after a task finished, with at most three index probes.
+    """Re-derive the job's status after one of its tasks finished (spec §4 RefreshJobStatus).
 
-    The job row is written only when its status changes (spec §4 RefreshJobStatus).
+    For callers where a task of the job has started (its claim moved the job out of
+    ``pending`` in an earlier, committed transaction). The first index probe asks whether
+    anything is left; while something is, the job is ``running`` and already says so (or is
+    terminal, which never changes), so the job row is not even read. Only the task that leaves
+    nothing unfinished pays for reading the job and up to two more probes, and the row is
+    written only when its status changes (DESIGN §3).
     """
+    if await tx.tasks.job_has_status(job_id, _UNFINISHED):
+        return
     job = await tx.jobs.get(job_id)
     if job is None or job.status.terminal:
         return
-    if await tx.tasks.job_has_status(job_id, _UNFINISHED):
-        status = derive_job_status(
-            any_failed=False, any_unfinished=True, any_cancelled=False, any_started=True
-        )
-    else:
-        any_failed = await tx.tasks.job_has_status(job_id, (TaskStatus.FAILED,))
-        any_cancelled = not any_failed and await tx.tasks.job_has_status(
-            job_id, (TaskStatus.CANCELLED,)
-        )
-        status = derive_job_status(
-            any_failed=any_failed,
-            any_unfinished=False,
-            any_cancelled=any_cancelled,
-            any_started=True,
-        )
+    any_failed = await tx.tasks.job_has_status(job_id, (TaskStatus.FAILED,))
+    any_cancelled = not any_failed and await tx.tasks.job_has_status(
+        job_id, (TaskStatus.CANCELLED,)
+    )
+    status = derive_job_status(
+        any_failed=any_failed,
+        any_unfinished=False,
+        any_cancelled=any_cancelled,
+        any_started=True,
+    )
     if job.set_status(status, at=at):
         await tx.jobs.save(job)
