@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import time
 
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 
 from dtq.worker import Options, Runtime, Task
 
@@ -31,10 +31,17 @@ def _prefix() -> str:
 
 
 def _redis() -> Redis:
-    """One client per worker process (handlers all run on the worker's event loop)."""
+    """One client per worker process (handlers all run on the worker's event loop).
+
+    A blocking pool of 64 connections: with more handlers than that in flight, a handler waits
+    for a free connection instead of failing. (redis-py's default pool refuses a 101st
+    connection with ``MaxConnectionsError``, which failed tasks at WORKER_CONCURRENCY >= 128.)
+    """
     global _client  # noqa: PLW0603 - a lazily built per-process client
     if _client is None:
-        _client = Redis.from_url(f"redis://{os.environ.get('REDIS_ADDR', '127.0.0.1:6379')}/0")
+        url = f"redis://{os.environ.get('REDIS_ADDR', '127.0.0.1:6379')}/0"
+        pool = BlockingConnectionPool.from_url(url, max_connections=64, timeout=30)
+        _client = Redis(connection_pool=pool)
     return _client
 
 

@@ -46,7 +46,7 @@ class Sizes:
 
     drain_tasks: int = 10_000
     sweep_tasks: int = 2_000  # tasks per concurrency tried before the measured runs
-    concurrencies: tuple[int, ...] = (16, 64, 128)
+    concurrencies: tuple[int, ...] = (64, 256, 512)
     submit_job_tasks: int = 10_000
     submit_single_tasks: int = 10_000
     submit_in_flight: int = 32
@@ -64,7 +64,7 @@ class Sizes:
         return cls(
             drain_tasks=2_000,
             sweep_tasks=1_000,
-            concurrencies=(8, 32),
+            concurrencies=(32, 256),
             submit_job_tasks=2_000,
             submit_single_tasks=1_000,
             latency_tasks=200,
