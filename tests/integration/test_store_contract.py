@@ -908,3 +908,56 @@ async def test_run_returns_the_function_result(store: Store) -> None:
 
     assert await store.run(fn) == {"answer": 42}
     await store.ping()
+
+
+async def test_one_row_batches_keep_the_batch_guards(store: Store) -> None:
+    """A batch of one row takes the single-row statement in the SQL adapter: same CAS, same
+    errors, same version bump as a batch of many."""
+    now = await db_now(store)
+    job = new_job(now)
+    task = new_task(job, "only", now, status=TaskStatus.RUNNING)
+    await add(store, job, [task])
+    run = new_run(task, now)
+
+    async def first(tx: Transaction) -> tuple[int, int]:
+        await tx.runs.add_many([replace(run)])
+        fresh = (await tx.tasks.get_many([task.id]))[0]
+        fresh.last_error = "one"
+        await tx.tasks.save_many([fresh])
+        jobs = await tx.jobs.get_many([job.id])
+        jobs[0].set_status(JobStatus.RUNNING, at=now)
+        await tx.jobs.save_many(jobs)
+        return fresh.version, jobs[0].version
+
+    assert await store.run(first) == (1, 1)
+
+    async def stale(tx: Transaction) -> list[str]:
+        outcomes = []
+        old_task = replace(task)  # version 0, the stored row is at 1
+        old_task.last_error = "stale"
+        old_job = replace(job)
+        old_job.set_status(JobStatus.FAILED, at=now)
+        ended = replace(run)
+        ended._end(RunStatus.SUCCEEDED, at=now)
+        for write in (
+            lambda: tx.tasks.save_many([old_task]),
+            lambda: tx.jobs.save_many([old_job]),
+        ):
+            try:
+                await write()
+            except ConcurrentUpdate:
+                outcomes.append("conflict")
+        await tx.runs.save_many([ended])  # still running: written
+        again = replace(run)
+        again._end(RunStatus.DEAD, at=now, error="late")
+        try:
+            await tx.runs.save_many([again])
+        except ConcurrentUpdate:
+            outcomes.append("conflict")
+        return outcomes
+
+    assert await store.run(stale) == ["conflict", "conflict", "conflict"]
+    stored_task = (await store.run(lambda tx: tx.tasks.get_many([task.id])))[0]
+    stored_run = (await store.run(lambda tx: tx.runs.get_many([run.id])))[0]
+    assert (stored_task.last_error, stored_task.version) == ("one", 1)
+    assert stored_run.status is RunStatus.SUCCEEDED

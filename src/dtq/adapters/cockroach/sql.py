@@ -92,6 +92,14 @@ INSERT_TASKS: Final = (
     " version)"
 )
 
+# INSERT_TASKS for a job of one task (every POST /v1/tasks): plain VALUES, no arrays.
+INSERT_TASK: Final = (
+    "INSERT INTO tasks (id, job_id, name, kind, payload, status, scheduled_at, created_at,"
+    " updated_at, priority, max_attempts, attempt, reclaims, started_at, finished_at,"
+    " last_error, current_run_id, version)"
+    " VALUES (%s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+)
+
 INSERT_EDGES: Final = (
     "INSERT INTO task_dependencies (task_id, depends_on_task_id)"
     " SELECT e.task_id, e.depends_on_task_id"
