@@ -203,3 +203,26 @@ def test_orchestrator_restart_mid_run_loses_nothing(cluster: Cluster) -> None:
     job = cluster.wait_job(submitted["job_id"], timeout=60)
     assert job["status"] == "completed"
     assert Counter(t["status"] for t in job["tasks"]) == {"completed": 200}
+
+
+def test_api_keeps_an_idle_keep_alive_connection_longer_than_client_expiries(
+    cluster: Cluster,
+) -> None:
+    """An idle connection is still served after 6 s (uvicorn's default closes it after 5 s, the
+    same as httpx's idle expiry: a request sent as the server closed got a connection reset)."""
+    import http.client
+
+    cluster.start_orchestrator()
+    conn = http.client.HTTPConnection("127.0.0.1", cluster.port, timeout=5)
+    try:
+        conn.request("GET", "/healthz")
+        first = conn.getresponse()
+        assert (first.status, first.read()[:1]) == (200, b"{")
+        sock = conn.sock
+        time.sleep(6)
+        conn.request("GET", "/healthz")  # on the same socket: http.client does not reconnect
+        assert conn.sock is sock
+        second = conn.getresponse()  # RemoteDisconnected if the server had closed it
+        assert (second.status, second.read()[:1]) == (200, b"{")
+    finally:
+        conn.close()

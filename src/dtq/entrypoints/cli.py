@@ -345,6 +345,14 @@ def _cmd_dev(args: argparse.Namespace) -> int:
     )
 
 
+#: Seconds the API keeps an idle keep-alive connection open. Longer than the idle expiry of
+#: common clients (httpx 5 s, urllib3 none, Go 90 s behind most proxies' 60 s), so a client
+#: normally drops an idle connection before the server does. At uvicorn's default of 5 s, a
+#: client with the same 5 s expiry could send a request on a connection the server was closing
+#: that instant and get "connection reset by peer" (seen in ``make bench``).
+HTTP_KEEP_ALIVE = 65
+
+
 def _run(coro: Coroutine[Any, Any, int]) -> int:
     """Run ``coro`` in a new event loop; a lone backend or config error leaves its task group
     as itself, so :func:`main` reports it as one line."""
@@ -438,7 +446,16 @@ async def _serve(settings: Settings, *, backend: Backend, runtime: Runtime | Non
 
     async with open_services(settings, backend=backend, on_store_retry=count_retry) as services:
         app = create_app(services, settings, metrics, metrics.registry)
-        server = _Server(uvicorn.Config(app, host=host, port=port, log_config=None, lifespan="on"))
+        server = _Server(
+            uvicorn.Config(
+                app,
+                host=host,
+                port=port,
+                log_config=None,
+                lifespan="on",
+                timeout_keep_alive=HTTP_KEEP_ALIVE,
+            )
+        )
         reconciler = Reconciler(
             services.reconcile,
             interval=settings.reconcile_interval,
