@@ -116,6 +116,20 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert "must be at least 1" in capsys.readouterr().err
 
 
+def test_a_worker_without_app_is_refused_instead_of_running_the_demo(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without --app a worker would run the demo echo runtime on the production backend and
+    fail every other kind it pops, permanently."""
+    monkeypatch.setenv("CRDB_DSN", "postgresql://nobody@127.0.0.1:1/none")
+
+    status = cli.main(["worker"])
+
+    assert status == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert line.startswith("dtq: --app: required")
+
+
 # --- --app loading ------------------------------------------------------------------------------
 
 

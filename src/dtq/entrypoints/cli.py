@@ -3,10 +3,11 @@
 ``dtq orchestrator``
     HTTP API (spec §7) and the reconciler (spec §2, §5) in one event loop, on CockroachDB/PostgreSQL
     and Redis. SIGTERM/SIGINT stop both gracefully; a second signal stops at once.
-``dtq worker [--app module:attr] [--concurrency N]``
+``dtq worker --app module:attr [--concurrency N]``
     A worker runtime (spec §6): ``--app`` names a :class:`~dtq.entrypoints.runtime.Runtime` (or a
-    zero-argument factory returning one) as ``package.module:attribute``, like uvicorn; without it
-    the demo runtime with the ``echo`` handler runs.
+    zero-argument factory returning one) as ``package.module:attribute``, like uvicorn. It is
+    required: a worker without the application's handlers would fail every task it pops
+    permanently (unknown kind), so the demo ``echo`` runtime runs only in ``dtq dev``.
 ``dtq migrate``
     Apply the SQL migrations to ``CRDB_DSN`` and print what was applied.
 ``dtq dev [--app module:attr] [--port N]``
@@ -150,7 +151,7 @@ def _parser() -> argparse.ArgumentParser:
     orchestrator.set_defaults(command=_cmd_orchestrator)
 
     worker = command("worker", "run a worker runtime")
-    _add_app_option(worker)
+    _add_app_option(worker, required=True)
     worker.add_argument(
         "--concurrency", type=_positive_int, metavar="N", help="poll loops (WORKER_CONCURRENCY)"
     )
@@ -168,12 +169,16 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_app_option(parser: argparse.ArgumentParser) -> None:
+def _add_app_option(parser: argparse.ArgumentParser, *, required: bool = False) -> None:
     parser.add_argument(
         "--app",
         default=None,
         metavar="MODULE:ATTR",
-        help="the Runtime (or a factory of one) to run; default: the demo echo runtime",
+        help=(
+            "the Runtime (or a factory of one) with your handlers (required)"
+            if required
+            else "the Runtime (or a factory of one) to run; default: the demo echo runtime"
+        ),
     )
 
 
@@ -296,6 +301,13 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     if args.concurrency is not None:
         settings = dataclasses.replace(settings, worker_concurrency=args.concurrency)
     settings.require_dsn()
+    if args.app is None:
+        # Checked here, not by argparse, so configuration errors are still reported first.
+        raise UsageError(
+            "--app",
+            "required: the Runtime with your handlers, e.g. --app myapp.tasks:runtime (a worker "
+            "without them would fail every task it pops; the demo echo runtime is for dtq dev)",
+        )
     runtime = load_runtime(args.app)
     return _exit_without_lingering_threads(_run(_work(settings, runtime)))
 
