@@ -364,6 +364,9 @@ def _cmd_dev(args: argparse.Namespace) -> int:
 #: that instant and get "connection reset by peer" (seen in ``make bench``).
 HTTP_KEEP_ALIVE = 65
 
+#: Seconds the API waits for in-flight requests when stopping; then they are cancelled.
+HTTP_SHUTDOWN_GRACE = 5
+
 
 def _run(coro: Coroutine[Any, Any, int]) -> int:
     """Run ``coro`` in a new event loop; a lone backend or config error leaves its task group
@@ -466,6 +469,7 @@ async def _serve(settings: Settings, *, backend: Backend, runtime: Runtime | Non
                 log_config=None,
                 lifespan="on",
                 timeout_keep_alive=HTTP_KEEP_ALIVE,
+                timeout_graceful_shutdown=HTTP_SHUTDOWN_GRACE,
             )
         )
         reconciler = Reconciler(
@@ -481,9 +485,11 @@ async def _serve(settings: Settings, *, backend: Backend, runtime: Runtime | Non
             server.should_exit = True
 
         def stop_at_once() -> None:
+            # Not uvicorn's force_exit: it skips the app's lifespan shutdown, whose pending
+            # receive() is then cancelled at loop teardown and logged as an error traceback.
+            # In-flight requests are bounded by HTTP_SHUTDOWN_GRACE instead.
             stop_gracefully()
             stop_now.set()
-            server.force_exit = True
 
         with _signals(stop_gracefully, stop_at_once):
             async with asyncio.TaskGroup() as group:
