@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 
 import pytest
 
@@ -47,3 +48,15 @@ def test_unknown_loop_is_a_config_error_naming_the_variable(
     assert raised.value.variable == "DTQ_EVENT_LOOP"
     assert "trio" in raised.value.message
     assert coro.cr_frame is None  # closed, not left to warn "never awaited"
+
+
+def test_running_loop_name_names_the_loop_in_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(eventloop.EVENT_LOOP_ENV, "asyncio")
+
+    async def name() -> str:
+        return eventloop.running_loop_name()
+
+    assert eventloop.run(name()) == "asyncio"
+    if importlib.util.find_spec("uvloop") is not None:
+        monkeypatch.setenv(eventloop.EVENT_LOOP_ENV, "uvloop")
+        assert eventloop.run(name()) == "uvloop"

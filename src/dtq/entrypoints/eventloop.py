@@ -43,6 +43,16 @@ def loop_name() -> str:
     return "uvloop"
 
 
+def running_loop_name() -> str:
+    """``"uvloop"`` or ``"asyncio"``: the loop running the caller (for start-up log lines).
+
+    Raises:
+        RuntimeError: no event loop is running.
+    """
+    module = type(asyncio.get_running_loop()).__module__
+    return "uvloop" if module.startswith("uvloop") else "asyncio"
+
+
 def run(coro: Coroutine[Any, Any, T]) -> T:
     """Run ``coro`` to completion in a new event loop (``asyncio.run`` semantics).
 

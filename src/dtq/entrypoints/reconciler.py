@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from dtq.entrypoints import eventloop
+
 if TYPE_CHECKING:
     from dtq.application.commands import ReconcileReport
     from dtq.application.reconcile import ReconcileService
@@ -79,6 +81,7 @@ class Reconciler:
             interval_s=self._interval,
             promote_interval_s=self._promote_interval,
             batch=self._batch,
+            event_loop=eventloop.running_loop_name(),
         )
         async with asyncio.TaskGroup() as group:
             group.create_task(self._reconcile_loop(stop), name="dtq-reconcile")

@@ -241,6 +241,7 @@ class Runtime:
                     complete_batch=self.options.complete_batch,
                     lease_heartbeat_every=session.heartbeat_every,
                     priorities=list(self.options.priorities),
+                    event_loop=eventloop.running_loop_name(),
                 )
                 try:
                     await session.run(stop, stop_now)
