@@ -119,6 +119,14 @@ async def test_empty_body_is_a_400(api: Api) -> None:
         ("/v1/tasks", {"kind": "echo", "max_attempts": "three"}, "max_attempts"),
         ("/v1/tasks", {"kind": "echo", "max_attempts": True}, "max_attempts"),
         ("/v1/tasks", {"kind": "echo", "max_attempts": 3.5}, "max_attempts"),
+        # msgspec's lax mode (Litestar's) would coerce these; the API documents integers
+        ("/v1/tasks", {"kind": "echo", "max_attempts": "3"}, "max_attempts"),
+        ("/v1/tasks", {"kind": "echo", "max_attempts": 3.0}, "max_attempts"),
+        (
+            "/v1/jobs",
+            {"tasks": [task("a"), {**task("b"), "max_attempts": "7"}]},
+            "tasks[1].max_attempts",
+        ),
         ("/v1/tasks", ["echo"], None),
         ("/v1/jobs", {"tasks": {"a": {}}}, "tasks"),
         ("/v1/jobs", {"tasks": [{"name": "a", "kind": 1}]}, "tasks[0].kind"),

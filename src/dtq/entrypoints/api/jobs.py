@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from litestar import Controller, Response, get, post
+from typing import Any
+
+from litestar import Controller, Request, Response, get, post
 from litestar.di import NamedDependency
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import JSONBody
@@ -36,7 +38,9 @@ class JobController(Controller):
     )
     async def submit(
         self,
+        *,
         data: JSONBody[SubmitJobRequest],
+        request: Request[Any, Any, Any],
         submit: NamedDependency[SubmitService],
         settings: NamedDependency[Settings],
         metrics: NamedDependency[OrchestratorMetrics],
@@ -46,6 +50,7 @@ class JobController(Controller):
         dependencies. 400 names the tasks of a duplicate name, unknown or self dependency, or
         cycle; 201 with the ids, or 200 with the original ids on an idempotent replay.
         """
+        await convert.require_strict_types(request, SubmitJobRequest)
         cmd = convert.submit_job_command(data, idempotency_key=idempotency_key, settings=settings)
         result = await submit.submit_job(cmd)
         convert.count_submission(metrics, result)

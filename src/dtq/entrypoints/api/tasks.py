@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from litestar import Controller, Response, get, post
+from typing import Any
+
+from litestar import Controller, Request, Response, get, post
 from litestar.di import NamedDependency
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import JSONBody
@@ -40,7 +42,9 @@ class TaskController(Controller):
     )
     async def submit(
         self,
+        *,
         data: JSONBody[SubmitTaskRequest],
+        request: Request[Any, Any, Any],
         submit: NamedDependency[SubmitService],
         settings: NamedDependency[Settings],
         metrics: NamedDependency[OrchestratorMetrics],
@@ -50,6 +54,7 @@ class TaskController(Controller):
 
         Returns 201 with the new ids, or 200 with the original ids on an idempotent replay.
         """
+        await convert.require_strict_types(request, SubmitTaskRequest)
         cmd = convert.submit_task_command(data, idempotency_key=idempotency_key, settings=settings)
         result = await submit.submit_job(cmd)
         convert.count_submission(metrics, result)
