@@ -51,6 +51,8 @@ class CountingExecution(ExecutionService):
 
     async def claim_many(self, task_ids: Sequence[UUID], worker_id: str) -> list[Claim]:
         self.claim_sizes.append(len(task_ids))
+        if len(task_ids) == 1:  # a lone id does not take turns (Session._claim)
+            return await super().claim_many(task_ids, worker_id)
         with self._counted():
             if self.latency:
                 await asyncio.sleep(self.latency)
@@ -134,8 +136,31 @@ async def test_claims_and_completions_are_batched_and_each_task_completes_once(
     assert sum(execution.complete_sizes) == 200
     assert len(execution.complete_sizes) < 200 // 2
     assert max(execution.complete_sizes) <= max_complete
-    # claims and completions take turns: one hot-path transaction at a time
+    # batch claims and completions take turns: one hot-path transaction at a time
     assert execution.most_in_flight == 1
+
+
+async def test_a_lone_id_is_claimed_while_a_completion_holds_the_turn() -> None:
+    h, execution = counting_harness()
+    runtime = Runtime(replace(FAST, concurrency=4))
+    started: list[UUID] = []
+    runtime.register("echo", lambda task: started.append(task.id))
+    execution.gate.clear()  # completions wait here, holding the transaction turn
+
+    async with h.running(runtime, reconcile=False):
+        first = await h.one("echo")
+        await asyncio.wait_for(execution.completing.wait(), timeout=5)
+        second = await h.one("echo")
+        deadline = asyncio.get_running_loop().time() + 5
+        while second not in started:
+            assert asyncio.get_running_loop().time() < deadline, "lone claim waited for the turn"
+            await asyncio.sleep(0.01)
+        assert (await h.task(first)).task.status is TaskStatus.RUNNING  # still uncommitted
+        execution.gate.set()
+        await h.wait_task(first, [TaskStatus.COMPLETED])
+        await h.wait_task(second, [TaskStatus.COMPLETED])
+
+    assert execution.claim_sizes == [1, 1]
 
 
 async def test_a_duplicate_id_in_a_batch_is_claimed_once_and_counted_as_refused() -> None:

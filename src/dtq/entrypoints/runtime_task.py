@@ -123,7 +123,7 @@ class TaskRunner:
     :meth:`start`. :attr:`active` counts claims whose handler (or failure report) is still
     going; :attr:`backlog` counts successes waiting for a commit; :attr:`capacity` is set
     whenever either goes down. :attr:`transaction_turn` serializes the hot-path transactions
-    (``claim_many`` in the fetch loop, ``complete_many`` here).
+    (batch ``claim_many`` in the fetch loop, ``complete_many`` here).
 
     Args:
         handlers: kind -> handler, fixed for the session.
@@ -162,8 +162,9 @@ class TaskRunner:
         self._idle.set()
         self._abandoning = False
         self.capacity = asyncio.Event()
-        #: Taken around every ``claim_many`` and ``complete_many``: the hot path keeps one store
-        #: transaction in flight per worker, claims and completions taking turns (FIFO).
+        #: Taken around every ``complete_many`` and every ``claim_many`` of more than one id:
+        #: under load the hot path keeps one store transaction in flight per worker, claims and
+        #: completions taking turns (FIFO). A lone id is claimed at once (``Session._claim``).
         self.transaction_turn = asyncio.Lock()
         self.handed_back = 0
 
