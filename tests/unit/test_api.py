@@ -63,8 +63,33 @@ async def test_task_options_are_applied(api: Api) -> None:
     assert api.queue.ready_ids("high") == [task_id]
 
 
-async def test_submitting_without_content_type_still_reads_json(api: Api) -> None:
-    response = await api.client.post("/v1/tasks", content=README_TASK)
+@pytest.mark.parametrize(
+    "content_type",
+    [None, "text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"],
+)
+async def test_a_submission_not_declared_as_json_is_a_415(
+    api: Api, content_type: str | None
+) -> None:
+    """A browser sends these (or none, for a typeless Blob) cross-site without a CORS preflight;
+    the body is refused before anything is stored."""
+    headers = {} if content_type is None else {"Content-Type": content_type}
+    for path, body in (("/v1/tasks", README_TASK), ("/v1/jobs", README_DAG)):
+        response = await api.client.post(path, content=body, headers=headers)
+
+        assert response.status_code == 415, response.text
+        error = response.json()["error"]
+        assert error["code"] == "unsupported_media_type"
+        assert "Content-Type must be application/json" in error["message"]
+    assert api.queue.ready_ids("default") == []
+
+
+@pytest.mark.parametrize("content_type", ["application/json; charset=utf-8", "application/x+json"])
+async def test_json_media_types_with_parameters_or_suffix_are_accepted(
+    api: Api, content_type: str
+) -> None:
+    response = await api.client.post(
+        "/v1/tasks", content=README_TASK, headers={"Content-Type": content_type}
+    )
 
     assert response.status_code == 201
 
@@ -147,7 +172,7 @@ async def test_replay_matches_an_equivalent_body_in_another_key_order(api: Api) 
     again = await api.client.post(
         "/v1/tasks",
         content='{ "payload": null, "max_attempts": 3, "kind": "echo" }',
-        headers=headers,
+        headers={**headers, **JSON},
     )
 
     assert again.status_code == 200
@@ -179,8 +204,8 @@ async def test_same_key_on_the_other_route_is_a_conflict(api: Api) -> None:
 
 
 async def test_without_a_key_equal_bodies_create_two_jobs(api: Api) -> None:
-    first = await api.client.post("/v1/tasks", content=README_TASK)
-    second = await api.client.post("/v1/tasks", content=README_TASK)
+    first = await api.client.post("/v1/tasks", content=README_TASK, headers=JSON)
+    second = await api.client.post("/v1/tasks", content=README_TASK, headers=JSON)
 
     assert (first.status_code, second.status_code) == (201, 201)
     assert first.json()["job_id"] != second.json()["job_id"]
@@ -309,8 +334,8 @@ async def test_get_job_shows_progress(api: Api) -> None:
 
 
 async def test_counters_count_created_jobs_and_tasks_only(api: Api) -> None:
-    await api.client.post("/v1/tasks", content=README_TASK)
-    await api.client.post("/v1/jobs", content=README_DAG)
+    await api.client.post("/v1/tasks", content=README_TASK, headers=JSON)
+    await api.client.post("/v1/jobs", content=README_DAG, headers=JSON)
     await api.client.post("/v1/jobs", json={"tasks": [{"name": "a", "kind": "k"}] * 2})  # 400
 
     assert api.sample("orchestrator_jobs_submitted_total") == 2

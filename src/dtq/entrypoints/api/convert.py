@@ -22,6 +22,7 @@ from dtq.application.commands import JobView, SubmitJob, SubmitResult, TaskSpec,
 from dtq.domain.entities import Task, TaskRun, Worker
 from dtq.domain.errors import InvalidPayload, ValidationError
 from dtq.domain.payload import check_storable
+from dtq.entrypoints.api.errors import UnsupportedMediaType
 from dtq.entrypoints.api.schemas import (
     HealthBody,
     JobBody,
@@ -36,6 +37,23 @@ from dtq.entrypoints.api.schemas import (
 )
 from dtq.entrypoints.config import ConfigError, Settings, parse_duration
 from dtq.entrypoints.metrics import OrchestratorMetrics
+
+
+def require_json_content_type(request: Request[Any, Any, Any]) -> None:
+    """Refuse a submission whose ``Content-Type`` is not ``application/json`` (or ``+json``).
+
+    Litestar decodes a JSON body whatever its declared type. Requiring the JSON media type
+    means a web page on another origin cannot make a visitor's browser submit tasks with a
+    plain form or ``text/plain`` request (those need no CORS preflight); a charset parameter is
+    ignored (JSON is UTF-8).
+
+    Raises:
+        UnsupportedMediaType: another or no media type (HTTP 415, ``unsupported_media_type``).
+    """
+    media_type = request.content_type[0].strip().lower()
+    if media_type != "application/json" and not media_type.endswith("+json"):
+        shown = media_type or "missing"
+        raise UnsupportedMediaType(detail=f"Content-Type must be application/json, not {shown}")
 
 
 async def require_strict_types(request: Request[Any, Any, Any], model: type[Any]) -> None:

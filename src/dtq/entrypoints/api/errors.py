@@ -60,11 +60,19 @@ STATUS_BY_ERROR: Mapping[type[DtqError], int] = {
     ConcurrentUpdate: 503,  # the store gave up retrying a conflicting transaction
 }
 
+
 #: Litestar HTTP exceptions -> stable codes; other statuses fall back to ``http_error``.
+class UnsupportedMediaType(HTTPException):
+    """HTTP 415: a submission's body is not declared as JSON (``require_json_content_type``)."""
+
+    status_code = 415
+
+
 CODE_BY_HTTP_ERROR: Mapping[type[HTTPException], str] = {
     NotFoundException: "route_not_found",
     MethodNotAllowedException: "method_not_allowed",
     RequestEntityTooLarge: "request_too_large",
+    UnsupportedMediaType: "unsupported_media_type",
 }
 
 #: Handler parameters whose name in an error differs from the Python name.

@@ -22,12 +22,16 @@ BAD_REQUEST = _error(
 NOT_FOUND = _error("No object has this id")
 CONFLICT = _error("Idempotency-Key reused with a different request (`idempotency_conflict`)")
 TOO_LARGE = _error("Request body larger than API_MAX_BODY_BYTES (`request_too_large`)")
+UNSUPPORTED = _error(
+    "Content-Type is not application/json (`unsupported_media_type`); a body sent as a form or "
+    "plain text is refused, so a browser cannot submit cross-site without a CORS preflight"
+)
 INTERNAL = _error("Unexpected server error (`internal_error`); details are only logged")
 UNAVAILABLE = _error("Database or Redis unavailable (`backend_unavailable`); retry later")
 
 #: Errors any route can give.
 COMMON = {500: INTERNAL, 503: UNAVAILABLE}
 #: Errors of the two submission routes.
-SUBMIT = {400: BAD_REQUEST, 409: CONFLICT, 413: TOO_LARGE, **COMMON}
+SUBMIT = {400: BAD_REQUEST, 409: CONFLICT, 413: TOO_LARGE, 415: UNSUPPORTED, **COMMON}
 #: Errors of the read routes addressed by ``{id}``.
 READ_BY_ID = {400: BAD_REQUEST, 404: NOT_FOUND, **COMMON}

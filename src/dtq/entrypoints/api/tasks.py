@@ -54,6 +54,7 @@ class TaskController(Controller):
 
         Returns 201 with the new ids, or 200 with the original ids on an idempotent replay.
         """
+        convert.require_json_content_type(request)
         await convert.require_strict_types(request, SubmitTaskRequest)
         cmd = convert.submit_task_command(data, idempotency_key=idempotency_key, settings=settings)
         result = await submit.submit_job(cmd)
