@@ -64,16 +64,24 @@ async def test_task_options_are_applied(api: Api) -> None:
 
 
 @pytest.mark.parametrize(
-    "content_type",
-    [None, "text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"],
+    ("content_type", "body"),
+    [
+        (None, README_TASK),
+        ("text/plain", README_TASK),
+        ("text/plain", '{"kind": 1, "bogus": true}'),  # refused for its type, not its content
+        ("application/x-www-form-urlencoded", "kind=echo&payload=x"),
+        ("multipart/form-data; boundary=x", '--x\r\nContent-Disposition: form-data; name="k"'),
+        ("+json", README_TASK),
+        ("text/plain+json", README_TASK),
+    ],
 )
 async def test_a_submission_not_declared_as_json_is_a_415(
-    api: Api, content_type: str | None
+    api: Api, content_type: str | None, body: str
 ) -> None:
     """A browser sends these (or none, for a typeless Blob) cross-site without a CORS preflight;
-    the body is refused before anything is stored."""
+    the body is refused for its media type before it is even decoded, and nothing is stored."""
     headers = {} if content_type is None else {"Content-Type": content_type}
-    for path, body in (("/v1/tasks", README_TASK), ("/v1/jobs", README_DAG)):
+    for path in ("/v1/tasks", "/v1/jobs"):
         response = await api.client.post(path, content=body, headers=headers)
 
         assert response.status_code == 415, response.text
@@ -83,7 +91,10 @@ async def test_a_submission_not_declared_as_json_is_a_415(
     assert api.queue.ready_ids("default") == []
 
 
-@pytest.mark.parametrize("content_type", ["application/json; charset=utf-8", "application/x+json"])
+@pytest.mark.parametrize(
+    "content_type",
+    ["application/json; charset=utf-8", "application/vnd.x+json", "APPLICATION/JSON"],
+)
 async def test_json_media_types_with_parameters_or_suffix_are_accepted(
     api: Api, content_type: str
 ) -> None:

@@ -40,20 +40,31 @@ from dtq.entrypoints.metrics import OrchestratorMetrics
 
 
 def require_json_content_type(request: Request[Any, Any, Any]) -> None:
-    """Refuse a submission whose ``Content-Type`` is not ``application/json`` (or ``+json``).
+    """Refuse a submission whose ``Content-Type`` is not ``application/json`` (or
+    ``application/<subtype>+json``); a charset parameter is ignored (JSON is UTF-8).
 
     Litestar decodes a JSON body whatever its declared type. Requiring the JSON media type
     means a web page on another origin cannot make a visitor's browser submit tasks with a
-    plain form or ``text/plain`` request (those need no CORS preflight); a charset parameter is
-    ignored (JSON is UTF-8).
+    plain form, ``text/plain`` or a typeless request (those need no CORS preflight). Runs as
+    the submission routes' ``before_request`` hook (:func:`json_only`), before the body is
+    decoded, so a form body is a 415 too, not a JSON decode error.
 
     Raises:
         UnsupportedMediaType: another or no media type (HTTP 415, ``unsupported_media_type``).
     """
     media_type = request.content_type[0].strip().lower()
-    if media_type != "application/json" and not media_type.endswith("+json"):
-        shown = media_type or "missing"
-        raise UnsupportedMediaType(detail=f"Content-Type must be application/json, not {shown}")
+    kind, _, subtype = media_type.partition("/")
+    if media_type == "application/json" or (
+        kind == "application" and subtype.endswith("+json") and len(subtype) > len("+json")
+    ):
+        return
+    shown = media_type or "missing"
+    raise UnsupportedMediaType(detail=f"Content-Type must be application/json, not {shown}")
+
+
+async def json_only(request: Request[Any, Any, Any]) -> None:
+    """``before_request`` hook of the submission routes: :func:`require_json_content_type`."""
+    require_json_content_type(request)
 
 
 async def require_strict_types(request: Request[Any, Any, Any], model: type[Any]) -> None:

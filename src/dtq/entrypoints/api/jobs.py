@@ -35,6 +35,7 @@ class JobController(Controller):
         status_code=201,
         summary="Submit a job of tasks with dependencies",
         responses={200: REPLAYED, **responses.SUBMIT},
+        before_request=convert.json_only,
     )
     async def submit(
         self,
@@ -50,7 +51,6 @@ class JobController(Controller):
         dependencies. 400 names the tasks of a duplicate name, unknown or self dependency, or
         cycle; 201 with the ids, or 200 with the original ids on an idempotent replay.
         """
-        convert.require_json_content_type(request)
         await convert.require_strict_types(request, SubmitJobRequest)
         cmd = convert.submit_job_command(data, idempotency_key=idempotency_key, settings=settings)
         result = await submit.submit_job(cmd)

@@ -39,6 +39,7 @@ class TaskController(Controller):
         status_code=201,
         summary="Submit a single-task job",
         responses={200: REPLAYED, **responses.SUBMIT},
+        before_request=convert.json_only,
     )
     async def submit(
         self,
@@ -54,7 +55,6 @@ class TaskController(Controller):
 
         Returns 201 with the new ids, or 200 with the original ids on an idempotent replay.
         """
-        convert.require_json_content_type(request)
         await convert.require_strict_types(request, SubmitTaskRequest)
         cmd = convert.submit_task_command(data, idempotency_key=idempotency_key, settings=settings)
         result = await submit.submit_job(cmd)
