@@ -15,9 +15,9 @@ encoding and the unnest join), so a batch method given one row uses the single-r
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 from psycopg import AsyncConnection
@@ -85,6 +85,44 @@ def _check_all_written(kind: str, sent: Sequence[UUID], written: list[TupleRow])
         raise ConcurrentUpdate(
             f"{kind} batch of {len(sent)} refused: some row changed since it was read or is gone"
         )
+
+
+_Row = TypeVar("_Row", Job, Task, TaskRun)
+
+
+async def _write_guarded(
+    conn: Conn,
+    kind: str,
+    rows: Sequence[_Row],
+    *,
+    single: Callable[[_Row], Awaitable[None]],
+    statement: str,
+    params: Callable[[list[UUID]], tuple[Any, ...]],
+) -> bool:
+    """One guarded batch write (compare-and-set per row, all or nothing), shared by the
+    ``save_many`` methods.
+
+    No statement for no rows; the single-row statement ``single`` for one row (cheaper, same
+    guard and errors, see the module docstring); else ``statement`` with ``params(ids)``.
+
+    Returns:
+        True when the batch statement wrote every row (the caller bumps what ``single`` would
+        have); False when there was nothing to write or ``single`` did it.
+
+    Raises:
+        ConcurrentUpdate: a row was stale or gone; nothing was written.
+        ValueError: two rows share an id.
+    """
+    if not rows:
+        return False
+    if len(rows) == 1:
+        await single(rows[0])
+        return False
+    ids = [row.id for row in rows]
+    _distinct_ids(kind, ids)
+    cur = await conn.execute(statement, params(ids))
+    _check_all_written(kind, ids, await cur.fetchall())
+    return True
 
 
 # --- repositories -----------------------------------------------------------------------------
@@ -182,16 +220,13 @@ class PgJobRepository:
             ValueError: two jobs share an id.
             InvalidPayload: some metadata is not JSON-encodable.
         """
-        if not jobs:
-            return
-        if len(jobs) == 1:
-            await self.save(jobs[0])
-            return
-        ids = [j.id for j in jobs]
-        _distinct_ids("job", ids)
-        cur = await self._conn.execute(
-            sql.UPDATE_JOBS,
-            (
+        written = await _write_guarded(
+            self._conn,
+            "job",
+            jobs,
+            single=self.save,
+            statement=sql.UPDATE_JOBS,
+            params=lambda ids: (
                 ids,
                 [Int8(j.version) for j in jobs],
                 [j.name for j in jobs],
@@ -200,9 +235,9 @@ class PgJobRepository:
                 [j.updated_at for j in jobs],
             ),
         )
-        _check_all_written("job", ids, await cur.fetchall())
-        for job in jobs:
-            job.version += 1
+        if written:
+            for job in jobs:
+                job.version += 1
 
 
 def _task_row(job_id: UUID, t: Task) -> tuple[Any, ...]:
@@ -327,16 +362,13 @@ class PgTaskRepository:
                 no row of the batch was written.
             ValueError: two tasks share an id.
         """
-        if not tasks:
-            return
-        if len(tasks) == 1:  # the plain statement is cheaper for one row (module docstring)
-            await self.save(tasks[0])
-            return
-        ids = [t.id for t in tasks]
-        _distinct_ids("task", ids)
-        cur = await self._conn.execute(
-            sql.UPDATE_TASKS,
-            (
+        written = await _write_guarded(
+            self._conn,
+            "task",
+            tasks,
+            single=self.save,
+            statement=sql.UPDATE_TASKS,
+            params=lambda ids: (
                 ids,
                 [Int8(t.version) for t in tasks],
                 [t.status.value for t in tasks],
@@ -352,9 +384,9 @@ class PgTaskRepository:
                 [t.current_run_id for t in tasks],
             ),
         )
-        _check_all_written("task", ids, await cur.fetchall())
-        for task in tasks:
-            task.version += 1
+        if written:
+            for task in tasks:
+                task.version += 1
 
     async def dependents(self, task_id: UUID) -> list[UUID]:
         """Ids of the tasks that depend directly on ``task_id`` (ordered by id)."""
@@ -496,16 +528,13 @@ class PgRunRepository:
                 the batch was written.
             ValueError: two runs share an id.
         """
-        if not runs:
-            return
-        if len(runs) == 1:
-            await self.save(runs[0])
-            return
-        ids = [r.id for r in runs]
-        _distinct_ids("run", ids)
-        cur = await self._conn.execute(
-            sql.UPDATE_RUNS,
-            (
+        await _write_guarded(
+            self._conn,
+            "run",
+            runs,
+            single=self.save,
+            statement=sql.UPDATE_RUNS,
+            params=lambda ids: (
                 ids,
                 [r.status.value for r in runs],
                 [r.error for r in runs],
@@ -514,7 +543,6 @@ class PgRunRepository:
                 RunStatus.RUNNING.value,
             ),
         )
-        _check_all_written("run", ids, await cur.fetchall())
 
     async def list_for_task(self, task_id: UUID) -> list[TaskRun]:
         """Every run of the task ordered by ``started_at``, then id."""
