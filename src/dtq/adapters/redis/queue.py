@@ -40,6 +40,7 @@ from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
 from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 
 from dtq.adapters.redis import scripts
@@ -101,13 +102,11 @@ class RedisQueue:
         self._prefix = prefix
         self._marker_ttl_ms = _ms(marker_ttl)
         self._scheduled_key = f"{prefix}queue:scheduled"
-        self._enqueue = client.register_script(scripts.ENQUEUE)
         self._enqueue_many = client.register_script(scripts.ENQUEUE_MANY)
         self._enqueue_unlisted = client.register_script(scripts.ENQUEUE_UNLISTED)
         self._pop_now = client.register_script(scripts.POP_MANY)
         self._set_leases = client.register_script(scripts.SET_LEASES)
         self._extend = client.register_script(scripts.EXTEND_LEASE)
-        self._delete = client.register_script(scripts.DELETE_LEASE)
         self._delete_many = client.register_script(scripts.DELETE_LEASES)
         self._promote = client.register_script(scripts.PROMOTE_DUE)
         # BRPOP must return before the client's socket read timeout, or redis-py raises (and
@@ -142,10 +141,7 @@ class RedisQueue:
         Raises:
             BackendUnavailable: Redis failed or is unreachable.
         """
-        keys = [self._marker_key(task_id), self._ready_key(priority)]
-        with wrap_errors("enqueue"):
-            pushed = await self._enqueue(keys=keys, args=[self._marker_ttl_ms, str(task_id)])
-        return bool(pushed)
+        return bool(await self._push(self._enqueue_many, "enqueue", [(task_id, priority)]))
 
     async def enqueue_many(self, items: Sequence[tuple[UUID, str]]) -> int:
         """``enqueue`` for each ``(task_id, priority)`` in order, in one script (one round trip).
@@ -158,16 +154,7 @@ class RedisQueue:
         Raises:
             BackendUnavailable: Redis failed or is unreachable.
         """
-        if not items:
-            return 0
-        keys: list[str] = []
-        args: list[str | int] = [self._marker_ttl_ms]
-        for task_id, priority in items:
-            keys += (self._marker_key(task_id), self._ready_key(priority))
-            args.append(str(task_id))
-        with wrap_errors("enqueue_many"):
-            pushed = await self._enqueue_many(keys=keys, args=args)
-        return int(pushed)
+        return await self._push(self._enqueue_many, "enqueue_many", items)
 
     async def enqueue_unlisted(self, items: Sequence[tuple[UUID, str]]) -> int:
         """``enqueue_many`` that does not push an id still waiting in its ready list (searched
@@ -180,15 +167,29 @@ class RedisQueue:
         Raises:
             BackendUnavailable: Redis failed or is unreachable.
         """
+        return await self._push(
+            self._enqueue_unlisted, "enqueue_unlisted", items, self._listed_scan_limit
+        )
+
+    async def _push(
+        self,
+        script: AsyncScript,
+        operation: str,
+        items: Sequence[tuple[UUID, str]],
+        *extra: int,
+    ) -> int:
+        """Run an enqueue script over ``(task_id, priority)`` items: KEYS are (marker, ready
+        list) pairs, ARGV the marker TTL, then ``extra``, then the ids. Returns how many ids
+        were pushed (none and no round trip for no items)."""
         if not items:
             return 0
         keys: list[str] = []
-        args: list[str | int] = [self._marker_ttl_ms, self._listed_scan_limit]
+        args: list[str | int] = [self._marker_ttl_ms, *extra]
         for task_id, priority in items:
             keys += (self._marker_key(task_id), self._ready_key(priority))
             args.append(str(task_id))
-        with wrap_errors("enqueue_unlisted"):
-            pushed = await self._enqueue_unlisted(keys=keys, args=args)
+        with wrap_errors(operation):
+            pushed = await script(keys=keys, args=args)
         return int(pushed)
 
     async def release_marker(self, task_id: UUID) -> None:
@@ -393,8 +394,7 @@ class RedisQueue:
         Raises:
             BackendUnavailable: Redis failed or is unreachable.
         """
-        with wrap_errors("delete_lease"):
-            await self._delete(keys=[self._lease_key(task_id)], args=[str(run_id)])
+        await self.delete_leases([(task_id, run_id)])
 
     async def delete_leases(self, leases: Sequence[tuple[UUID, UUID]]) -> None:
         """Delete each ``(task_id, run_id)`` lease hash that names its run_id, in one script.

@@ -7,18 +7,20 @@ and ready-list keys after reading the sorted set (see the Redis Cluster note in 
 
 from __future__ import annotations
 
-# KEYS[1] marker, KEYS[2] ready list; ARGV[1] marker ttl ms, ARGV[2] task id. Returns 1 or 0.
-ENQUEUE = """
-if redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[1]) then
-  redis.call('LPUSH', KEYS[2], ARGV[2])
-  return 1
+# KEYS[2i-1] marker of the i-th id, KEYS[2i] its ready list; ARGV[1] marker ttl ms, ARGV[i+1] the
+# i-th task id. For each id in turn: SET NX the marker and, only if it was set, LPUSH the id (a
+# repeated id finds its own marker and is skipped). Returns how many ids were pushed.
+ENQUEUE_MANY = """
+local pushed = 0
+for i = 1, #ARGV - 1 do
+  if redis.call('SET', KEYS[2 * i - 1], '1', 'NX', 'PX', ARGV[1]) then
+    redis.call('LPUSH', KEYS[2 * i], ARGV[i + 1])
+    pushed = pushed + 1
+  end
 end
-return 0
+return pushed
 """
 
-# KEYS[2i-1] marker of the i-th id, KEYS[2i] its ready list; ARGV[1] marker ttl ms, ARGV[i+1] the
-# i-th task id. ENQUEUE for each id in turn (a repeated id finds its own marker and is skipped).
-# Returns how many ids were pushed.
 #: enqueue_unlisted: KEYS = (marker, ready list) pairs; ARGV = marker TTL ms, scan limit, ids.
 #: After SET NX of the marker, the id is pushed only if LPOS does not find it among the oldest
 #: ``scan limit`` entries (RANK -1 searches from the tail, where the oldest ids wait).
@@ -32,17 +34,6 @@ for i = 1, #ARGV - 2 do
       redis.call('LPUSH', KEYS[2 * i], id)
       pushed = pushed + 1
     end
-  end
-end
-return pushed
-"""
-
-ENQUEUE_MANY = """
-local pushed = 0
-for i = 1, #ARGV - 1 do
-  if redis.call('SET', KEYS[2 * i - 1], '1', 'NX', 'PX', ARGV[1]) then
-    redis.call('LPUSH', KEYS[2 * i], ARGV[i + 1])
-    pushed = pushed + 1
   end
 end
 return pushed
@@ -87,14 +78,6 @@ if redis.call('HGET', KEYS[1], 'run_id') ~= ARGV[1] then return 'lost' end
 redis.call('HSET', KEYS[1], 'deadline_ms', ARGV[3])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 'extended'
-"""
-
-# KEYS[1] lease hash; ARGV[1] run id. Returns 1 when deleted.
-DELETE_LEASE = """
-if redis.call('HGET', KEYS[1], 'run_id') == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-return 0
 """
 
 # KEYS[i] lease hash, ARGV[i] the run id it must name to be deleted. Returns how many were deleted.
