@@ -12,8 +12,8 @@ the rendering cost is measured without flooding the terminal.
 
 Usage::
 
-    python benchmarks/drain_inprocess.py                    # 5,000 tasks, concurrency 32, 3 runs
-    python benchmarks/drain_inprocess.py --tasks 2000 --runs 1
+    python -m benchmarks.drain_inprocess                    # 5,000 tasks, concurrency 32, 3 runs
+    python -m benchmarks.drain_inprocess --tasks 2000 --runs 1
 
 Each run also prints the hot-path store transactions (``claim_many`` / ``complete_many`` calls
 and their mean duration; ``claim`` / ``complete`` on code without the batch methods) and the
@@ -41,9 +41,9 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-import redis
 from prometheus_client import CollectorRegistry
 
+from benchmarks.common import redis_addr, temp_database, temp_prefix
 from dtq.adapters.cockroach import apply_migrations
 from dtq.application.commands import SubmitJob, TaskSpec
 from dtq.entrypoints.config import Settings
@@ -52,44 +52,15 @@ from dtq.entrypoints.logging import configure_logging
 from dtq.entrypoints.metrics import WorkerMetrics
 from dtq.worker import Options, Runtime, Task
 
-ADMIN_DSN = os.environ.get("BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
-REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 KIND = "noop"
 
 
 @contextlib.contextmanager
-def temp_database() -> Iterator[str]:
-    """A migrated throwaway database (serializable by default); yields its DSN, drops it."""
-    name = f"dtq_drain_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(ADMIN_DSN, autocommit=True, connect_timeout=5) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-        admin.execute(
-            f"ALTER DATABASE \"{name}\" SET default_transaction_isolation = 'serializable'"
-        )
-    info = psycopg.conninfo.conninfo_to_dict(ADMIN_DSN)
-    info["dbname"] = name
-    dsn = psycopg.conninfo.make_conninfo("", **info)
-    try:
+def migrated_database() -> Iterator[str]:
+    """A migrated throwaway SERIALIZABLE database (``benchmarks.common.temp_database``)."""
+    with temp_database("drain", serializable=True) as dsn:
         apply_migrations(dsn)
         yield dsn
-    finally:
-        with psycopg.connect(ADMIN_DSN, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-@contextlib.contextmanager
-def temp_prefix() -> Iterator[str]:
-    """A unique Redis key prefix; every key under it is deleted afterwards."""
-    client = redis.Redis.from_url(REDIS_URL)
-    client.ping()
-    prefix = f"dtqdrain:{uuid.uuid4().hex[:8]}:"
-    try:
-        yield prefix
-    finally:
-        keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
-        if keys:
-            client.delete(*keys)
-        client.close()
 
 
 class CallStats:
@@ -192,7 +163,7 @@ async def drain_once(args: argparse.Namespace, dsn: str, prefix: str) -> dict[st
     """Submit, then run one Runtime until every success is committed; return the figures."""
     settings = Settings(
         crdb_dsn=dsn,
-        redis_addr=REDIS_URL.removeprefix("redis://").split("/")[0],
+        redis_addr=redis_addr(),
         redis_key_prefix=prefix,
         worker_id=f"drain-{uuid.uuid4().hex[:6]}",
         worker_concurrency=args.concurrency,
@@ -248,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dtq from {Path(dtq.__file__).parent}", file=sys.stderr)
         rates: list[float] = []
         for run in range(1, args.runs + 1):
-            with temp_database() as dsn, temp_prefix() as prefix:
+            with migrated_database() as dsn, temp_prefix("drain") as prefix:
                 result = asyncio.run(drain_once(args, dsn, prefix))
             rates.append(result["rate"])
             calls = "; ".join(f"{k}: {v}" for k, v in result["calls"].items())
