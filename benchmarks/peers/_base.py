@@ -5,11 +5,20 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 
 import redis
 
-from benchmarks.common import BenchError, Drain, Processes, redis_addr, wait_drained
+from benchmarks.common import (
+    ROOT,
+    BenchError,
+    Drain,
+    Processes,
+    redis_addr,
+    redis_client,
+    wait_drained,
+)
 
 WORKERS = 2  # worker processes per peer, as for dtq
 
@@ -64,3 +73,48 @@ def wait_all_ran(
     if ran != n:
         raise BenchError(f"{ran} task runs counted for {n} tasks")
     return Drain(tasks=n, started=drain.started, finished=finished, launched=launched)
+
+
+def run_workers(
+    logs: Path,
+    prefix: str,
+    n: int,
+    commands: Sequence[tuple[str, list[str]]],
+    *,
+    env: Mapping[str, str] | None = None,
+    durable_count: Callable[[], int] | None = None,
+) -> Drain:
+    """Start the peer's worker processes (``(name, argv)`` each, with ``$BENCH_PEER_PREFIX`` and
+    the repository on ``PYTHONPATH``), time the drain with :func:`wait_all_ran`, stop them.
+
+    Args:
+        logs: where each process's output goes.
+        prefix: the run's key prefix (the tasks' counter lives under it).
+        n: how many tasks were queued.
+        commands: the processes to start, started together just after ``launched`` is taken.
+        env: more environment for every process.
+        durable_count: as for :func:`wait_all_ran`.
+
+    Raises:
+        BenchError: a process died, or the tasks did not all run exactly once in time.
+    """
+    full_env = {**os.environ, "BENCH_PEER_PREFIX": prefix, "PYTHONPATH": str(ROOT), **(env or {})}
+    client = redis_client()
+    try:
+        with Processes(logs) as procs:
+            launched = time.monotonic()
+            for name, argv in commands:
+                procs.start(name, argv, full_env)
+            try:
+                return wait_all_ran(
+                    client,
+                    counter_key(prefix),
+                    n,
+                    procs,
+                    launched=launched,
+                    durable_count=durable_count,
+                )
+            finally:
+                procs.stop()
+    finally:
+        client.close()

@@ -15,7 +15,6 @@ when ``celery_taskmeta`` holds a SUCCESS row for every task.
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import psycopg
@@ -23,15 +22,12 @@ from celery import Celery
 
 from benchmarks.common import (
     BIN,
-    ROOT,
     Drain,
-    Processes,
     redis_addr,
-    redis_client,
     temp_database,
     temp_prefix,
 )
-from benchmarks.peers._base import WORKERS, counter_key, incr, wait_all_ran
+from benchmarks.peers._base import WORKERS, incr, run_workers
 
 PREFIX = os.environ.get("BENCH_PEER_PREFIX", "bench:celery:")
 RESULT_URL = os.environ.get("BENCH_PEER_RESULTS") or None  # SQLAlchemy URL, durable variant
@@ -78,7 +74,7 @@ def drain(n: int, logs: Path, *, pg_results: bool = False) -> Drain:
 
 
 def _drain(n: int, logs: Path, prefix: str, dsn: str | None) -> Drain:
-    env = {**os.environ, "BENCH_PEER_PREFIX": prefix, "PYTHONPATH": str(ROOT)}
+    env: dict[str, str] = {}
     if dsn is not None:
         env["BENCH_PEER_RESULTS"] = _sqlalchemy_url(dsn)
     # The producer side needs the same prefix (and backend) as the workers: a fresh app.
@@ -96,11 +92,12 @@ def _drain(n: int, logs: Path, prefix: str, dsn: str | None) -> Drain:
             task.apply_async(producer=producer)
     producer_app.close()
 
-    client = redis_client()
-    with Processes(logs) as procs:
-        launched = time.monotonic()
-        for i in range(WORKERS):
-            procs.start(
+    return run_workers(
+        logs,
+        prefix,
+        n,
+        [
+            (
                 f"celery{i}",
                 [
                     str(BIN / "celery"),
@@ -117,20 +114,12 @@ def _drain(n: int, logs: Path, prefix: str, dsn: str | None) -> Drain:
                     "-n",
                     f"bench{i}-{prefix.split(':')[2]}@%h",
                 ],
-                env,
             )
-        try:
-            return wait_all_ran(
-                client,
-                counter_key(prefix),
-                n,
-                procs,
-                launched=launched,
-                durable_count=None if dsn is None else (lambda: _successes(dsn)),
-            )
-        finally:
-            procs.stop()
-            client.close()
+            for i in range(WORKERS)
+        ],
+        env=env,
+        durable_count=None if dsn is None else (lambda: _successes(dsn)),
+    )
 
 
 def _successes(dsn: str) -> int:

@@ -8,14 +8,13 @@ default middleware. All keys live under a unique ``namespace``.
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import dramatiq
 from dramatiq.brokers.redis import RedisBroker
 
-from benchmarks.common import BIN, ROOT, Drain, Processes, redis_addr, redis_client, temp_prefix
-from benchmarks.peers._base import WORKERS, counter_key, incr, wait_all_ran
+from benchmarks.common import BIN, Drain, redis_addr, temp_prefix
+from benchmarks.peers._base import WORKERS, incr, run_workers
 
 THREADS = 8
 
@@ -39,25 +38,24 @@ def drain(n: int, logs: Path) -> Drain:
         producer.declare_actor(count)
         for _ in range(n):
             producer.enqueue(count.message())
-        env = {**os.environ, "BENCH_PEER_PREFIX": prefix, "PYTHONPATH": str(ROOT)}
-        client = redis_client()
-        with Processes(logs) as procs:
-            launched = time.monotonic()
-            procs.start(
-                "dramatiq",
+        try:
+            return run_workers(
+                logs,
+                prefix,
+                n,
                 [
-                    str(BIN / "dramatiq"),
-                    "benchmarks.peers.dramatiq_peer",
-                    "--processes",
-                    str(WORKERS),
-                    "--threads",
-                    str(THREADS),
+                    (
+                        "dramatiq",
+                        [
+                            str(BIN / "dramatiq"),
+                            "benchmarks.peers.dramatiq_peer",
+                            "--processes",
+                            str(WORKERS),
+                            "--threads",
+                            str(THREADS),
+                        ],
+                    )
                 ],
-                env,
             )
-            try:
-                return wait_all_ran(client, counter_key(prefix), n, procs, launched=launched)
-            finally:
-                procs.stop()
-                client.close()
-                producer.close()
+        finally:
+            producer.close()

@@ -8,14 +8,13 @@ storage (``results=False``). Huey names its keys after the instance name, unique
 from __future__ import annotations
 
 import os
-import time
 import uuid
 from pathlib import Path
 
 from huey import RedisHuey
 
-from benchmarks.common import BIN, ROOT, Drain, Processes, redis_addr, redis_client, temp_prefix
-from benchmarks.peers._base import WORKERS, counter_key, incr, wait_all_ran
+from benchmarks.common import BIN, Drain, redis_addr, temp_prefix
+from benchmarks.peers._base import WORKERS, incr, run_workers
 
 
 def _huey(name: str) -> RedisHuey:
@@ -40,33 +39,26 @@ def drain(n: int, logs: Path) -> Drain:
         try:
             for _ in range(n):
                 task()
-            env = {
-                **os.environ,
-                "BENCH_PEER_PREFIX": prefix,
-                "BENCH_HUEY_NAME": name,
-                "PYTHONPATH": str(ROOT),
-            }
-            client = redis_client()
-            with Processes(logs) as procs:
-                launched = time.monotonic()
-                procs.start(
-                    "huey",
-                    [
-                        str(BIN / "huey_consumer"),
-                        "benchmarks.peers.huey_peer.huey",
-                        "--workers",
-                        str(WORKERS),
-                        "--worker-type",
-                        "process",
-                        "--quiet",
-                    ],
-                    env,
-                )
-                try:
-                    return wait_all_ran(client, counter_key(prefix), n, procs, launched=launched)
-                finally:
-                    procs.stop()
-                    client.close()
+            return run_workers(
+                logs,
+                prefix,
+                n,
+                [
+                    (
+                        "huey",
+                        [
+                            str(BIN / "huey_consumer"),
+                            "benchmarks.peers.huey_peer.huey",
+                            "--workers",
+                            str(WORKERS),
+                            "--worker-type",
+                            "process",
+                            "--quiet",
+                        ],
+                    )
+                ],
+                env={"BENCH_HUEY_NAME": name},
+            )
         finally:
             keys = list(producer.storage.conn.scan_iter(match=f"huey.*{name}*", count=1000))
             if keys:

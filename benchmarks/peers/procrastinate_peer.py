@@ -9,7 +9,6 @@ is ``async`` like dtq's. Jobs are deferred with one ``batch_defer`` per 1,000. D
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import procrastinate
@@ -18,15 +17,12 @@ from redis.asyncio import Redis
 
 from benchmarks.common import (
     BIN,
-    ROOT,
     Drain,
-    Processes,
     redis_addr,
-    redis_client,
     temp_database,
     temp_prefix,
 )
-from benchmarks.peers._base import WORKERS, counter_key, wait_all_ran
+from benchmarks.peers._base import WORKERS, counter_key, run_workers
 
 CONCURRENCY = 8
 _BATCH = 1000
@@ -56,17 +52,12 @@ def drain(n: int, logs: Path) -> Drain:
             task = producer.tasks.get("bench_count") or producer.task(name="bench_count")(_noop)
             for start in range(0, n, _BATCH):
                 task.batch_defer(*({} for _ in range(min(_BATCH, n - start))))
-        env = {
-            **os.environ,
-            "BENCH_PEER_PREFIX": prefix,
-            "BENCH_PEER_DSN": dsn,
-            "PYTHONPATH": str(ROOT),
-        }
-        client = redis_client()
-        with Processes(logs) as procs:
-            launched = time.monotonic()
-            for i in range(WORKERS):
-                procs.start(
+        return run_workers(
+            logs,
+            prefix,
+            n,
+            [
+                (
                     f"procrastinate{i}",
                     [
                         str(BIN / "procrastinate"),
@@ -78,20 +69,12 @@ def drain(n: int, logs: Path) -> Drain:
                         "--name",
                         f"bench{i}",
                     ],
-                    env,
                 )
-            try:
-                return wait_all_ran(
-                    client,
-                    counter_key(prefix),
-                    n,
-                    procs,
-                    launched=launched,
-                    durable_count=lambda: _succeeded(dsn),
-                )
-            finally:
-                procs.stop()
-                client.close()
+                for i in range(WORKERS)
+            ],
+            env={"BENCH_PEER_DSN": dsn},
+            durable_count=lambda: _succeeded(dsn),
+        )
 
 
 async def _noop() -> None:

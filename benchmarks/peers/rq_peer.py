@@ -10,16 +10,14 @@ deleted afterwards.
 
 from __future__ import annotations
 
-import os
-import time
 import uuid
 from pathlib import Path
 
 import redis
 from rq import Queue
 
-from benchmarks.common import BIN, ROOT, Drain, Processes, redis_addr, redis_client, temp_prefix
-from benchmarks.peers._base import WORKERS, counter_key, incr, wait_all_ran
+from benchmarks.common import BIN, Drain, redis_addr, temp_prefix
+from benchmarks.peers._base import WORKERS, incr, run_workers
 
 _BATCH = 1000
 
@@ -43,12 +41,12 @@ def drain(n: int, logs: Path) -> Drain:
                     for _ in range(min(_BATCH, n - start))
                 ]
                 job_ids.extend(job.id for job in queue.enqueue_many(datas))
-            env = {**os.environ, "BENCH_PEER_PREFIX": prefix, "PYTHONPATH": str(ROOT)}
-            client = redis_client()
-            with Processes(logs) as procs:
-                launched = time.monotonic()
-                for i in range(WORKERS):
-                    procs.start(
+            return run_workers(
+                logs,
+                prefix,
+                n,
+                [
+                    (
                         f"rq{i}",
                         [
                             str(BIN / "rq"),
@@ -64,13 +62,10 @@ def drain(n: int, logs: Path) -> Drain:
                             "WARNING",
                             queue_name,
                         ],
-                        env,
                     )
-                try:
-                    return wait_all_ran(client, counter_key(prefix), n, procs, launched=launched)
-                finally:
-                    procs.stop()
-                    client.close()
+                    for i in range(WORKERS)
+                ],
+            )
         finally:
             _cleanup(raw, tag, job_ids)
             raw.close()
