@@ -241,7 +241,12 @@ class PgJobRepository:
 
 
 def _task_row(job_id: UUID, t: Task) -> tuple[Any, ...]:
-    """Parameters of ``sql.INSERT_TASK``: one task's columns, in ``INSERT_TASKS``'s order."""
+    """Parameters of ``sql.INSERT_TASK``: one task's columns (id, job id, then the rest in
+    ``INSERT_TASKS``'s order).
+
+    Integers are wrapped in ``Int8`` so they travel as ``int8`` (psycopg would pick ``int2`` for
+    small ones), in the arrays of :func:`_task_arrays` too, leaving the casts no work.
+    """
     return (
         t.id,
         job_id,
@@ -253,42 +258,39 @@ def _task_row(job_id: UUID, t: Task) -> tuple[Any, ...]:
         t.created_at,
         t.updated_at,
         t.priority,
-        t.max_attempts,
-        t.attempt,
-        t.reclaims,
+        Int8(t.max_attempts),
+        Int8(t.attempt),
+        Int8(t.reclaims),
         t.started_at,
         t.finished_at,
         t.last_error,
         t.current_run_id,
-        t.version,
+        Int8(t.version),
     )
 
 
 def _task_arrays(job_id: UUID, tasks: Sequence[Task]) -> tuple[Any, ...]:
-    """Parameters of ``sql.INSERT_TASKS``: the job id, then one array per column.
+    """Parameters of ``sql.INSERT_TASKS`` (two tasks or more): the job id, then one array per
+    column of :func:`_task_row` but the job id."""
+    columns = list(zip(*(_task_row(job_id, t) for t in tasks), strict=True))
+    return (job_id, list(columns[0]), *(list(column) for column in columns[2:]))
 
-    Integers are wrapped in ``Int8`` so the arrays travel as ``int8[]`` whatever their values
-    (psycopg would pick ``int2[]`` for small ones), leaving the ``::bigint[]`` casts no work.
-    """
+
+def _task_changes(t: Task) -> tuple[Any, ...]:
+    """The mutable columns of a task, in the order ``UPDATE_TASK`` and ``UPDATE_TASKS`` write
+    them (after the id and version that guard the write)."""
     return (
-        job_id,
-        [t.id for t in tasks],
-        [t.name for t in tasks],
-        [t.kind for t in tasks],
-        [encode_json(t.payload) for t in tasks],
-        [t.status.value for t in tasks],
-        [t.scheduled_at for t in tasks],
-        [t.created_at for t in tasks],
-        [t.updated_at for t in tasks],
-        [t.priority for t in tasks],
-        [Int8(t.max_attempts) for t in tasks],
-        [Int8(t.attempt) for t in tasks],
-        [Int8(t.reclaims) for t in tasks],
-        [t.started_at for t in tasks],
-        [t.finished_at for t in tasks],
-        [t.last_error for t in tasks],
-        [t.current_run_id for t in tasks],
-        [Int8(t.version) for t in tasks],
+        t.status.value,
+        t.scheduled_at,
+        t.updated_at,
+        t.priority,
+        Int8(t.max_attempts),
+        Int8(t.attempt),
+        Int8(t.reclaims),
+        t.started_at,
+        t.finished_at,
+        t.last_error,
+        t.current_run_id,
     )
 
 
@@ -330,22 +332,7 @@ class PgTaskRepository:
             ConcurrentUpdate: the stored row no longer has ``task.version`` (or is gone).
         """
         cur = await self._conn.execute(
-            sql.UPDATE_TASK,
-            (
-                task.status.value,
-                task.scheduled_at,
-                task.updated_at,
-                task.priority,
-                task.max_attempts,
-                task.attempt,
-                task.reclaims,
-                task.started_at,
-                task.finished_at,
-                task.last_error,
-                task.current_run_id,
-                task.id,
-                task.version,
-            ),
+            sql.UPDATE_TASK, (*_task_changes(task), task.id, Int8(task.version))
         )
         if cur.rowcount != 1:
             raise ConcurrentUpdate(f"task {task.id} changed since version {task.version}")
@@ -371,17 +358,7 @@ class PgTaskRepository:
             params=lambda ids: (
                 ids,
                 [Int8(t.version) for t in tasks],
-                [t.status.value for t in tasks],
-                [t.scheduled_at for t in tasks],
-                [t.updated_at for t in tasks],
-                [t.priority for t in tasks],
-                [Int8(t.max_attempts) for t in tasks],
-                [Int8(t.attempt) for t in tasks],
-                [Int8(t.reclaims) for t in tasks],
-                [t.started_at for t in tasks],
-                [t.finished_at for t in tasks],
-                [t.last_error for t in tasks],
-                [t.current_run_id for t in tasks],
+                *(list(column) for column in zip(*map(_task_changes, tasks), strict=True)),
             ),
         )
         if written:
