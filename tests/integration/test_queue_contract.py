@@ -518,6 +518,50 @@ async def test_extend_lease_never_set_is_missing(queue: Queue) -> None:
     assert await queue.extend_lease(lease_for(new_id()), 30.0) is LeaseState.MISSING
 
 
+async def test_recreate_lease_creates_a_missing_lease_with_its_ttl(
+    queue: Queue, advance: Advance
+) -> None:
+    lease = lease_for(new_id(), deadline_ms=4_000)
+
+    assert await queue.recreate_lease(lease, SHORT_TTL) is LeaseState.EXTENDED
+    assert await queue.get_lease(lease.task_id) == lease
+
+    await advance(SHORT_TTL + 0.1)
+    assert await queue.get_lease(lease.task_id) is None
+
+
+async def test_recreate_lease_never_overwrites_another_runs_lease(
+    queue: Queue, advance: Advance
+) -> None:
+    theirs = lease_for(new_id())
+    await queue.set_lease(theirs, SHORT_TTL)
+    mine = Lease(theirs.task_id, "w-2", new_id(), deadline_ms=99_999)
+
+    assert await queue.recreate_lease(mine, 30.0) is LeaseState.LOST
+    assert await queue.get_lease(theirs.task_id) == theirs
+
+    await advance(SHORT_TTL + 0.1)  # nor was its TTL moved
+    assert await queue.get_lease(theirs.task_id) is None
+
+
+async def test_recreate_lease_of_our_own_lease_extends_it(queue: Queue, advance: Advance) -> None:
+    lease = lease_for(new_id(), deadline_ms=1_000)
+    await queue.set_lease(lease, SHORT_TTL)
+    await advance(0.2)
+    renewed = Lease(lease.task_id, lease.worker_id, lease.run_id, deadline_ms=2_000)
+
+    assert await queue.recreate_lease(renewed, SHORT_TTL) is LeaseState.EXTENDED
+    assert await queue.recreate_lease(renewed, SHORT_TTL) is LeaseState.EXTENDED  # a replay
+
+    await advance(0.2)  # 0.4 s after set_lease: alive only because it was extended
+    assert await queue.get_lease(lease.task_id) == renewed
+
+
+async def test_recreate_lease_refuses_a_non_positive_ttl(queue: Queue) -> None:
+    with pytest.raises(ValueError, match="ttl"):
+        await queue.recreate_lease(lease_for(new_id()), 0)
+
+
 async def test_delete_lease_only_by_its_run(queue: Queue) -> None:
     lease = lease_for(new_id())
     await queue.set_lease(lease, 30.0)

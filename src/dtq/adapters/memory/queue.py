@@ -315,6 +315,22 @@ class InMemoryQueue:
         self._leases[lease.task_id] = (updated, self._clock.now() + timedelta(seconds=ttl))
         return LeaseState.EXTENDED
 
+    async def recreate_lease(self, lease: Lease, ttl: float) -> LeaseState:
+        """Create the lease if none is live; extend it if it names ``lease.run_id``; else
+        leave another run's lease alone (atomic: no await between check and write).
+
+        Returns:
+            EXTENDED (created, or ours and extended) or LOST (another run holds it).
+
+        Raises:
+            ValueError: ``ttl`` is not positive.
+        """
+        _check_ttl(ttl)
+        if self._live_lease(lease.task_id) is None:
+            self._leases[lease.task_id] = (lease, self._clock.now() + timedelta(seconds=ttl))
+            return LeaseState.EXTENDED
+        return await self.extend_lease(lease, ttl)
+
     async def delete_lease(self, task_id: UUID, run_id: UUID) -> None:
         """Delete the lease if it names ``run_id``; idempotent."""
         current = self._live_lease(task_id)

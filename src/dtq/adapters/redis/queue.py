@@ -107,6 +107,7 @@ class RedisQueue:
         self._pop_now = client.register_script(scripts.POP_MANY)
         self._set_leases = client.register_script(scripts.SET_LEASES)
         self._extend = client.register_script(scripts.EXTEND_LEASE)
+        self._recreate = client.register_script(scripts.RECREATE_LEASE)
         self._delete_many = client.register_script(scripts.DELETE_LEASES)
         self._promote = client.register_script(scripts.PROMOTE_DUE)
         # BRPOP must return before the client's socket read timeout, or redis-py raises (and
@@ -386,6 +387,24 @@ class RedisQueue:
         args: list[str | int] = [str(lease.run_id), _ms(ttl), lease.deadline_ms]
         with wrap_errors("extend_lease"):
             state = await self._extend(keys=[self._lease_key(lease.task_id)], args=args)
+        return LeaseState(as_text(state))
+
+    async def recreate_lease(self, lease: Lease, ttl: float) -> LeaseState:
+        """Write the lease hash only if none exists; extend it if it names ``lease.run_id``.
+
+        One script (check and write atomic), so a hash another run wrote since this run's
+        ``extend_lease`` answered MISSING is never overwritten.
+
+        Returns:
+            EXTENDED (created, or ours and extended) or LOST (another run's hash; unchanged).
+
+        Raises:
+            ValueError: ``ttl`` is not positive.
+            BackendUnavailable: Redis failed or is unreachable.
+        """
+        args: list[str | int] = [str(lease.run_id), lease.worker_id, lease.deadline_ms, _ms(ttl)]
+        with wrap_errors("recreate_lease"):
+            state = await self._recreate(keys=[self._lease_key(lease.task_id)], args=args)
         return LeaseState(as_text(state))
 
     async def delete_lease(self, task_id: UUID, run_id: UUID) -> None:

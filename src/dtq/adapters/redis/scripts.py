@@ -80,6 +80,22 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 'extended'
 """
 
+# KEYS[1] lease hash; ARGV[1] run id, ARGV[2] worker id, ARGV[3] deadline_ms, ARGV[4] ttl ms.
+# Create the hash (with its TTL) only if no hash exists; if one exists and names ARGV[1], extend
+# it like EXTEND_LEASE; otherwise leave it alone. Check and write are one step, so a lease another
+# run wrote in the meantime is never overwritten. Returns 'extended' or 'lost'.
+RECREATE_LEASE = """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('HSET', KEYS[1], 'worker_id', ARGV[2], 'run_id', ARGV[1], 'deadline_ms', ARGV[3])
+  redis.call('PEXPIRE', KEYS[1], ARGV[4])
+  return 'extended'
+end
+if redis.call('HGET', KEYS[1], 'run_id') ~= ARGV[1] then return 'lost' end
+redis.call('HSET', KEYS[1], 'deadline_ms', ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+return 'extended'
+"""
+
 # KEYS[i] lease hash, ARGV[i] the run id it must name to be deleted. Returns how many were deleted.
 DELETE_LEASES = """
 local deleted = 0
