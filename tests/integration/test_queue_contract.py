@@ -49,19 +49,32 @@ def marker_ttl() -> float:
 
 
 @pytest.fixture
+def listed_scan_limit() -> int:
+    """How deep ``enqueue_unlisted`` searches a ready list; override with ``parametrize``."""
+    return 100_000
+
+
+@pytest.fixture
 def fake_clock() -> FakeClock:
     """Starts at the real time, so due times agree with the Redis server's clock."""
     return FakeClock(start=datetime.now(UTC))
 
 
 @pytest.fixture
-def memory_queue(fake_clock: FakeClock, marker_ttl: float) -> InMemoryQueue:
-    return InMemoryQueue(fake_clock, marker_ttl=marker_ttl)
+def memory_queue(fake_clock: FakeClock, marker_ttl: float, listed_scan_limit: int) -> InMemoryQueue:
+    return InMemoryQueue(fake_clock, marker_ttl=marker_ttl, listed_scan_limit=listed_scan_limit)
 
 
 @pytest.fixture
-def redis_queue(redis_client: Redis, redis_prefix: str, marker_ttl: float) -> RedisQueue:
-    return RedisQueue(redis_client, prefix=redis_prefix, marker_ttl=marker_ttl)
+def redis_queue(
+    redis_client: Redis, redis_prefix: str, marker_ttl: float, listed_scan_limit: int
+) -> RedisQueue:
+    return RedisQueue(
+        redis_client,
+        prefix=redis_prefix,
+        marker_ttl=marker_ttl,
+        listed_scan_limit=listed_scan_limit,
+    )
 
 
 @pytest.fixture
@@ -204,6 +217,24 @@ async def test_enqueue_unlisted_does_not_push_an_id_still_waiting(queue: Queue) 
         assert await queue.has_marker(task_id) is True  # the waiting id got its marker back
     assert await queue.pop_many(["default"], 0, 10) == [waiting, lost, taken]
     assert await queue.enqueue_unlisted([]) == 0
+
+
+@pytest.mark.parametrize("listed_scan_limit", [2_500])
+async def test_enqueue_unlisted_searches_a_long_list_down_to_the_scan_limit(
+    queue: Queue, listed_scan_limit: int
+) -> None:
+    backlog = [new_id() for _ in range(3_000)]  # backlog[0] is the oldest entry
+    await queue.enqueue_many([(task_id, "default") for task_id in backlog])
+    await queue.release_markers(backlog)  # every marker expired while the ids waited
+    shallow, deep, beyond = backlog[3], backlog[2_400], backlog[2_600]
+
+    items = [(shallow, "default"), (deep, "default"), (beyond, "default")]
+    assert await queue.enqueue_unlisted(items) == 1  # only the id past the limit again
+
+    for task_id in (shallow, deep, beyond):
+        assert await queue.has_marker(task_id) is True
+    popped = await queue.pop_many(["default"], 0, 3_001)
+    assert len(popped) == 3_001 and popped[-1] == beyond
 
 
 async def test_enqueue_unlisted_respects_a_live_marker(queue: Queue) -> None:

@@ -71,7 +71,7 @@ class InMemoryQueue:
     """
 
     def __init__(
-        self, clock: Clock, *, marker_ttl: float = 60.0, listed_scan_limit: int = 10_000
+        self, clock: Clock, *, marker_ttl: float = 15.0, listed_scan_limit: int = 100_000
     ) -> None:
         _check_ttl(marker_ttl)
         self._listed_scan_limit = listed_scan_limit

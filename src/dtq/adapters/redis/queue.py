@@ -86,8 +86,8 @@ class RedisQueue(RedisLeases):
         client: Redis,
         *,
         prefix: str = "dto:",
-        marker_ttl: float = 60.0,
-        listed_scan_limit: int = 10_000,
+        marker_ttl: float = 15.0,
+        listed_scan_limit: int = 100_000,
     ) -> None:
         super().__init__(client, prefix=prefix)
         client.set_retry(NO_RETRY)  # re-sends are the adapter's choice, per command
@@ -146,7 +146,8 @@ class RedisQueue(RedisLeases):
     async def enqueue_unlisted(self, items: Sequence[tuple[UUID, str]]) -> int:
         """``enqueue_many`` that does not push an id still waiting in its ready list (searched
         from the oldest entry, ``listed_scan_limit`` entries at most); one script, one round
-        trip. Its cost is O(ids x min(list length, limit)) on the Redis server.
+        trip. Each list is read once per call and only as deep as needed: O(ids + d) on the
+        Redis server for ids found within depth d, O(ids + limit) when one is not listed.
 
         Returns:
             How many ids were pushed.
