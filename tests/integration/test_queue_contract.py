@@ -49,19 +49,32 @@ def marker_ttl() -> float:
 
 
 @pytest.fixture
+def listed_scan_limit() -> int:
+    """How deep ``enqueue_unlisted`` searches a ready list; override with ``parametrize``."""
+    return 100_000
+
+
+@pytest.fixture
 def fake_clock() -> FakeClock:
     """Starts at the real time, so due times agree with the Redis server's clock."""
     return FakeClock(start=datetime.now(UTC))
 
 
 @pytest.fixture
-def memory_queue(fake_clock: FakeClock, marker_ttl: float) -> InMemoryQueue:
-    return InMemoryQueue(fake_clock, marker_ttl=marker_ttl)
+def memory_queue(fake_clock: FakeClock, marker_ttl: float, listed_scan_limit: int) -> InMemoryQueue:
+    return InMemoryQueue(fake_clock, marker_ttl=marker_ttl, listed_scan_limit=listed_scan_limit)
 
 
 @pytest.fixture
-def redis_queue(redis_client: Redis, redis_prefix: str, marker_ttl: float) -> RedisQueue:
-    return RedisQueue(redis_client, prefix=redis_prefix, marker_ttl=marker_ttl)
+def redis_queue(
+    redis_client: Redis, redis_prefix: str, marker_ttl: float, listed_scan_limit: int
+) -> RedisQueue:
+    return RedisQueue(
+        redis_client,
+        prefix=redis_prefix,
+        marker_ttl=marker_ttl,
+        listed_scan_limit=listed_scan_limit,
+    )
 
 
 @pytest.fixture
@@ -204,6 +217,24 @@ async def test_enqueue_unlisted_does_not_push_an_id_still_waiting(queue: Queue) 
         assert await queue.has_marker(task_id) is True  # the waiting id got its marker back
     assert await queue.pop_many(["default"], 0, 10) == [waiting, lost, taken]
     assert await queue.enqueue_unlisted([]) == 0
+
+
+@pytest.mark.parametrize("listed_scan_limit", [2_500])
+async def test_enqueue_unlisted_searches_a_long_list_down_to_the_scan_limit(
+    queue: Queue, listed_scan_limit: int
+) -> None:
+    backlog = [new_id() for _ in range(3_000)]  # backlog[0] is the oldest entry
+    await queue.enqueue_many([(task_id, "default") for task_id in backlog])
+    await queue.release_markers(backlog)  # every marker expired while the ids waited
+    shallow, deep, beyond = backlog[3], backlog[2_400], backlog[2_600]
+
+    items = [(shallow, "default"), (deep, "default"), (beyond, "default")]
+    assert await queue.enqueue_unlisted(items) == 1  # only the id past the limit again
+
+    for task_id in (shallow, deep, beyond):
+        assert await queue.has_marker(task_id) is True
+    popped = await queue.pop_many(["default"], 0, 3_001)
+    assert len(popped) == 3_001 and popped[-1] == beyond
 
 
 async def test_enqueue_unlisted_respects_a_live_marker(queue: Queue) -> None:
@@ -516,6 +547,50 @@ async def test_extend_lease_after_expiry_is_missing(queue: Queue, advance: Advan
 
 async def test_extend_lease_never_set_is_missing(queue: Queue) -> None:
     assert await queue.extend_lease(lease_for(new_id()), 30.0) is LeaseState.MISSING
+
+
+async def test_recreate_lease_creates_a_missing_lease_with_its_ttl(
+    queue: Queue, advance: Advance
+) -> None:
+    lease = lease_for(new_id(), deadline_ms=4_000)
+
+    assert await queue.recreate_lease(lease, SHORT_TTL) is LeaseState.EXTENDED
+    assert await queue.get_lease(lease.task_id) == lease
+
+    await advance(SHORT_TTL + 0.1)
+    assert await queue.get_lease(lease.task_id) is None
+
+
+async def test_recreate_lease_never_overwrites_another_runs_lease(
+    queue: Queue, advance: Advance
+) -> None:
+    theirs = lease_for(new_id())
+    await queue.set_lease(theirs, SHORT_TTL)
+    mine = Lease(theirs.task_id, "w-2", new_id(), deadline_ms=99_999)
+
+    assert await queue.recreate_lease(mine, 30.0) is LeaseState.LOST
+    assert await queue.get_lease(theirs.task_id) == theirs
+
+    await advance(SHORT_TTL + 0.1)  # nor was its TTL moved
+    assert await queue.get_lease(theirs.task_id) is None
+
+
+async def test_recreate_lease_of_our_own_lease_extends_it(queue: Queue, advance: Advance) -> None:
+    lease = lease_for(new_id(), deadline_ms=1_000)
+    await queue.set_lease(lease, SHORT_TTL)
+    await advance(0.2)
+    renewed = Lease(lease.task_id, lease.worker_id, lease.run_id, deadline_ms=2_000)
+
+    assert await queue.recreate_lease(renewed, SHORT_TTL) is LeaseState.EXTENDED
+    assert await queue.recreate_lease(renewed, SHORT_TTL) is LeaseState.EXTENDED  # a replay
+
+    await advance(0.2)  # 0.4 s after set_lease: alive only because it was extended
+    assert await queue.get_lease(lease.task_id) == renewed
+
+
+async def test_recreate_lease_refuses_a_non_positive_ttl(queue: Queue) -> None:
+    with pytest.raises(ValueError, match="ttl"):
+        await queue.recreate_lease(lease_for(new_id()), 0)
 
 
 async def test_delete_lease_only_by_its_run(queue: Queue) -> None:

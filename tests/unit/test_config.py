@@ -34,7 +34,7 @@ def test_defaults_match_the_spec_table() -> None:
     assert s.worker_concurrency == 1
     assert s.worker_heartbeat_interval == 30.0
     assert s.retry_backoff == 5.0
-    assert s.pending_marker_ttl == 300.0
+    assert s.pending_marker_ttl == 15.0
     assert s.max_reclaims == 5
     assert s.promote_interval == pytest.approx(0.025)
     assert s.reconcile_batch == 500

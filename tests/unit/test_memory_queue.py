@@ -18,7 +18,9 @@ from hypothesis import strategies as st
 
 from dtq.adapters.memory.clock import FakeClock
 from dtq.adapters.memory.queue import InMemoryQueue
+from dtq.application.commands import SubmitJob, TaskSpec
 from dtq.application.ports import Lease, LeaseState
+from tests.unit.conftest import POLICY, memory_container
 
 
 @pytest.fixture
@@ -241,3 +243,23 @@ async def test_flush_drops_everything_but_blocked_poppers_keep_waiting(
     late = new_id()
     await queue.enqueue(late, "other")
     assert await popper == late
+
+
+# --- a delivery stranded between pop and claim (issue 12 bug 4) -------------------------------
+
+
+async def test_a_delivery_popped_by_a_worker_that_died_is_pushed_again_within_seconds() -> None:
+    # The production wiring with default settings: a worker pops a task and dies before its
+    # claim; the marker it never released must lapse within seconds, not minutes.
+    clock = FakeClock()
+    container = memory_container(clock, POLICY)
+    submit, reconcile, queue = container.submit(), container.reconcile(), container.queue()
+    assert isinstance(queue, InMemoryQueue)
+    result = await submit.submit_job(SubmitJob(tasks=(TaskSpec("a", "echo"),)))
+    task_id = result.task_ids["a"]
+    assert await queue.pop(["default"], 0) == task_id  # ...and the worker is gone
+
+    assert await reconcile.enqueue_due() == 0  # the marker still holds the delivery
+    clock.advance(15.001)
+    assert await reconcile.enqueue_due() == 1
+    assert queue.ready_ids("default") == [task_id]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, cast
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import pytest
 
@@ -344,6 +344,60 @@ async def test_heartbeat_of_a_reclaimed_run_reports_lost(app: App) -> None:
     await app.reconcile.reclaim_stale()
     assert await app.execution.heartbeat(claim) is LeaseState.LOST
     assert await app.queue.get_lease(claim.task.id) is None
+
+
+class _LeaseRaceQueue:
+    """Stages bug 1 of issue 12: right after A's ``extend_lease`` answers MISSING, the task is
+    reclaimed and claimed by worker B, whose lease is written before A re-creates its own."""
+
+    def __init__(self, inner: Any, rival: Lease) -> None:
+        self.inner = inner
+        self.rival = rival
+
+    async def extend_lease(self, lease: Lease, ttl: float) -> LeaseState:
+        state: LeaseState = await self.inner.extend_lease(lease, ttl)
+        if state is LeaseState.MISSING:
+            await self.inner.set_lease(self.rival, ttl)  # B's claim lands in between
+        return state
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self.inner, attr)
+
+
+async def test_heartbeat_does_not_overwrite_a_lease_written_after_its_missing_answer(
+    app: App,
+) -> None:
+    await app.submit_tasks(TaskSpec("a", "echo"))
+    claim = await pop_claim(app)
+    app.queue.flush()  # Redis lost A's lease; the store still shows A's run live
+    rival = Lease(task_id=claim.task.id, worker_id="w-b", run_id=uuid4(), deadline_ms=1)
+    racing = ExecutionService(
+        store=app.store, queue=_LeaseRaceQueue(app.queue, rival), policy=POLICY, clock=app.clock
+    )
+    assert await racing.heartbeat(claim) is LeaseState.LOST
+    assert await app.queue.get_lease(claim.task.id) == rival
+
+
+async def test_heartbeat_moves_the_lease_deadline_with_each_extension(app: App) -> None:
+    await app.submit_tasks(TaskSpec("a", "echo"))
+    claim = await pop_claim(app)
+    for _ in range(3):
+        app.clock.advance(POLICY.lease_duration / 3)
+        assert await app.execution.heartbeat(claim) is LeaseState.EXTENDED
+        lease = await app.queue.get_lease(claim.task.id)
+        expected = app.clock.now().timestamp() + POLICY.lease_duration
+        assert lease is not None and lease.deadline_ms == int(expected * 1000)
+
+
+async def test_heartbeat_recreating_a_lost_lease_writes_the_current_deadline(app: App) -> None:
+    await app.submit_tasks(TaskSpec("a", "echo"))
+    claim = await pop_claim(app)
+    app.clock.advance(POLICY.lease_duration / 2)
+    app.queue.flush()
+    assert await app.execution.heartbeat(claim) is LeaseState.EXTENDED
+    lease = await app.queue.get_lease(claim.task.id)
+    expected = app.clock.now().timestamp() + POLICY.lease_duration
+    assert lease is not None and lease.deadline_ms == int(expected * 1000)
 
 
 # --- hand back --------------------------------------------------------------------------------

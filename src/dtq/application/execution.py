@@ -11,11 +11,11 @@ import asyncio
 import copy
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from uuid import UUID, uuid4
 
 from dtq.application.commands import Claim, ExecutionPolicy, ReportOutcome
-from dtq.application.ports import Lease, LeaseState, Queue, Store, Transaction
+from dtq.application.ports import Clock, Lease, LeaseState, Queue, Store, Transaction
 from dtq.application.transitions import (
     cascade_failure,
     mark_job_failed,
@@ -47,12 +47,22 @@ class ExecutionService:
         store: the system of record.
         queue: ready lists, markers, leases, scheduled set.
         policy: lease duration, retry backoff, crash budget (seconds).
+        clock: the host clock the heartbeat dates a lease's ``deadline_ms`` by (default: the
+            system clock, aware UTC).
     """
 
-    def __init__(self, *, store: Store, queue: Queue, policy: ExecutionPolicy) -> None:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        queue: Queue,
+        policy: ExecutionPolicy,
+        clock: Clock | None = None,
+    ) -> None:
         self._store = store
         self._queue = queue
         self._policy = policy
+        self._clock = clock
 
     @property
     def policy(self) -> ExecutionPolicy:
@@ -280,9 +290,12 @@ class ExecutionService:
     async def heartbeat(self, claim: Claim) -> LeaseState:
         """Extend the claim's lease (spec §6 Lease / heartbeat, DESIGN §3 lease ownership).
 
-        If Redis lost the lease while the store still shows this run live, the lease is
-        re-created. Returns LOST when another run owns the task now (cancel the handler and
-        report nothing).
+        The lease hash's ``deadline_ms`` becomes the heartbeat's time (the ``clock``) plus
+        ``policy.lease_duration``, and its TTL ``policy.lease_ttl``. If the queue lost the lease
+        while the store still shows this run live, the lease is re-created with
+        ``Queue.recreate_lease``, which writes it only if the task still has no lease: a lease
+        another run wrote meanwhile (the task was reclaimed and claimed again) is left alone and
+        the answer is LOST (cancel the handler and report nothing).
 
         Returns:
             ``LeaseState.EXTENDED`` or ``LeaseState.LOST`` (never MISSING).
@@ -290,7 +303,8 @@ class ExecutionService:
         Raises:
             BackendUnavailable: Redis or the database failed.
         """
-        lease = self._lease(claim)
+        now = self._clock.now() if self._clock is not None else datetime.now(UTC)
+        lease = self._lease(claim, deadline=now.timestamp() + self._policy.lease_duration)
         state = await self._queue.extend_lease(lease, self._policy.lease_ttl)
         if state is not LeaseState.MISSING:
             return state
@@ -305,11 +319,13 @@ class ExecutionService:
 
         if not await self._store.run(live):
             return LeaseState.LOST
-        await self._queue.set_lease(lease, self._policy.lease_ttl)
-        return LeaseState.EXTENDED
+        return await self._queue.recreate_lease(lease, self._policy.lease_ttl)
 
-    def _lease(self, claim: Claim) -> Lease:
-        deadline = claim.run.started_at.timestamp() + self._policy.lease_duration
+    def _lease(self, claim: Claim, *, deadline: float | None = None) -> Lease:
+        """The claim's lease hash; ``deadline`` in epoch seconds (default: the claim's start
+        plus the lease duration, the deadline written at claim time)."""
+        if deadline is None:
+            deadline = claim.run.started_at.timestamp() + self._policy.lease_duration
         return Lease(
             task_id=claim.task.id,
             worker_id=claim.worker_id,

@@ -376,8 +376,19 @@ class Queue(Protocol):
         """Extend the lease if it still names ``lease.run_id``.
 
         Returns:
-            EXTENDED, MISSING (no hash: the caller may re-create it after checking the store),
+            EXTENDED, MISSING (no hash: the caller may re-create it with ``recreate_lease``
+            after checking the store),
             or LOST (another run holds it; nothing was changed).
+        """
+        ...
+
+    async def recreate_lease(self, lease: Lease, ttl: float) -> LeaseState:
+        """Re-create a lease the queue lost, atomically: create it with a TTL of ``ttl`` seconds
+        only if the task has no lease; if it has one naming ``lease.run_id``, extend it like
+        ``extend_lease``; if it names another run, change nothing.
+
+        Returns:
+            EXTENDED (created or extended) or LOST (another run holds it). Never MISSING.
         """
         ...
 

@@ -133,7 +133,7 @@ class Settings:
     worker_concurrency: int = 1
     worker_heartbeat_interval: float = 30.0
     retry_backoff: float = 5.0
-    pending_marker_ttl: float = 300.0
+    pending_marker_ttl: float = 15.0
     max_reclaims: int = 5
     promote_interval: float = 0.025
     reconcile_batch: int = 500
@@ -350,7 +350,7 @@ def load_settings(environ: Mapping[str, str]) -> Settings:
             "WORKER_HEARTBEAT_INTERVAL", 30.0, minimum=_MIN_HEARTBEAT_INTERVAL
         ),
         retry_backoff=env.duration("RETRY_BACKOFF", 5.0),
-        pending_marker_ttl=env.duration("PENDING_MARKER_TTL", 300.0),
+        pending_marker_ttl=env.duration("PENDING_MARKER_TTL", 15.0),
         max_reclaims=env.integer("MAX_RECLAIMS", 5, minimum=0),
         promote_interval=env.duration("PROMOTE_INTERVAL", 0.025),
         reconcile_batch=env.integer("RECONCILE_BATCH", 500, minimum=1),

@@ -126,7 +126,9 @@ class Container(containers.DeclarativeContainer):
     submit = providers.Factory(SubmitService, store=store, queue=queue)
     queries = providers.Factory(QueryService, store=store)
     health = providers.Factory(HealthService, store=store, queue=queue)
-    execution = providers.Factory(ExecutionService, store=store, queue=queue, policy=policy)
+    execution = providers.Factory(
+        ExecutionService, store=store, queue=queue, policy=policy, clock=clock
+    )
     reconcile = providers.Singleton(ReconcileService, store=store, queue=queue, policy=policy)
     registry = providers.Factory(WorkerRegistryService, store=store)
 

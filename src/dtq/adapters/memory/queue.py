@@ -71,7 +71,7 @@ class InMemoryQueue:
     """
 
     def __init__(
-        self, clock: Clock, *, marker_ttl: float = 60.0, listed_scan_limit: int = 10_000
+        self, clock: Clock, *, marker_ttl: float = 15.0, listed_scan_limit: int = 100_000
     ) -> None:
         _check_ttl(marker_ttl)
         self._listed_scan_limit = listed_scan_limit
@@ -314,6 +314,22 @@ class InMemoryQueue:
         updated = dataclasses.replace(current, deadline_ms=lease.deadline_ms)
         self._leases[lease.task_id] = (updated, self._clock.now() + timedelta(seconds=ttl))
         return LeaseState.EXTENDED
+
+    async def recreate_lease(self, lease: Lease, ttl: float) -> LeaseState:
+        """Create the lease if none is live; extend it if it names ``lease.run_id``; else
+        leave another run's lease alone (atomic: no await between check and write).
+
+        Returns:
+            EXTENDED (created, or ours and extended) or LOST (another run holds it).
+
+        Raises:
+            ValueError: ``ttl`` is not positive.
+        """
+        _check_ttl(ttl)
+        if self._live_lease(lease.task_id) is None:
+            self._leases[lease.task_id] = (lease, self._clock.now() + timedelta(seconds=ttl))
+            return LeaseState.EXTENDED
+        return await self.extend_lease(lease, ttl)
 
     async def delete_lease(self, task_id: UUID, run_id: UUID) -> None:
         """Delete the lease if it names ``run_id``; idempotent."""

@@ -2,23 +2,39 @@
 
 No redis-py exception leaves the adapter: ``wrap_errors`` turns driver errors and ``OSError`` into
 ``BackendUnavailable`` at every call site.
+
+Re-sending: the client itself never re-sends a command (``NO_RETRY``). A command whose reply was
+lost may have run on the server, so only a command that has the same effect when run twice may
+be re-sent, and the adapter says which ones through ``idempotent``; a pop never is (issue 12
+bug 4: a re-sent pop takes other ids and strands the first ones behind their markers).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+import math
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
+from uuid import UUID
 
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialWithJitterBackoff
+from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from dtq.domain.errors import BackendUnavailable
 
+T = TypeVar("T")
+
 DEFAULT_PORT = 6379
+RESENDS = 3  # most re-sends of an idempotent command after a connection error or timeout
+NO_RETRY = Retry(NoBackoff(), 0)
+_RESEND_BACKOFF = ExponentialWithJitterBackoff(base=0.05, cap=0.5)
+_TRANSIENT = (RedisConnectionError, RedisTimeoutError)
 
 
 @contextmanager
@@ -28,6 +44,50 @@ def wrap_errors(operation: str) -> Iterator[None]:
         yield
     except (RedisError, OSError) as exc:
         raise BackendUnavailable(f"redis {operation} failed: {type(exc).__name__}") from exc
+
+
+async def idempotent(operation: str, call: Callable[[], Awaitable[T]]) -> T:
+    """Await ``call()`` under ``wrap_errors``, re-sending it after a connection error or timeout.
+
+    Only for a command or script that has the same effect when the server runs it twice (its
+    first reply may have been lost after it ran): at most ``RESENDS`` re-sends, with jittered
+    exponential backoff capped at 0.5 s.
+
+    Raises:
+        BackendUnavailable: every attempt failed, or the error was not a connection error or
+            timeout (a server error reply is never re-sent).
+    """
+    failures = 0
+    while True:
+        try:
+            with wrap_errors(operation):
+                return await call()
+        except BackendUnavailable as exc:
+            failures += 1
+            if failures > RESENDS or not isinstance(exc.__cause__, _TRANSIENT):
+                raise
+        await asyncio.sleep(_RESEND_BACKOFF.compute(failures))
+
+
+def parse_uuid(value: bytes | str | None) -> UUID | None:
+    """Parse a stored id; None for a missing or malformed value."""
+    if value is None:
+        return None
+    try:
+        return UUID(as_text(value))
+    except ValueError:
+        return None
+
+
+def ms(seconds: float) -> int:
+    """A positive TTL in whole milliseconds (rounded up, at least 1).
+
+    Raises:
+        ValueError: ``seconds`` is not positive.
+    """
+    if seconds <= 0:
+        raise ValueError(f"ttl must be > 0 seconds, got {seconds!r}")
+    return max(1, math.ceil(seconds * 1000))
 
 
 def as_text(value: bytes | str) -> str:
@@ -44,9 +104,9 @@ def connect_redis(addr: str) -> Redis:
 
     Returns:
         A ``redis.asyncio.Redis`` with a 5 s connect timeout, a 10 s socket read timeout
-        (``RedisQueue.pop`` keeps each BRPOP under it) and at most 3 retries of a command on
-        connection errors (jittered backoff up to 0.5 s), so an outage surfaces as
-        ``BackendUnavailable`` within seconds. The caller closes it (``aclose()``).
+        (``RedisQueue.pop`` keeps each BRPOP under it) and no command retries of its own
+        (``RedisQueue`` re-sends only idempotent commands, see ``idempotent``), so an outage
+        surfaces as ``BackendUnavailable`` within seconds. The caller closes it (``aclose()``).
 
     Raises:
         ValueError: ``addr`` cannot be parsed.
@@ -55,7 +115,7 @@ def connect_redis(addr: str) -> Redis:
         "decode_responses": False,
         "socket_connect_timeout": 5.0,
         "socket_timeout": 10.0,
-        "retry": Retry(ExponentialWithJitterBackoff(base=0.05, cap=0.5), retries=3),
+        "retry": NO_RETRY,
     }
     if "://" in addr:
         return Redis.from_url(addr, **options)

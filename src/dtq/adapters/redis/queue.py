@@ -27,6 +27,13 @@ Cluster it is only correct when every key lives in one hash slot, i.e. when the 
 hash tag such as ``{dto}:``. The other scripts declare all their keys (but enqueue and the batch
 scripts touch several keys, so the same hash-tag advice applies there on Cluster).
 
+Re-sending after a lost reply (a connection error or timeout): the client's own command retries
+are turned off (``set_retry`` at construction). Idempotent commands and scripts (enqueue, marker
+release, schedule, promotion, every lease operation in ``dtq.adapters.redis.leases``) are
+re-sent by ``connection.idempotent``; BRPOP and the pop script never are, since a re-sent pop
+would take other ids while the first ones sit on no list behind their markers (issue 12 bug 4).
+A pop whose reply was lost strands only the ids it took, until their marker TTL.
+
 Requires Redis >= 6.2 (RPOP with a count; fractional BRPOP timeouts; writes after ``TIME``).
 No redis-py exception escapes: driver errors and ``OSError`` become ``BackendUnavailable``.
 """
@@ -44,29 +51,12 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 
 from dtq.adapters.redis import scripts
-from dtq.adapters.redis.connection import as_text, wrap_errors
-from dtq.application.ports import Lease, LeaseState
+from dtq.adapters.redis.connection import NO_RETRY, idempotent, ms, parse_uuid, wrap_errors
+from dtq.adapters.redis.leases import RedisLeases
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_MS = timedelta(milliseconds=1)
 _MIN_BLOCK = 0.01  # seconds; BRPOP rounds to ms and a 0 timeout would block forever
-
-
-def _uuid(value: bytes | str | None) -> UUID | None:
-    """Parse a stored id; None for a missing or malformed value."""
-    if value is None:
-        return None
-    try:
-        return UUID(as_text(value))
-    except ValueError:
-        return None
-
-
-def _ms(seconds: float) -> int:
-    """A positive TTL in whole milliseconds (rounded up, at least 1)."""
-    if seconds <= 0:
-        raise ValueError(f"ttl must be > 0 seconds, got {seconds!r}")
-    return max(1, math.ceil(seconds * 1000))
 
 
 def _epoch_ms(moment: datetime) -> int:
@@ -75,11 +65,13 @@ def _epoch_ms(moment: datetime) -> int:
     return (moment - _EPOCH) // _ONE_MS
 
 
-class RedisQueue:
+class RedisQueue(RedisLeases):
     """The ``Queue`` port on Redis (spec §5). See the module docstring for keys and scripts.
 
     Args:
         client: a ``redis.asyncio.Redis`` (from ``connect_redis``); responses may be bytes or str.
+            Its own command retries are turned off (``set_retry``): the queue alone decides
+            what is re-sent (see the module docstring).
         prefix: key namespace, ``REDIS_KEY_PREFIX`` (spec §8).
         marker_ttl: pending-marker lifetime in seconds (float, > 0), sent as PX milliseconds.
         listed_scan_limit: how many of a ready list's oldest entries ``enqueue_unlisted``
@@ -94,23 +86,21 @@ class RedisQueue:
         client: Redis,
         *,
         prefix: str = "dto:",
-        marker_ttl: float = 60.0,
-        listed_scan_limit: int = 10_000,
+        marker_ttl: float = 15.0,
+        listed_scan_limit: int = 100_000,
     ) -> None:
-        self._client = client
+        super().__init__(client, prefix=prefix)
+        client.set_retry(NO_RETRY)  # re-sends are the adapter's choice, per command
         self._listed_scan_limit = listed_scan_limit
         self._prefix = prefix
-        self._marker_ttl_ms = _ms(marker_ttl)
+        self._marker_ttl_ms = ms(marker_ttl)
         self._scheduled_key = f"{prefix}queue:scheduled"
         self._enqueue_many = client.register_script(scripts.ENQUEUE_MANY)
         self._enqueue_unlisted = client.register_script(scripts.ENQUEUE_UNLISTED)
         self._pop_now = client.register_script(scripts.POP_MANY)
-        self._set_leases = client.register_script(scripts.SET_LEASES)
-        self._extend = client.register_script(scripts.EXTEND_LEASE)
-        self._delete_many = client.register_script(scripts.DELETE_LEASES)
         self._promote = client.register_script(scripts.PROMOTE_DUE)
-        # BRPOP must return before the client's socket read timeout, or redis-py raises (and
-        # retries) a TimeoutError; long waits are therefore cut into slices below that timeout.
+        # BRPOP must return before the client's socket read timeout, or redis-py raises a
+        # TimeoutError; long waits are therefore cut into slices below that timeout.
         socket_timeout = client.connection_pool.connection_kwargs.get("socket_timeout")
         self._block_slice = (
             math.inf if not socket_timeout else max(socket_timeout - 1.0, socket_timeout / 2)
@@ -126,9 +116,6 @@ class RedisQueue:
 
     def _marker_key(self, task_id: UUID) -> str:
         return f"{self._prefix}queue:pending:{task_id}"
-
-    def _lease_key(self, task_id: UUID) -> str:
-        return f"{self._prefix}lease:task:{task_id}"
 
     # --- pending markers ----------------------------------------------------------------------
 
@@ -159,7 +146,8 @@ class RedisQueue:
     async def enqueue_unlisted(self, items: Sequence[tuple[UUID, str]]) -> int:
         """``enqueue_many`` that does not push an id still waiting in its ready list (searched
         from the oldest entry, ``listed_scan_limit`` entries at most); one script, one round
-        trip. Its cost is O(ids x min(list length, limit)) on the Redis server.
+        trip. Each list is read once per call and only as deep as needed: O(ids + d) on the
+        Redis server for ids found within depth d, O(ids + limit) when one is not listed.
 
         Returns:
             How many ids were pushed.
@@ -188,26 +176,25 @@ class RedisQueue:
         for task_id, priority in items:
             keys += (self._marker_key(task_id), self._ready_key(priority))
             args.append(str(task_id))
-        with wrap_errors(operation):
-            pushed = await script(keys=keys, args=args)
+        pushed = await idempotent(operation, lambda: script(keys=keys, args=args))
         return int(pushed)
 
     async def release_marker(self, task_id: UUID) -> None:
         """DEL the pending marker; idempotent. Raises ``BackendUnavailable``."""
-        with wrap_errors("release_marker"):
-            await self._client.delete(self._marker_key(task_id))
+        key = self._marker_key(task_id)
+        await idempotent("release_marker", lambda: self._client.delete(key))
 
     async def release_markers(self, task_ids: Sequence[UUID]) -> None:
         """One DEL of all the pending markers; idempotent. Raises ``BackendUnavailable``."""
         if not task_ids:
             return
-        with wrap_errors("release_markers"):
-            await self._client.delete(*(self._marker_key(task_id) for task_id in task_ids))
+        keys = [self._marker_key(task_id) for task_id in task_ids]
+        await idempotent("release_markers", lambda: self._client.delete(*keys))
 
     async def has_marker(self, task_id: UUID) -> bool:
         """True while the pending marker exists. Raises ``BackendUnavailable``."""
-        with wrap_errors("has_marker"):
-            return bool(await self._client.exists(self._marker_key(task_id)))
+        key = self._marker_key(task_id)
+        return bool(await idempotent("has_marker", lambda: self._client.exists(key)))
 
     # --- ready lists --------------------------------------------------------------------------
 
@@ -217,7 +204,7 @@ class RedisQueue:
         Malformed entries (not UUIDs) are popped and discarded, so fewer may come back.
         """
         raw: list[bytes | str] = await self._pop_now(keys=keys, args=[count])
-        return [task_id for task_id in map(_uuid, raw) if task_id is not None]
+        return [task_id for task_id in map(parse_uuid, raw) if task_id is not None]
 
     async def _pop_one(self, keys: list[str], deadline: float) -> UUID | None:
         """BRPOP until an id arrives or the event-loop time ``deadline`` passes.
@@ -235,7 +222,7 @@ class RedisQueue:
             block = min(remaining, self._block_slice)
             reply = await self._client.brpop(keys, timeout=round(block, 3))
             if reply is not None:
-                task_id = _uuid(reply[1])
+                task_id = parse_uuid(reply[1])
                 if task_id is not None:
                     return task_id
             elif block >= remaining:
@@ -315,8 +302,8 @@ class RedisQueue:
             BackendUnavailable: Redis failed or is unreachable.
         """
         member = f"{priority}|{task_id}"
-        with wrap_errors("schedule"):
-            await self._client.zadd(self._scheduled_key, {member: _epoch_ms(due_at)})
+        score = {member: _epoch_ms(due_at)}
+        await idempotent("schedule", lambda: self._client.zadd(self._scheduled_key, score))
 
     async def promote_due(self, limit: int) -> int:
         """Move up to ``limit`` entries due by the Redis server clock to their ready lists.
@@ -332,117 +319,10 @@ class RedisQueue:
         """
         if limit <= 0:
             return 0
-        with wrap_errors("promote_due"):
-            pushed = await self._promote(
-                keys=[self._scheduled_key], args=[self._prefix, limit, self._marker_ttl_ms]
-            )
+        keys = [self._scheduled_key]
+        args: list[str | int] = [self._prefix, limit, self._marker_ttl_ms]
+        pushed = await idempotent("promote_due", lambda: self._promote(keys=keys, args=args))
         return int(pushed)
-
-    # --- leases -------------------------------------------------------------------------------
-
-    async def set_lease(self, lease: Lease, ttl: float) -> None:
-        """Replace the lease hash and PEXPIRE it after ``ttl`` seconds (see :meth:`set_leases`).
-
-        Raises:
-            ValueError: ``ttl`` is not positive.
-            BackendUnavailable: Redis failed or is unreachable.
-        """
-        await self.set_leases([lease], ttl)
-
-    async def set_leases(self, leases: Sequence[Lease], ttl: float) -> None:
-        """``set_lease`` for each lease, all in one script call (one round trip, one command).
-
-        Each hash is replaced whole (DEL, HSET of worker_id, run_id, deadline_ms) and given its
-        PEXPIRE inside the script, so it is atomic like a MULTI/EXEC: a client dying mid-send
-        cannot leave a hash without its TTL (a lease that never expires would block the reclaim
-        of its task forever), and no other client sees a hash between its DEL and its HSET. One
-        script instead of three commands per lease: the worker's Redis client packs and parses
-        one command per batch (``benchmarks/PROFILE.md``).
-
-        Raises:
-            ValueError: ``ttl`` is not positive (checked only when there are leases).
-            BackendUnavailable: Redis failed or is unreachable.
-        """
-        if not leases:
-            return
-        ttl_ms = _ms(ttl)
-        keys = [self._lease_key(lease.task_id) for lease in leases]
-        args: list[str | int] = [ttl_ms]
-        for lease in leases:
-            args += (lease.worker_id, str(lease.run_id), lease.deadline_ms)
-        with wrap_errors("set_leases" if len(leases) > 1 else "set_lease"):
-            await self._set_leases(keys=keys, args=args)
-
-    async def extend_lease(self, lease: Lease, ttl: float) -> LeaseState:
-        """If the hash names ``lease.run_id``: PEXPIRE ``ttl`` seconds, store ``deadline_ms``.
-
-        Returns:
-            EXTENDED, MISSING (no hash) or LOST (another run's hash; unchanged).
-
-        Raises:
-            ValueError: ``ttl`` is not positive.
-            BackendUnavailable: Redis failed or is unreachable.
-        """
-        args: list[str | int] = [str(lease.run_id), _ms(ttl), lease.deadline_ms]
-        with wrap_errors("extend_lease"):
-            state = await self._extend(keys=[self._lease_key(lease.task_id)], args=args)
-        return LeaseState(as_text(state))
-
-    async def delete_lease(self, task_id: UUID, run_id: UUID) -> None:
-        """Delete the lease hash if it names ``run_id``; idempotent.
-
-        Raises:
-            BackendUnavailable: Redis failed or is unreachable.
-        """
-        await self.delete_leases([(task_id, run_id)])
-
-    async def delete_leases(self, leases: Sequence[tuple[UUID, UUID]]) -> None:
-        """Delete each ``(task_id, run_id)`` lease hash that names its run_id, in one script.
-
-        Raises:
-            BackendUnavailable: Redis failed or is unreachable.
-        """
-        if not leases:
-            return
-        keys = [self._lease_key(task_id) for task_id, _ in leases]
-        args = [str(run_id) for _, run_id in leases]
-        with wrap_errors("delete_leases"):
-            await self._delete_many(keys=keys, args=args)
-
-    async def leases_present(self, task_ids: Sequence[UUID]) -> set[UUID]:
-        """The ids that have a lease hash: one pipelined round trip of EXISTS.
-
-        Raises:
-            BackendUnavailable: Redis failed or is unreachable.
-        """
-        ids = list(task_ids)
-        if not ids:
-            return set()
-        with wrap_errors("leases_present"):
-            async with self._client.pipeline(transaction=False) as pipe:
-                for task_id in ids:
-                    pipe.exists(self._lease_key(task_id))
-                found = await pipe.execute()
-        return {task_id for task_id, exists in zip(ids, found, strict=True) if exists}
-
-    async def get_lease(self, task_id: UUID) -> Lease | None:
-        """HGETALL the lease hash; None when absent or missing a field.
-
-        Raises:
-            BackendUnavailable: Redis failed or is unreachable.
-        """
-        with wrap_errors("get_lease"):
-            raw = await self._client.hgetall(self._lease_key(task_id))
-        fields = {as_text(name): as_text(value) for name, value in raw.items()}
-        run_id = _uuid(fields.get("run_id"))
-        try:
-            deadline_ms = int(fields["deadline_ms"])
-            worker_id = fields["worker_id"]
-        except (KeyError, ValueError):
-            return None
-        if run_id is None:
-            return None
-        return Lease(task_id=task_id, worker_id=worker_id, run_id=run_id, deadline_ms=deadline_ms)
 
     async def ping(self) -> None:
         """PING. Raises ``BackendUnavailable`` unless Redis answers."""

@@ -22,16 +22,37 @@ return pushed
 """
 
 #: enqueue_unlisted: KEYS = (marker, ready list) pairs; ARGV = marker TTL ms, scan limit, ids.
-#: After SET NX of the marker, the id is pushed only if LPOS does not find it among the oldest
-#: ``scan limit`` entries (RANK -1 searches from the tail, where the oldest ids wait).
+#: After SET NX of the marker, the id is pushed only if it is not among the oldest ``scan limit``
+#: entries of its list (the tail, where the oldest ids wait). A list is read from the tail in
+#: chunks of 1,000 (LRANGE), each chunk once per call into a Lua set, and only as deep as the
+#: ids looked up require: a page of n ids found within depth d costs O(n + d) instead of one
+#: LPOS scan per id, and an id absent from the list costs one scan to ``scan limit``.
 ENQUEUE_UNLISTED = """
 local pushed = 0
 local limit = tonumber(ARGV[2])
+local chunk = 1000
+local lists = {}
+local function listed(ready, id)
+  local seen = lists[ready]
+  if seen == nil then
+    seen = {ids = {}, depth = 0, ended = false}
+    lists[ready] = seen
+  end
+  while not seen.ids[id] and not seen.ended and seen.depth < limit do
+    local take = math.min(chunk, limit - seen.depth)
+    local entries = redis.call('LRANGE', ready, -(seen.depth + take), -(seen.depth + 1))
+    for _, entry in ipairs(entries) do seen.ids[entry] = true end
+    seen.depth = seen.depth + take
+    if #entries < take then seen.ended = true end
+  end
+  return seen.ids[id] == true
+end
 for i = 1, #ARGV - 2 do
   local id = ARGV[i + 2]
+  local ready = KEYS[2 * i]
   if redis.call('SET', KEYS[2 * i - 1], '1', 'NX', 'PX', ARGV[1]) then
-    if not redis.call('LPOS', KEYS[2 * i], id, 'RANK', -1, 'MAXLEN', limit) then
-      redis.call('LPUSH', KEYS[2 * i], id)
+    if not listed(ready, id) then
+      redis.call('LPUSH', ready, id)
       pushed = pushed + 1
     end
   end
@@ -77,6 +98,22 @@ if redis.call('EXISTS', KEYS[1]) == 0 then return 'missing' end
 if redis.call('HGET', KEYS[1], 'run_id') ~= ARGV[1] then return 'lost' end
 redis.call('HSET', KEYS[1], 'deadline_ms', ARGV[3])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 'extended'
+"""
+
+# KEYS[1] lease hash; ARGV[1] run id, ARGV[2] worker id, ARGV[3] deadline_ms, ARGV[4] ttl ms.
+# Create the hash (with its TTL) only if no hash exists; if one exists and names ARGV[1], extend
+# it like EXTEND_LEASE; otherwise leave it alone. Check and write are one step, so a lease another
+# run wrote in the meantime is never overwritten. Returns 'extended' or 'lost'.
+RECREATE_LEASE = """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('HSET', KEYS[1], 'worker_id', ARGV[2], 'run_id', ARGV[1], 'deadline_ms', ARGV[3])
+  redis.call('PEXPIRE', KEYS[1], ARGV[4])
+  return 'extended'
+end
+if redis.call('HGET', KEYS[1], 'run_id') ~= ARGV[1] then return 'lost' end
+redis.call('HSET', KEYS[1], 'deadline_ms', ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
 return 'extended'
 """
 

@@ -1,0 +1,164 @@
+"""The lease half of ``RedisQueue`` (spec §5 "Lease / visibility"; DESIGN §3 lease ownership).
+
+``{prefix}lease:task:{task_id}`` is a HASH of ``worker_id``, ``run_id`` and ``deadline_ms`` (Unix
+epoch milliseconds at which the holder's lease window ends), with a PEXPIRE slightly longer than
+that window. Every write that is conditional on the owner (extend, re-create, delete) is one Lua
+script, so no other client's write lands between the check and the write. Every command here is
+idempotent, so each is re-sent after a lost reply (``connection.idempotent``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from uuid import UUID
+
+from redis.asyncio import Redis
+
+from dtq.adapters.redis import scripts
+from dtq.adapters.redis.connection import as_text, idempotent, ms, parse_uuid
+from dtq.application.ports import Lease, LeaseState
+
+
+class RedisLeases:
+    """Lease hashes on Redis; the base of ``RedisQueue``.
+
+    Args:
+        client: a ``redis.asyncio.Redis`` (from ``connect_redis``).
+        prefix: key namespace, ``REDIS_KEY_PREFIX`` (spec §8).
+    """
+
+    def __init__(self, client: Redis, *, prefix: str) -> None:
+        self._client = client
+        self._lease_prefix = f"{prefix}lease:task:"
+        self._set_leases = client.register_script(scripts.SET_LEASES)
+        self._extend = client.register_script(scripts.EXTEND_LEASE)
+        self._recreate = client.register_script(scripts.RECREATE_LEASE)
+        self._delete_many = client.register_script(scripts.DELETE_LEASES)
+
+    def _lease_key(self, task_id: UUID) -> str:
+        return f"{self._lease_prefix}{task_id}"
+
+    async def set_lease(self, lease: Lease, ttl: float) -> None:
+        """Replace the lease hash and PEXPIRE it after ``ttl`` seconds (see :meth:`set_leases`).
+
+        Raises:
+            ValueError: ``ttl`` is not positive.
+            BackendUnavailable: Redis failed or is unreachable.
+        """
+        await self.set_leases([lease], ttl)
+
+    async def set_leases(self, leases: Sequence[Lease], ttl: float) -> None:
+        """``set_lease`` for each lease, all in one script call (one round trip, one command).
+
+        Each hash is replaced whole (DEL, HSET of worker_id, run_id, deadline_ms) and given its
+        PEXPIRE inside the script, so it is atomic like a MULTI/EXEC: a client dying mid-send
+        cannot leave a hash without its TTL (a lease that never expires would block the reclaim
+        of its task forever), and no other client sees a hash between its DEL and its HSET. One
+        script instead of three commands per lease: the worker's Redis client packs and parses
+        one command per batch (``benchmarks/PROFILE.md``).
+
+        Raises:
+            ValueError: ``ttl`` is not positive (checked only when there are leases).
+            BackendUnavailable: Redis failed or is unreachable.
+        """
+        if not leases:
+            return
+        ttl_ms = ms(ttl)
+        keys = [self._lease_key(lease.task_id) for lease in leases]
+        args: list[str | int] = [ttl_ms]
+        for lease in leases:
+            args += (lease.worker_id, str(lease.run_id), lease.deadline_ms)
+        operation = "set_leases" if len(leases) > 1 else "set_lease"
+        await idempotent(operation, lambda: self._set_leases(keys=keys, args=args))
+
+    async def extend_lease(self, lease: Lease, ttl: float) -> LeaseState:
+        """If the hash names ``lease.run_id``: PEXPIRE ``ttl`` seconds, store ``deadline_ms``.
+
+        Returns:
+            EXTENDED, MISSING (no hash) or LOST (another run's hash; unchanged).
+
+        Raises:
+            ValueError: ``ttl`` is not positive.
+            BackendUnavailable: Redis failed or is unreachable.
+        """
+        args: list[str | int] = [str(lease.run_id), ms(ttl), lease.deadline_ms]
+        keys = [self._lease_key(lease.task_id)]
+        state = await idempotent("extend_lease", lambda: self._extend(keys=keys, args=args))
+        return LeaseState(as_text(state))
+
+    async def recreate_lease(self, lease: Lease, ttl: float) -> LeaseState:
+        """Write the lease hash only if none exists; extend it if it names ``lease.run_id``.
+
+        One script (check and write atomic), so a hash another run wrote since this run's
+        ``extend_lease`` answered MISSING is never overwritten.
+
+        Returns:
+            EXTENDED (created, or ours and extended) or LOST (another run's hash; unchanged).
+
+        Raises:
+            ValueError: ``ttl`` is not positive.
+            BackendUnavailable: Redis failed or is unreachable.
+        """
+        args: list[str | int] = [str(lease.run_id), lease.worker_id, lease.deadline_ms, ms(ttl)]
+        keys = [self._lease_key(lease.task_id)]
+        state = await idempotent("recreate_lease", lambda: self._recreate(keys=keys, args=args))
+        return LeaseState(as_text(state))
+
+    async def delete_lease(self, task_id: UUID, run_id: UUID) -> None:
+        """Delete the lease hash if it names ``run_id``; idempotent.
+
+        Raises:
+            BackendUnavailable: Redis failed or is unreachable.
+        """
+        await self.delete_leases([(task_id, run_id)])
+
+    async def delete_leases(self, leases: Sequence[tuple[UUID, UUID]]) -> None:
+        """Delete each ``(task_id, run_id)`` lease hash that names its run_id, in one script.
+
+        Raises:
+            BackendUnavailable: Redis failed or is unreachable.
+        """
+        if not leases:
+            return
+        keys = [self._lease_key(task_id) for task_id, _ in leases]
+        args = [str(run_id) for _, run_id in leases]
+        await idempotent("delete_leases", lambda: self._delete_many(keys=keys, args=args))
+
+    async def leases_present(self, task_ids: Sequence[UUID]) -> set[UUID]:
+        """The ids that have a lease hash: one pipelined round trip of EXISTS.
+
+        Raises:
+            BackendUnavailable: Redis failed or is unreachable.
+        """
+        ids = list(task_ids)
+        if not ids:
+            return set()
+
+        async def exists() -> list[int]:
+            async with self._client.pipeline(transaction=False) as pipe:
+                for task_id in ids:
+                    pipe.exists(self._lease_key(task_id))
+                found: list[int] = await pipe.execute()
+                return found
+
+        found = await idempotent("leases_present", exists)
+        return {task_id for task_id, exists in zip(ids, found, strict=True) if exists}
+
+    async def get_lease(self, task_id: UUID) -> Lease | None:
+        """HGETALL the lease hash; None when absent or missing a field.
+
+        Raises:
+            BackendUnavailable: Redis failed or is unreachable.
+        """
+        key = self._lease_key(task_id)
+        raw = await idempotent("get_lease", lambda: self._client.hgetall(key))
+        fields = {as_text(name): as_text(value) for name, value in raw.items()}
+        run_id = parse_uuid(fields.get("run_id"))
+        try:
+            deadline_ms = int(fields["deadline_ms"])
+            worker_id = fields["worker_id"]
+        except (KeyError, ValueError):
+            return None
+        if run_id is None:
+            return None
+        return Lease(task_id=task_id, worker_id=worker_id, run_id=run_id, deadline_ms=deadline_ms)
