@@ -45,7 +45,7 @@ from redis.exceptions import RedisError
 
 from dtq.adapters.redis import scripts
 from dtq.adapters.redis.connection import as_text, wrap_errors
-from dtq.application.ports import Lease, LeaseState
+from dtq.application.ports import Lease, LeaseState, QueueEpoch
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_MS = timedelta(milliseconds=1)
@@ -448,3 +448,27 @@ class RedisQueue:
         """PING. Raises ``BackendUnavailable`` unless Redis answers."""
         with wrap_errors("ping"):
             await self._client.ping()
+
+    # --- reconciler safety (issue 12 bugs 3 and 7) --------------------------------------------
+
+    async def server_time(self) -> datetime:
+        """TIME: the Redis server's clock, aware UTC.
+
+        Raises:
+            BackendUnavailable: Redis failed or is unreachable.
+        """
+        with wrap_errors("server_time"):
+            seconds, micros = await self._client.time()
+        return _EPOCH + timedelta(seconds=int(seconds), microseconds=int(micros))
+
+    async def epoch(self, token: str) -> QueueEpoch:
+        """The ``{prefix}epoch`` string (``"{token}|{created_ms}"``, no TTL), created by one
+        script from the server's TIME when absent.
+
+        Raises:
+            BackendUnavailable: Redis failed or is unreachable.
+        """
+        script = self._client.register_script(scripts.EPOCH)  # once a pass: no need to keep it
+        with wrap_errors("epoch"):
+            value, age_ms, created = await script(keys=[f"{self._prefix}epoch"], args=[token])
+        return QueueEpoch(id=as_text(value), age=int(age_ms) / 1000, created=bool(int(created)))
