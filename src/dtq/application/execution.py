@@ -11,7 +11,7 @@ import asyncio
 import copy
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from uuid import UUID, uuid4
 
 from dtq.application.commands import Claim, ExecutionPolicy, ReportOutcome
@@ -36,6 +36,8 @@ class _Followup:
     enqueue: tuple[Task, ...] = ()
     schedule_at: datetime | None = None
 
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 #: A report's transaction function; its second argument says whether it replays a call whose
 #: COMMIT had an unknown outcome (then a report it finds already recorded is its own).
@@ -79,8 +81,11 @@ class ExecutionService:
         Each claimable task goes ``queued -> running`` with a new run; then, whatever happened,
         every popped id's pending marker is released (this worker owns those deliveries since
         the pop removed them); then the leases are set. A task that is queued but not yet due
-        (a stale duplicate popped early) is refused and put back on the scheduled set for its
-        due time. Unknown, finished or already claimed tasks are refused silently.
+        (a stale duplicate popped early, or one promoted early because the queue server's
+        clock runs ahead of the database's) is refused and put back on the scheduled set for
+        its due time plus that observed skew (``Queue.server_time`` minus the transaction's
+        time, if positive), so a skew costs one wasted claim, not one per promotion interval.
+        Unknown, finished or already claimed tasks are refused silently.
 
         Args:
             task_ids: the popped ids (duplicates are claimed once).
@@ -112,8 +117,12 @@ class ExecutionService:
             self._queue.release_markers(ids),
             self._queue.set_leases(leases, self._policy.lease_ttl),
         )
-        for task_id, priority, due in batch.not_due:
-            await self._queue.schedule(task_id, priority, due)
+        if batch.not_due:
+            # Promoted early because the queue's clock runs ahead of the database's: put it
+            # back at its due time plus that skew, so the next promotion is the last one.
+            skew = max(await self._queue.server_time() - batch.now, timedelta(0))
+            for task_id, priority, due in batch.not_due:
+                await self._queue.schedule(task_id, priority, due + skew)
         return batch.claims
 
     async def put_back(self, task_id: UUID) -> bool:
@@ -341,6 +350,7 @@ class _ClaimBatch:
 
     claims: list[Claim] = field(default_factory=list)
     not_due: list[tuple[UUID, str, datetime]] = field(default_factory=list)
+    now: datetime = _EPOCH  # the transaction's time (database clock), when it listed not_due
 
 
 async def _claim_tx(
@@ -348,7 +358,7 @@ async def _claim_tx(
 ) -> _ClaimBatch:
     tasks = {task.id: task for task in await tx.tasks.get_many(task_ids)}
     now = await tx.now()
-    batch = _ClaimBatch()
+    batch = _ClaimBatch(now=now)
     for task_id in task_ids:
         task = tasks.get(task_id)
         if task is None:
