@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dtq.application.commands import ExecutionPolicy, TaskSpec
-from dtq.application.reconcile import LEASE_EXPIRED
+from dtq.application.reconcile import LEASE_EXPIRED, LEASE_LOST_WITH_QUEUE
 from dtq.domain.entities import WORKER_LOST
 from dtq.domain.status import JobStatus, RunStatus, TaskStatus
 from tests.unit.conftest import POLICY, App, build_app
@@ -134,6 +134,7 @@ async def test_flush_in_the_middle_of_a_run_is_repaired_with_no_task_lost(app: A
     )
     running = [await pop_claim(app) for _ in range(2)]
     app.queue.flush()  # ready list, markers and leases are gone
+    assert await app.reconcile.reclaim_stale() == 0  # the next pass notices the loss
     await app.execution.complete(running[0])
     app.clock.advance(POLICY.stale_running_after + 1)
     report = await app.reconcile.reconcile_once()
@@ -182,3 +183,61 @@ async def test_a_backlog_older_than_the_marker_ttl_is_not_pushed_twice() -> None
     assert await app.reconcile.enqueue_due() == 0
     assert sorted(app.queue.ready_ids("default")) == sorted(result.task_ids.values())
     assert all([await app.queue.has_marker(i) for i in result.task_ids.values()])
+
+
+# --- losing the queue's data (issue 12 bug 3) --------------------------------------------------
+
+
+async def test_losing_the_queue_reclaims_no_healthy_long_run_however_often_it_happens() -> None:
+    app = build_app()  # lease 30 s (TTL 35 s), stale after 60 s, crash budget 2
+    await app.submit_tasks(*(TaskSpec(f"t{i}", "echo") for i in range(3)))
+    claims = [await pop_claim(app) for _ in range(3)]
+    for _ in range(POLICY.max_reclaims + 2):  # more losses than the crash budget allows
+        app.clock.advance(POLICY.stale_running_after + 1)  # long runs, heartbeating
+        for claim in claims:
+            await app.execution.heartbeat(claim)
+        app.queue.flush()  # Redis restarted without persistence
+        report = await app.reconcile.reconcile_once()  # the pass run at once on start
+        assert report.reclaimed == 0 and report.queue_reset and report.reclaim_deferred
+        app.clock.advance(10)  # the workers' next heartbeat re-creates their leases
+        for claim in claims:
+            await app.execution.heartbeat(claim)
+        app.clock.advance(POLICY.lease_ttl - 10)  # the grace is over; the leases are back
+        report = await app.reconcile.reconcile_once()
+        assert report.reclaimed == 0 and not report.reclaim_deferred
+    for claim in claims:
+        view = await app.queries.get_task(claim.task.id)
+        assert view.task.status is TaskStatus.RUNNING and view.task.reclaims == 0
+        assert [r.status for r in view.runs] == [RunStatus.RUNNING]
+
+
+async def test_a_run_whose_lease_is_not_recreated_after_the_loss_is_reclaimed_free() -> None:
+    app = build_app()
+    result = await app.submit_tasks(TaskSpec("a", "echo"))
+    task_id = result.task_ids["a"]
+    await pop_claim(app)  # its worker dies at about the time Redis is lost
+    app.clock.advance(POLICY.stale_running_after + 1)
+    app.queue.flush()
+    assert await app.reconcile.reclaim_stale() == 0  # held back for one lease TTL
+    app.clock.advance(POLICY.lease_ttl - 1)
+    assert await app.reconcile.reclaim_stale() == 0
+    app.clock.advance(1)
+    assert await app.reconcile.reclaim_stale() == 1
+    view = await app.queries.get_task(task_id)
+    assert view.task.status is TaskStatus.QUEUED and view.task.reclaims == 0
+    assert view.runs[0].status is RunStatus.DEAD and view.runs[0].error == LEASE_LOST_WITH_QUEUE
+    assert app.queue.ready_ids("default") == [task_id]
+
+
+async def test_a_run_started_after_the_loss_is_charged_as_usual() -> None:
+    app = build_app()
+    result = await app.submit_tasks(TaskSpec("a", "echo"))
+    app.queue.flush()
+    await app.reconcile.reconcile_once()  # notices the loss; re-pushes the queued task
+    app.clock.advance(1)
+    claim = await pop_claim(app)
+    await app.queue.delete_lease(claim.task.id, claim.run.id)  # this worker really dies
+    app.clock.advance(POLICY.stale_running_after + 1)
+    assert await app.reconcile.reclaim_stale() == 1
+    view = await app.queries.get_task(result.task_ids["a"])
+    assert view.task.reclaims == 1 and view.runs[0].error == LEASE_EXPIRED
