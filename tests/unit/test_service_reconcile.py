@@ -241,3 +241,33 @@ async def test_a_run_started_after_the_loss_is_charged_as_usual() -> None:
     assert await app.reconcile.reclaim_stale() == 1
     view = await app.queries.get_task(result.task_ids["a"])
     assert view.task.reclaims == 1 and view.runs[0].error == LEASE_EXPIRED
+
+
+# --- due tasks of a priority no live worker polls (issue 12) -----------------------------------
+
+
+async def test_a_pass_reports_due_tasks_of_priorities_no_live_worker_polls(app: App) -> None:
+    await app.submit_tasks(
+        TaskSpec("a", "echo"),
+        TaskSpec("h1", "echo", priority="high"),
+        TaskSpec("h2", "echo", priority="high"),
+        TaskSpec("b", "echo", priority="batch"),
+    )
+    assert (await app.reconcile.reconcile_once()).unpolled == {
+        "batch": 1,
+        "default": 1,
+        "high": 2,
+    }  # no live worker at all
+    await app.registry.heartbeat("w-old", "h", {"priorities": ["batch"]})
+    app.clock.advance(300)  # w-old is no longer live
+    await app.registry.heartbeat("w-default", "h", {"kinds": ["echo"]})  # the default tier
+    await app.registry.heartbeat("w-high", "h", {"priorities": ["high", "default"]})
+    assert (await app.reconcile.reconcile_once()).unpolled == {"batch": 1}
+
+
+async def test_unpolled_counts_are_reported_once_the_due_listing_is_complete(app: App) -> None:
+    await app.submit_tasks(*(TaskSpec(f"t{i}", "echo", priority="high") for i in range(7)))
+    first = await app.reconcile.reconcile_once(limit=5, max_pages=1)
+    second = await app.reconcile.reconcile_once(limit=5, max_pages=1)
+    assert first.unpolled is None  # the listing stopped after one page of five
+    assert second.unpolled == {"high": 7}

@@ -15,7 +15,7 @@ from uuid import UUID, uuid4
 from dtq.application.commands import ExecutionPolicy, ReconcileReport
 from dtq.application.ports import DueTask, Queue, RunningTask, Store, Transaction
 from dtq.application.transitions import cascade_failure, mark_job_failed
-from dtq.domain.entities import Task, Worker
+from dtq.domain.entities import DEFAULT_PRIORITY, Task, Worker
 from dtq.domain.errors import StaleRun
 from dtq.domain.status import TaskStatus
 
@@ -218,7 +218,8 @@ class ReconcileService:
         count of the due listing (None when no count completed since the last call).
 
         A worker polls the priorities its registry row lists under ``metadata["priorities"]``;
-        a live worker whose row does not say is taken to poll every priority (no false alarm).
+        a row without that field polls the default tier only (workers record the field only
+        when they poll something else); a malformed field counts as polling every priority.
         """
         counts, self._due_cycle = self._due_cycle, None
         if counts is None:
@@ -230,7 +231,7 @@ class ReconcileService:
 
         polled: set[str] = set()
         for worker in await self._store.run(read):
-            priorities = worker.metadata.get("priorities")
+            priorities = worker.metadata.get("priorities", [DEFAULT_PRIORITY])
             if not isinstance(priorities, list):
                 return {}
             polled.update(str(priority) for priority in priorities)
