@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dtq.application.commands import ExecutionPolicy, TaskSpec
+from dtq.application.ports import QueueEpoch
 from dtq.application.reconcile import LEASE_EXPIRED, LEASE_LOST_WITH_QUEUE
 from dtq.domain.entities import WORKER_LOST
 from dtq.domain.status import JobStatus, RunStatus, TaskStatus
@@ -271,3 +272,24 @@ async def test_unpolled_counts_are_reported_once_the_due_listing_is_complete(app
     second = await app.reconcile.reconcile_once(limit=5, max_pages=1)
     assert first.unpolled is None  # the listing stopped after one page of five
     assert second.unpolled == {"high": 7}
+
+
+async def test_a_deferred_pass_reads_the_queue_epoch_once_not_once_per_page() -> None:
+    app = build_app(ExecutionPolicy(stale_running_after=10))
+    await app.submit_tasks(*(TaskSpec(f"t{i}", "echo") for i in range(6)))
+    for _ in range(6):
+        await pop_claim(app)
+    app.clock.advance(11)
+    await app.reconcile.reclaim_stale(limit=5)  # a full page: the cursor is mid-listing
+    app.queue.flush()
+    reads = 0
+    epoch = app.queue.epoch
+
+    async def counted(token: str) -> QueueEpoch:
+        nonlocal reads
+        reads += 1
+        return await epoch(token)
+
+    app.queue.epoch = counted  # type: ignore[method-assign]
+    report = await app.reconcile.reconcile_once(limit=5)
+    assert report.reclaim_deferred and reads == 1

@@ -197,7 +197,7 @@ class ReconcileService:
         reclaimed = enqueued = 0
         for _ in range(max_pages):
             reclaimed += await self.reclaim_stale(limit)
-            if self._stale_cursor is None:
+            if self._stale_cursor is None or self._reclaim_deferred:
                 break
         for _ in range(max_pages):
             enqueued += await self.enqueue_due(limit)
