@@ -947,3 +947,35 @@ async def test_check_eviction_policy_agrees_with_the_server(redis_client: Redis)
     policy = _text(next(iter((await redis_client.config_get("maxmemory-policy")).values())))
     warning = await check_eviction_policy(redis_client)
     assert (warning is None) is (policy == "noeviction")
+
+
+# --- reconciler safety: queue epoch and server clock (issue 12 bugs 3 and 7) -----------------
+
+
+async def test_epoch_is_created_once_then_kept_and_ages(
+    queue: Queue, flush: Flush, advance: Advance
+) -> None:
+    await flush()
+    first = await queue.epoch("first")
+    assert first.created is True and first.age < 1.0
+    await advance(0.2)
+    again = await queue.epoch("second")
+    assert again.created is False
+    assert again.id == first.id
+    assert 0.15 <= again.age < 5.0
+
+
+async def test_epoch_is_new_after_the_queue_loses_its_data(queue: Queue, flush: Flush) -> None:
+    before = await queue.epoch("before")
+    await flush()
+    after = await queue.epoch("after")
+    assert after.created is True
+    assert after.id != before.id and after.age < 1.0
+
+
+async def test_server_time_is_the_clock_promote_due_reads(
+    queue: Queue, now: Callable[[], datetime]
+) -> None:
+    server = await queue.server_time()
+    assert server.tzinfo is not None
+    assert abs((server - now()).total_seconds()) < 1.0

@@ -32,8 +32,11 @@ POLICY = ExecutionPolicy(lease_duration=2.0, retry_backoff=0.1, stale_running_af
 
 
 @pytest.fixture
-def services(pg_store: CockroachStore, redis_client: Redis, redis_prefix: str) -> Services:
-    """The production container with the real adapters of the fixtures plugged in."""
+async def services(pg_store: CockroachStore, redis_client: Redis, redis_prefix: str) -> Services:
+    """The production container with the real adapters of the fixtures plugged in, on a Redis
+    whose data set is long established (its epoch began at the Unix epoch): a fresh prefix
+    would otherwise look like a Redis that just lost its data, and hold reclaims back."""
+    await redis_client.set(f"{redis_prefix}epoch", "fixture|0")
     settings = Settings()
     c = build_container(settings, backend="memory")
     c.store.override(providers.Object(pg_store))
@@ -148,7 +151,8 @@ async def test_redis_loss_mid_run_is_repaired_by_reconcile_and_reclaim(
     ids = await services.queue.pop_many(["default"], timeout=0, max_count=10)
     in_flight = await services.execution.claim_many(ids, "w-dead")  # this worker then dies
     await redis_wipe()  # ready list, markers and leases are gone
-    await asyncio.sleep(POLICY.stale_running_after + 0.2)
+    assert await services.reconcile.reclaim_stale() == 0  # a pass notices: reclaims held back
+    await asyncio.sleep(max(POLICY.stale_running_after, POLICY.lease_ttl) + 0.2)
     report = await services.reconcile.reconcile_once()
     assert report.reclaimed == len(in_flight)  # each reclaimed task is pushed by the reclaim
     assert report.enqueued == 30 - len(in_flight)  # the never-claimed rest by enqueue_due
@@ -195,3 +199,31 @@ async def test_batch_with_a_reclaimed_claim_records_the_others_on_postgres(
     for claim, status in zip(claims, ("completed", "queued", "completed"), strict=True):
         view = await services.queries.get_task(claim.task.id)
         assert view.task.status.value == status
+
+
+async def test_redis_loss_reclaims_no_healthy_run_on_postgres_and_redis(
+    services: Services, redis_wipe: Callable[[], Awaitable[None]]
+) -> None:
+    """Issue 12 bug 3 on the real services: a wipe of every key (what FLUSHDB does, limited to
+    this test's prefix on the shared server) must not reclaim runs whose workers are alive."""
+    await services.submit.submit_job(
+        SubmitJob(tasks=tuple(TaskSpec(f"t{i}", "echo") for i in range(4)))
+    )
+    ids = await services.queue.pop_many(["default"], timeout=0, max_count=4)
+    claims = await services.execution.claim_many(ids, "w-alive")
+    assert len(claims) == 4
+    await asyncio.sleep(POLICY.stale_running_after + 0.2)  # long runs by the stale threshold
+    await redis_wipe()
+    report = await services.reconcile.reconcile_once()
+    assert report.reclaimed == 0 and report.queue_reset and report.reclaim_deferred
+    for claim in claims:  # the live workers' next heartbeat re-creates their leases
+        assert (await services.execution.heartbeat(claim)).value == "extended"
+    await asyncio.sleep(POLICY.lease_ttl + 0.2)
+    for claim in claims:
+        await services.execution.heartbeat(claim)
+    report = await services.reconcile.reconcile_once()
+    assert report.reclaimed == 0 and not report.reclaim_deferred
+    for claim in claims:
+        view = await services.queries.get_task(claim.task.id)
+        assert view.task.status is TaskStatus.RUNNING and view.task.reclaims == 0
+        assert [r.status for r in view.runs] == [RunStatus.RUNNING]

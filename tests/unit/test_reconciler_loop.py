@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -11,6 +12,7 @@ from dtq.application.commands import ReconcileReport
 from dtq.domain.errors import BackendUnavailable
 from dtq.entrypoints.metrics import OrchestratorMetrics
 from dtq.entrypoints.reconciler import Reconciler
+from dtq.worker import Options, Runtime
 
 
 class FakeReconcile:
@@ -223,3 +225,93 @@ def test_invalid_timings_are_refused(interval: float, promote_interval: float, b
             promote_interval=promote_interval,
             batch=batch,
         )
+
+
+class ScriptedReports:
+    """Stands in for ReconcileService: answers each pass with the next scripted report."""
+
+    def __init__(self, *reports: ReconcileReport) -> None:
+        self.reports = list(reports)
+
+    async def reconcile_once(self, limit: int = 500) -> ReconcileReport:
+        return self.reports.pop(0)
+
+    async def promote_scheduled(self, limit: int = 1000) -> int:
+        return 0
+
+
+class RecordingLog:
+    """A structlog-like logger that keeps ``(level, event, fields)``."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[str, str, dict[str, object]]] = []
+
+    def _keep(self, level: str) -> Callable[..., None]:
+        def log(event: str, **fields: object) -> None:
+            self.records.append((level, event, fields))
+
+        return log
+
+    def __getattr__(self, level: str) -> Callable[..., None]:
+        return self._keep(level)
+
+    def warnings(self) -> list[tuple[str, dict[str, object]]]:
+        return [(event, fields) for level, event, fields in self.records if level == "warning"]
+
+
+def unpolled(registry: CollectorRegistry, priority: str) -> float | None:
+    return registry.get_sample_value("orchestrator_tasks_queued_unpolled", {"priority": priority})
+
+
+async def test_unpolled_priorities_set_the_gauge_warn_and_clear_when_polled_again() -> None:
+    registry, log = CollectorRegistry(), RecordingLog()
+    scripted = ScriptedReports(
+        ReconcileReport(unpolled={"high": 3, "batch": 1}),
+        ReconcileReport(unpolled=None),  # a pass that did not finish counting: gauge kept
+        ReconcileReport(unpolled={"batch": 2}),
+    )
+    reconciler = Reconciler(
+        scripted,  # type: ignore[arg-type]
+        interval=1,
+        promote_interval=1,
+        batch=10,
+        metrics=OrchestratorMetrics(registry),
+        logger=log,
+    )
+    await reconciler.run_pass()
+    assert (unpolled(registry, "high"), unpolled(registry, "batch")) == (3, 1)
+    assert (
+        "queued tasks of a priority no live worker polls",
+        {"priority": "high", "queued": 3},
+    ) in (log.warnings())
+    await reconciler.run_pass()
+    assert (unpolled(registry, "high"), unpolled(registry, "batch")) == (3, 1)
+    await reconciler.run_pass()
+    assert (unpolled(registry, "high"), unpolled(registry, "batch")) == (None, 2)
+
+
+async def test_a_queue_reset_is_logged_as_a_warning() -> None:
+    log = RecordingLog()
+    reconciler = Reconciler(
+        ScriptedReports(ReconcileReport(queue_reset=True, reclaim_deferred=True)),  # type: ignore[arg-type]
+        interval=1,
+        promote_interval=1,
+        batch=10,
+        logger=log,
+    )
+    await reconciler.run_pass()
+    assert any("queue data lost" in event for event, _ in log.warnings())
+
+
+async def test_a_worker_records_the_priorities_it_polls_for_the_unpolled_check() -> None:
+    from tests.unit.runtime_harness import build_harness
+
+    h = build_harness()
+    runtime = Runtime(
+        Options(heartbeat_every=0.1, shutdown_grace=0.2, poll_timeout=0.05, priorities=("high",))
+    )
+    runtime.register("echo", lambda task: None)
+    async with h.running(runtime, reconcile=False):
+        await asyncio.sleep(0.05)
+        workers = await h.queries.list_workers(60)
+    assert [w.metadata.get("priorities") for w in workers] == [["high"]]

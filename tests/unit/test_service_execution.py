@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
 from typing import Any, TypeVar, cast
 from uuid import UUID, uuid4
 
 import pytest
 
-from dtq.application.commands import Claim, ReportOutcome, TaskSpec
+from dtq.adapters.memory.clock import FakeClock
+from dtq.adapters.memory.queue import InMemoryQueue
+from dtq.adapters.memory.store import InMemoryStore
+from dtq.application.commands import Claim, ReportOutcome, SubmitJob, TaskSpec
 from dtq.application.execution import ExecutionService
 from dtq.application.ports import Lease, LeaseState, Store, Transaction
+from dtq.application.submit import SubmitService
 from dtq.domain.errors import BackendUnavailable
 from dtq.domain.status import JobStatus, RunStatus, TaskStatus
 from tests.unit.conftest import POLICY, App
@@ -454,3 +459,61 @@ async def test_put_back_of_a_task_no_longer_queued_only_releases_the_marker(app:
     assert await app.execution.put_back(claim.task.id) is False
     assert not await app.queue.has_marker(claim.task.id)
     assert app.queue.ready_ids("default") == []
+
+
+# --- clock skew between the queue and the database (issue 12 bug 7) ---------------------------
+
+
+class _LaggingClock:
+    """The database's clock: ``behind`` seconds behind the queue server's (the FakeClock)."""
+
+    def __init__(self, clock: FakeClock, behind: float) -> None:
+        self._clock = clock
+        self._behind = timedelta(seconds=behind)
+
+    def now(self) -> datetime:
+        return self._clock.now() - self._behind
+
+    async def sleep(self, seconds: float) -> None:
+        await self._clock.sleep(seconds)
+
+
+class _CountingStore:
+    """Counts the transactions run through it (claims are the only ones in the loop below)."""
+
+    def __init__(self, inner: InMemoryStore) -> None:
+        self.inner = inner
+        self.transactions = 0
+
+    async def run(self, fn: Callable[[Transaction], Awaitable[T]]) -> T:
+        self.transactions += 1
+        return await self.inner.run(fn)  # type: ignore[arg-type]
+
+    async def ping(self) -> None:
+        await self.inner.ping()
+
+
+async def test_a_queue_clock_ahead_of_the_database_costs_one_wasted_claim_not_twenty() -> None:
+    clock = FakeClock()
+    memory = InMemoryStore(_LaggingClock(clock, behind=0.5))
+    queue = InMemoryQueue(clock)
+    store = _CountingStore(memory)
+    execution = ExecutionService(store=store, queue=queue, policy=POLICY)
+    submit = SubmitService(store=memory, queue=queue)
+    await submit.submit_job(SubmitJob(tasks=(TaskSpec("a", "echo"),)))
+    first = await execution.claim(await queue.pop(["default"], 0), "w1")  # type: ignore[arg-type]
+    assert first is not None
+    await execution.fail(first, "boom")  # retry due in 5 s by the database's clock
+    clock.advance(POLICY.retry_backoff - 1.0)
+    store.transactions = 0
+    retry = None
+    for _ in range(200):  # the promoter's loop, every 25 ms
+        clock.advance(0.025)
+        if not await queue.promote_due(100):
+            continue
+        retry = await execution.claim(await queue.pop(["default"], 0), "w1")  # type: ignore[arg-type]
+        if retry is not None:
+            break
+    assert retry is not None and retry.run.attempt_number == 2
+    wasted = store.transactions - 1
+    assert wasted <= 1, f"{wasted} claim transactions refused as not yet due"

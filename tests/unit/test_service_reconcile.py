@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from dtq.application.commands import ExecutionPolicy, TaskSpec
-from dtq.application.reconcile import LEASE_EXPIRED
+from dtq.application.ports import QueueEpoch
+from dtq.application.reconcile import LEASE_EXPIRED, LEASE_LOST_WITH_QUEUE
 from dtq.domain.entities import WORKER_LOST
 from dtq.domain.status import JobStatus, RunStatus, TaskStatus
 from tests.unit.conftest import POLICY, App, build_app
@@ -134,6 +135,7 @@ async def test_flush_in_the_middle_of_a_run_is_repaired_with_no_task_lost(app: A
     )
     running = [await pop_claim(app) for _ in range(2)]
     app.queue.flush()  # ready list, markers and leases are gone
+    assert await app.reconcile.reclaim_stale() == 0  # the next pass notices the loss
     await app.execution.complete(running[0])
     app.clock.advance(POLICY.stale_running_after + 1)
     report = await app.reconcile.reconcile_once()
@@ -182,3 +184,112 @@ async def test_a_backlog_older_than_the_marker_ttl_is_not_pushed_twice() -> None
     assert await app.reconcile.enqueue_due() == 0
     assert sorted(app.queue.ready_ids("default")) == sorted(result.task_ids.values())
     assert all([await app.queue.has_marker(i) for i in result.task_ids.values()])
+
+
+# --- losing the queue's data (issue 12 bug 3) --------------------------------------------------
+
+
+async def test_losing_the_queue_reclaims_no_healthy_long_run_however_often_it_happens() -> None:
+    app = build_app()  # lease 30 s (TTL 35 s), stale after 60 s, crash budget 2
+    await app.submit_tasks(*(TaskSpec(f"t{i}", "echo") for i in range(3)))
+    claims = [await pop_claim(app) for _ in range(3)]
+    for _ in range(POLICY.max_reclaims + 2):  # more losses than the crash budget allows
+        app.clock.advance(POLICY.stale_running_after + 1)  # long runs, heartbeating
+        for claim in claims:
+            await app.execution.heartbeat(claim)
+        app.queue.flush()  # Redis restarted without persistence
+        report = await app.reconcile.reconcile_once()  # the pass run at once on start
+        assert report.reclaimed == 0 and report.queue_reset and report.reclaim_deferred
+        app.clock.advance(10)  # the workers' next heartbeat re-creates their leases
+        for claim in claims:
+            await app.execution.heartbeat(claim)
+        app.clock.advance(POLICY.lease_ttl - 10)  # the grace is over; the leases are back
+        report = await app.reconcile.reconcile_once()
+        assert report.reclaimed == 0 and not report.reclaim_deferred
+    for claim in claims:
+        view = await app.queries.get_task(claim.task.id)
+        assert view.task.status is TaskStatus.RUNNING and view.task.reclaims == 0
+        assert [r.status for r in view.runs] == [RunStatus.RUNNING]
+
+
+async def test_a_run_whose_lease_is_not_recreated_after_the_loss_is_reclaimed_free() -> None:
+    app = build_app()
+    result = await app.submit_tasks(TaskSpec("a", "echo"))
+    task_id = result.task_ids["a"]
+    await pop_claim(app)  # its worker dies at about the time Redis is lost
+    app.clock.advance(POLICY.stale_running_after + 1)
+    app.queue.flush()
+    assert await app.reconcile.reclaim_stale() == 0  # held back for one lease TTL
+    app.clock.advance(POLICY.lease_ttl - 1)
+    assert await app.reconcile.reclaim_stale() == 0
+    app.clock.advance(1)
+    assert await app.reconcile.reclaim_stale() == 1
+    view = await app.queries.get_task(task_id)
+    assert view.task.status is TaskStatus.QUEUED and view.task.reclaims == 0
+    assert view.runs[0].status is RunStatus.DEAD and view.runs[0].error == LEASE_LOST_WITH_QUEUE
+    assert app.queue.ready_ids("default") == [task_id]
+
+
+async def test_a_run_started_after_the_loss_is_charged_as_usual() -> None:
+    app = build_app()
+    result = await app.submit_tasks(TaskSpec("a", "echo"))
+    app.queue.flush()
+    await app.reconcile.reconcile_once()  # notices the loss; re-pushes the queued task
+    app.clock.advance(1)
+    claim = await pop_claim(app)
+    await app.queue.delete_lease(claim.task.id, claim.run.id)  # this worker really dies
+    app.clock.advance(POLICY.stale_running_after + 1)
+    assert await app.reconcile.reclaim_stale() == 1
+    view = await app.queries.get_task(result.task_ids["a"])
+    assert view.task.reclaims == 1 and view.runs[0].error == LEASE_EXPIRED
+
+
+# --- due tasks of a priority no live worker polls (issue 12) -----------------------------------
+
+
+async def test_a_pass_reports_due_tasks_of_priorities_no_live_worker_polls(app: App) -> None:
+    await app.submit_tasks(
+        TaskSpec("a", "echo"),
+        TaskSpec("h1", "echo", priority="high"),
+        TaskSpec("h2", "echo", priority="high"),
+        TaskSpec("b", "echo", priority="batch"),
+    )
+    assert (await app.reconcile.reconcile_once()).unpolled == {
+        "batch": 1,
+        "default": 1,
+        "high": 2,
+    }  # no live worker at all
+    await app.registry.heartbeat("w-old", "h", {"priorities": ["batch"]})
+    app.clock.advance(300)  # w-old is no longer live
+    await app.registry.heartbeat("w-default", "h", {"kinds": ["echo"]})  # the default tier
+    await app.registry.heartbeat("w-high", "h", {"priorities": ["high", "default"]})
+    assert (await app.reconcile.reconcile_once()).unpolled == {"batch": 1}
+
+
+async def test_unpolled_counts_are_reported_once_the_due_listing_is_complete(app: App) -> None:
+    await app.submit_tasks(*(TaskSpec(f"t{i}", "echo", priority="high") for i in range(7)))
+    first = await app.reconcile.reconcile_once(limit=5, max_pages=1)
+    second = await app.reconcile.reconcile_once(limit=5, max_pages=1)
+    assert first.unpolled is None  # the listing stopped after one page of five
+    assert second.unpolled == {"high": 7}
+
+
+async def test_a_deferred_pass_reads_the_queue_epoch_once_not_once_per_page() -> None:
+    app = build_app(ExecutionPolicy(stale_running_after=10))
+    await app.submit_tasks(*(TaskSpec(f"t{i}", "echo") for i in range(6)))
+    for _ in range(6):
+        await pop_claim(app)
+    app.clock.advance(11)
+    await app.reconcile.reclaim_stale(limit=5)  # a full page: the cursor is mid-listing
+    app.queue.flush()
+    reads = 0
+    epoch = app.queue.epoch
+
+    async def counted(token: str) -> QueueEpoch:
+        nonlocal reads
+        reads += 1
+        return await epoch(token)
+
+    app.queue.epoch = counted  # type: ignore[method-assign]
+    report = await app.reconcile.reconcile_once(limit=5)
+    assert report.reclaim_deferred and reads == 1

@@ -123,9 +123,19 @@ class ReportOutcome(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class ReconcileReport:
-    """Counts of one reconcile pass."""
+    """Counts of one reconcile pass.
+
+    Attributes:
+        unpolled: due ``queued`` tasks per priority that no live worker polls (only priorities
+            with some), or None when this pass did not finish counting the due tasks.
+        queue_reset: the pass found the queue's data lost (a new queue epoch).
+        reclaim_deferred: reclaims were held back: the queue's data is younger than a lease TTL.
+    """
 
     enqueued: int = 0
     reclaimed: int = 0
     promoted: int = 0
     extra: dict[str, int] = field(default_factory=dict)
+    unpolled: dict[str, int] | None = None
+    queue_reset: bool = False
+    reclaim_deferred: bool = False

@@ -25,7 +25,7 @@ from dtq.application.transitions import (
 )
 from dtq.domain.entities import Task, TaskRun
 from dtq.domain.errors import CommitOutcomeUnknown, ConcurrentUpdate, StaleRun, TaskNotClaimable
-from dtq.domain.status import TaskStatus
+from dtq.domain.status import RunStatus, TaskStatus
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +37,11 @@ class _Followup:
     schedule_at: datetime | None = None
 
 
-_TxFn = Callable[[Transaction], Awaitable[_Followup]]
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+#: A report's transaction function; its second argument says whether it replays a call whose
+#: COMMIT had an unknown outcome (then a report it finds already recorded is its own).
+_TxFn = Callable[[Transaction, bool], Awaitable[_Followup]]
 
 
 class ExecutionService:
@@ -87,8 +91,11 @@ class ExecutionService:
         Each claimable task goes ``queued -> running`` with a new run; then, whatever happened,
         every popped id's pending marker is released (this worker owns those deliveries since
         the pop removed them); then the leases are set. A task that is queued but not yet due
-        (a stale duplicate popped early) is refused and put back on the scheduled set for its
-        due time. Unknown, finished or already claimed tasks are refused silently.
+        (a stale duplicate popped early, or one promoted early because the queue server's
+        clock runs ahead of the database's) is refused and put back on the scheduled set for
+        its due time plus that observed skew (``Queue.server_time`` minus the transaction's
+        time, if positive), so a skew costs one wasted claim, not one per promotion interval.
+        Unknown, finished or already claimed tasks are refused silently.
 
         Args:
             task_ids: the popped ids (duplicates are claimed once).
@@ -120,8 +127,12 @@ class ExecutionService:
             self._queue.release_markers(ids),
             self._queue.set_leases(leases, self._policy.lease_ttl),
         )
-        for task_id, priority, due in batch.not_due:
-            await self._queue.schedule(task_id, priority, due)
+        if batch.not_due:
+            # Promoted early because the queue's clock runs ahead of the database's: put it
+            # back at its due time plus that skew, so the next promotion is the last one.
+            skew = max(await self._queue.server_time() - batch.now, timedelta(0))
+            for task_id, priority, due in batch.not_due:
+                await self._queue.schedule(task_id, priority, due + skew)
         return batch.claims
 
     async def put_back(self, task_id: UUID) -> bool:
@@ -194,8 +205,9 @@ class ExecutionService:
         try:
             outcomes, promoted = await self._store.run(tx_fn)
         except CommitOutcomeUnknown:
-            # Recording a success is idempotent (a replay is DUPLICATE): run it again to learn.
-            outcomes, promoted = await self._store.run(tx_fn)
+            # Recording a success is idempotent: run it again to learn whether it landed, and
+            # if it did, redo its Redis side (the dependents it promoted) and count it.
+            outcomes, promoted = await self._store.run(lambda tx: _complete_replayed(tx, claims))
         await self._queue.delete_leases([(c.task.id, c.run.id) for c in claims])
         if promoted:
             await self._queue.enqueue_many([(t.id, t.priority) for t in promoted])
@@ -209,17 +221,23 @@ class ExecutionService:
         the error is not ``permanent``, else it fails and its pending dependents are failed
         transitively, and the job fails.
 
+        After a COMMIT whose outcome was unknown the report is replayed; a replay that finds
+        the failure recorded takes it as its own: RECORDED, and the retry (if the task still
+        waits for it) is put on the scheduled set again.
+
         Returns:
             RECORDED, DUPLICATE (this failure was already recorded), or STALE.
         """
         backoff = timedelta(seconds=self._policy.retry_backoff)
 
-        async def tx_fn(tx: Transaction) -> _Followup:
+        async def tx_fn(tx: Transaction, replay: bool) -> _Followup:
             task, run = await _load_run(tx, claim)
             now = await tx.now()
             decision = task.fail(run, error=error, permanent=permanent, backoff=backoff, at=now)
             if decision is None:
-                return _Followup(ReportOutcome.DUPLICATE)
+                return (
+                    _failure_replayed(task, run) if replay else _Followup(ReportOutcome.DUPLICATE)
+                )
             await tx.tasks.save(task)
             await tx.runs.save(run)
             if decision.retry:
@@ -235,21 +253,28 @@ class ExecutionService:
 
         Like a reclaim — run ``dead``, task ``queued`` due now, attempt rolled back — but the
         crash budget is not charged. After commit the marker is released and the id re-pushed.
+        A replay after a COMMIT whose outcome was unknown that finds this hand-back recorded
+        (the run ``dead`` with ``reason``) re-pushes the task if it is still ``queued``.
 
         Returns:
             RECORDED, or STALE when the run is no longer live.
         """
 
-        async def tx_fn(tx: Transaction) -> _Followup:
+        async def tx_fn(tx: Transaction, replay: bool) -> _Followup:
             task, run = await _load_run(tx, claim)
             now = await tx.now()
-            requeued = task.reclaim(
-                run,
-                reason=reason,
-                max_reclaims=self._policy.max_reclaims,
-                at=now,
-                worker_lost=False,
-            )
+            try:
+                requeued = task.reclaim(
+                    run,
+                    reason=reason,
+                    max_reclaims=self._policy.max_reclaims,
+                    at=now,
+                    worker_lost=False,
+                )
+            except StaleRun:
+                if replay and run.status is RunStatus.DEAD and run.error == reason:
+                    return _hand_back_replayed(task, run)
+                raise
             await tx.tasks.save(task)
             await tx.runs.save(run)
             if requeued:
@@ -270,10 +295,11 @@ class ExecutionService:
     ) -> ReportOutcome:
         try:
             try:
-                followup = await self._store.run(tx_fn)
+                followup = await self._store.run(lambda tx: tx_fn(tx, False))
             except CommitOutcomeUnknown:
-                # Every report is idempotent (a replay is DUPLICATE): run it again to learn.
-                followup = await self._store.run(tx_fn)
+                # Every report is idempotent: run it again to learn; a replay that finds its
+                # own commit landed returns that commit's follow-up (bug: it returned none).
+                followup = await self._store.run(lambda tx: tx_fn(tx, True))
         except StaleRun:
             return ReportOutcome.STALE
         await self._queue.delete_lease(claim.task.id, claim.run.id)
@@ -340,6 +366,7 @@ class _ClaimBatch:
 
     claims: list[Claim] = field(default_factory=list)
     not_due: list[tuple[UUID, str, datetime]] = field(default_factory=list)
+    now: datetime = _EPOCH  # the transaction's time (database clock), when it listed not_due
 
 
 async def _claim_tx(
@@ -347,7 +374,7 @@ async def _claim_tx(
 ) -> _ClaimBatch:
     tasks = {task.id: task for task in await tx.tasks.get_many(task_ids)}
     now = await tx.now()
-    batch = _ClaimBatch()
+    batch = _ClaimBatch(now=now)
     for task_id in task_ids:
         task = tasks.get(task_id)
         if task is None:
@@ -446,6 +473,51 @@ async def _complete_tx(
     await tx.tasks.save_many([task for task, _ in done])
     await tx.runs.save_many([run for _, run in done])
     return outcomes, await _after_completion(tx, [task for task, _ in done], at=now)
+
+
+async def _complete_replayed(
+    tx: Transaction, claims: Sequence[Claim]
+) -> tuple[list[ReportOutcome], list[Task]]:
+    """``_complete_tx`` after an ambiguous COMMIT of the same claims.
+
+    A commit is all or nothing: when this re-run records something, the first commit did not
+    land and its answers stand. When it records nothing, the first commit landed (or every
+    claim was already reported): each DUPLICATE is this call's own success, answered RECORDED,
+    and the dependents of those tasks now ``queued`` and due are returned to be pushed again.
+    """
+    outcomes, promoted = await _complete_tx(tx, claims)
+    if ReportOutcome.RECORDED in outcomes:
+        return outcomes, promoted
+    landed = [
+        claim.task.id
+        for claim, outcome in zip(claims, outcomes, strict=True)
+        if outcome is ReportOutcome.DUPLICATE
+    ]
+    if not landed:
+        return outcomes, []
+    now = await tx.now()
+    edges = await tx.tasks.dependents_many(landed)
+    children = await tx.tasks.get_many(list(dict.fromkeys(child for _, child in edges)))
+    queued = [c for c in children if c.status is TaskStatus.QUEUED and c.scheduled_at <= now]
+    recorded: list[ReportOutcome] = [
+        ReportOutcome.RECORDED if outcome is ReportOutcome.DUPLICATE else outcome
+        for outcome in outcomes
+    ]
+    return recorded, queued
+
+
+def _failure_replayed(task: Task, run: TaskRun) -> _Followup:
+    """The follow-up of a failure found recorded by its own replay: the retry, if still due."""
+    if task.status is TaskStatus.QUEUED and task.attempt == run.attempt_number:
+        return _Followup(ReportOutcome.RECORDED, schedule_at=task.scheduled_at)
+    return _Followup(ReportOutcome.RECORDED)
+
+
+def _hand_back_replayed(task: Task, run: TaskRun) -> _Followup:
+    """The follow-up of a hand-back found recorded by its own replay: re-push if still queued."""
+    if task.status is TaskStatus.QUEUED and task.attempt == run.attempt_number - 1:
+        return _Followup(ReportOutcome.RECORDED, enqueue=(task,))
+    return _Followup(ReportOutcome.RECORDED)
 
 
 async def _load_run(tx: Transaction, claim: Claim) -> tuple[Task, TaskRun]:

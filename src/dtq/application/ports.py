@@ -415,3 +415,38 @@ class Queue(Protocol):
     async def ping(self) -> None:
         """Raise ``BackendUnavailable`` unless the queue server answers."""
         ...
+
+    # --- reconciler safety (issue 12 bugs 3 and 7) --------------------------------------------
+
+    async def server_time(self) -> datetime:
+        """The queue server's clock (aware UTC): the clock ``promote_due`` compares due times
+        with, so a caller can measure how far it runs ahead of the database's."""
+        ...
+
+    async def epoch(self, token: str) -> QueueEpoch:
+        """The identity of the queue's current data set; created from ``token`` when absent.
+
+        The epoch record never expires, so it vanishes only together with the rest of the
+        queue's data (a flush, a failover to an empty replica, a restart without persistence).
+        Atomic: of several callers finding it absent, one creates it and all see that one.
+
+        Returns:
+            The epoch in force and its age by the queue server's clock.
+        """
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class QueueEpoch:
+    """The queue's current data set (``Queue.epoch``).
+
+    Attributes:
+        id: changes whenever the queue lost its data.
+        age: seconds (>= 0) since this data set began, by the queue server's clock.
+        created: True when this very call created it (the queue's data was just found lost,
+            or this is the queue's first use).
+    """
+
+    id: str
+    age: float
+    created: bool

@@ -8,18 +8,23 @@ through the pending marker, and reclaims are fenced on the run id.
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import datetime, timedelta
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from dtq.application.commands import ExecutionPolicy, ReconcileReport
 from dtq.application.ports import DueTask, Queue, RunningTask, Store, Transaction
 from dtq.application.transitions import cascade_failure, mark_job_failed
-from dtq.domain.entities import Task
+from dtq.domain.entities import DEFAULT_PRIORITY, Task, Worker
 from dtq.domain.errors import StaleRun
 from dtq.domain.status import TaskStatus
 
 #: ``task_runs.error`` of a run abandoned because its lease vanished.
 LEASE_EXPIRED = "lease expired: worker stopped heartbeating"
+
+#: ``task_runs.error`` of a run started before the queue lost its data whose lease was not
+#: re-created within the grace period: reclaimed without charging the crash budget.
+LEASE_LOST_WITH_QUEUE = "lease lost with the queue's data and not re-created"
 
 
 class ReconcileService:
@@ -31,15 +36,31 @@ class ReconcileService:
     Args:
         store: the system of record.
         queue: the fast path.
-        policy: stale threshold and crash budget.
+        policy: stale threshold, lease TTL and crash budget.
+        worker_alive_within: seconds since its last registry heartbeat within which a worker
+            counts as live, for the priorities live workers poll (default: three times the default
+            ``WORKER_HEARTBEAT_INTERVAL``).
     """
 
-    def __init__(self, *, store: Store, queue: Queue, policy: ExecutionPolicy) -> None:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        queue: Queue,
+        policy: ExecutionPolicy,
+        worker_alive_within: float = 90.0,
+    ) -> None:
         self._store = store
         self._queue = queue
         self._policy = policy
         self._due_cursor: tuple[datetime, UUID] | None = None
         self._stale_cursor: UUID | None = None
+        self._epoch_token = uuid4().hex
+        self._reclaim_deferred = False  # the last reclaim_stale held back: queue data too young
+        self._queue_reset = False  # the last reclaim_stale found the queue's data lost
+        self._due_counts: Counter[str] = Counter()  # due queued tasks per priority, this cycle
+        self._due_cycle: dict[str, int] | None = None  # the counts of the last complete cycle
+        self._worker_alive_within = timedelta(seconds=worker_alive_within)
 
     async def enqueue_due(self, limit: int = 500) -> int:
         """Push ``queued`` tasks with ``scheduled_at <= now`` behind the pending marker.
@@ -58,6 +79,9 @@ class ReconcileService:
 
         due = await self._store.run(read)
         self._due_cursor = (due[-1].scheduled_at, due[-1].id) if len(due) == limit else None
+        self._due_counts.update(task.priority for task in due)
+        if self._due_cursor is None:  # the listing reached its end: a complete count
+            self._due_cycle, self._due_counts = dict(self._due_counts), Counter()
         # An id whose marker expired while it waited in a long ready list is found there and
         # only gets its marker back: a backlog never fills Redis with duplicates.
         return await self._queue.enqueue_unlisted([(task.id, task.priority) for task in due])
@@ -70,6 +94,15 @@ class ReconcileService:
         abandoned delivery is released and the id pushed again (spec §5, third release path).
         A task past its crash budget fails instead (DESIGN §3), cascading to its dependents.
 
+        A lease that vanished together with all the queue's data is no sign that its worker
+        died. So each call first reads the queue's epoch (``Queue.epoch``): while the queue's
+        data set is younger than one lease TTL (it was just lost, or this is its first use),
+        nothing is reclaimed, giving live workers a heartbeat to re-create their leases. After
+        that, a run that started before the data set began is reclaimed without charging the
+        crash budget (``LEASE_LOST_WITH_QUEUE``): its lease may have been lost with the queue,
+        not with its worker. Its next run starts after the loss, so the exemption is once per
+        task and loss.
+
         Returns:
             How many runs were reclaimed.
 
@@ -78,12 +111,21 @@ class ReconcileService:
         """
         cursor = self._stale_cursor
         stale_after = timedelta(seconds=self._policy.stale_running_after)
+        epoch = await self._queue.epoch(self._epoch_token)
+        self._queue_reset = epoch.created
 
-        async def read(tx: Transaction) -> list[RunningTask]:
-            before = await tx.now() - stale_after
-            return await tx.tasks.stale_running(started_before=before, after=cursor, limit=limit)
+        async def read(tx: Transaction) -> tuple[datetime, list[RunningTask]]:
+            now = await tx.now()
+            before = now - stale_after
+            found = await tx.tasks.stale_running(started_before=before, after=cursor, limit=limit)
+            return now, found
 
-        candidates = await self._store.run(read)
+        now, candidates = await self._store.run(read)
+        # When the queue's data set began, on the database's clock (its age is skew-free).
+        queue_began = now - timedelta(seconds=epoch.age)
+        self._reclaim_deferred = epoch.age < self._policy.lease_ttl
+        if self._reclaim_deferred:
+            return 0  # the cursor stays: the same candidates are looked at after the grace
         self._stale_cursor = candidates[-1].id if len(candidates) == limit else None
         if not candidates:
             return 0
@@ -92,7 +134,8 @@ class ReconcileService:
         for candidate in candidates:
             if candidate.id in leased:
                 continue
-            task = await self._reclaim_one(candidate)
+            lost_with_queue = candidate.started_at < queue_began
+            task = await self._reclaim_one(candidate, lost_with_queue=lost_with_queue)
             if task is None:
                 continue
             reclaimed += 1
@@ -101,8 +144,9 @@ class ReconcileService:
                 await self._queue.enqueue(task.id, task.priority)
         return reclaimed
 
-    async def _reclaim_one(self, candidate: RunningTask) -> Task | None:
+    async def _reclaim_one(self, candidate: RunningTask, *, lost_with_queue: bool) -> Task | None:
         max_reclaims = self._policy.max_reclaims
+        reason = LEASE_LOST_WITH_QUEUE if lost_with_queue else LEASE_EXPIRED
 
         async def tx_fn(tx: Transaction) -> Task | None:
             task = await tx.tasks.get(candidate.id)
@@ -112,7 +156,11 @@ class ReconcileService:
             now = await tx.now()
             try:
                 requeued = task.reclaim(
-                    run, reason=LEASE_EXPIRED, max_reclaims=max_reclaims, at=now
+                    run,
+                    reason=reason,
+                    max_reclaims=max_reclaims,
+                    at=now,
+                    worker_lost=not lost_with_queue,
                 )
             except StaleRun:
                 return None  # the run ended or was reclaimed since we listed it
@@ -136,6 +184,9 @@ class ReconcileService:
     async def reconcile_once(self, limit: int = 500, *, max_pages: int = 10) -> ReconcileReport:
         """One full pass: reclaim stale runs, then enqueue due tasks, then promote scheduled.
 
+        The report also carries the due tasks no live worker polls (see ``ReconcileReport``)
+        and whether reclaims were held back after the queue lost its data.
+
         Each step pages through its candidates ``limit`` at a time until a page comes back
         short or ``max_pages`` pages were handled, so a large backlog is repaired in one pass
         while the pass stays bounded (the cursor carries on next pass).
@@ -146,11 +197,42 @@ class ReconcileService:
         reclaimed = enqueued = 0
         for _ in range(max_pages):
             reclaimed += await self.reclaim_stale(limit)
-            if self._stale_cursor is None:
+            if self._stale_cursor is None or self._reclaim_deferred:
                 break
         for _ in range(max_pages):
             enqueued += await self.enqueue_due(limit)
             if self._due_cursor is None:
                 break
         promoted = await self.promote_scheduled(limit)
-        return ReconcileReport(enqueued=enqueued, reclaimed=reclaimed, promoted=promoted)
+        return ReconcileReport(
+            enqueued=enqueued,
+            reclaimed=reclaimed,
+            promoted=promoted,
+            unpolled=await self._unpolled(),
+            queue_reset=self._queue_reset,
+            reclaim_deferred=self._reclaim_deferred,
+        )
+
+    async def _unpolled(self) -> dict[str, int] | None:
+        """Due ``queued`` tasks per priority that no live worker polls, from the last complete
+        count of the due listing (None when no count completed since the last call).
+
+        A worker polls the priorities its registry row lists under ``metadata["priorities"]``;
+        a row without that field polls the default tier only (workers record the field only
+        when they poll something else); a malformed field counts as polling every priority.
+        """
+        counts, self._due_cycle = self._due_cycle, None
+        if counts is None:
+            return None
+        alive_within = self._worker_alive_within
+
+        async def read(tx: Transaction) -> list[Worker]:
+            return await tx.workers.list_active(since=await tx.now() - alive_within)
+
+        polled: set[str] = set()
+        for worker in await self._store.run(read):
+            priorities = worker.metadata.get("priorities", [DEFAULT_PRIORITY])
+            if not isinstance(priorities, list):
+                return {}
+            polled.update(str(priority) for priority in priorities)
+        return {p: n for p, n in sorted(counts.items()) if n and p not in polled}

@@ -20,6 +20,7 @@ from __future__ import annotations
 from prometheus_client import (
     CollectorRegistry,
     Counter,
+    Gauge,
     GCCollector,
     Histogram,
     PlatformCollector,
@@ -91,6 +92,9 @@ class OrchestratorMetrics:
         reconcile_duration: ``orchestrator_reconcile_duration_seconds``: wall time of a pass.
         store_retries: ``orchestrator_store_retries_total{reason}``: transaction functions
             re-run by the store (``reason`` e.g. ``serialization``, ``concurrent_update``).
+        queued_unpolled: ``orchestrator_tasks_queued_unpolled{priority}``: due ``queued``
+            tasks of a priority that no live worker polls, as last counted by the reconciler;
+            a priority's series exists only while it has some (bounded label set).
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -143,6 +147,12 @@ class OrchestratorMetrics:
             "orchestrator_reconcile_duration_seconds",
             "Wall time of one reconcile pass in seconds.",
             buckets=RECONCILE_BUCKETS,
+            registry=registry,
+        )
+        self.queued_unpolled = Gauge(
+            "orchestrator_tasks_queued_unpolled",
+            "Due queued tasks of a priority that no live worker polls, by priority.",
+            ("priority",),
             registry=registry,
         )
         self.store_retries = Counter(

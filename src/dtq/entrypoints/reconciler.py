@@ -5,7 +5,10 @@ Two independent loops share one stop event (spec §2 invariant, §5, DESIGN §5)
 * the **reconcile loop** runs ``ReconcileService.reconcile_once`` at once, then every
   ``interval`` seconds measured start to start. A pass never overlaps the next: when a pass takes
   longer than the interval, the next one starts as soon as it ends. A failing pass is logged and
-  counted, and the loop carries on: the reconciler is the safety net and must not die;
+  counted, and the loop carries on: the reconciler is the safety net and must not die. Each
+  pass's report also drives a warning when the queue lost its data and, per priority,
+  the ``orchestrator_tasks_queued_unpolled`` gauge and a warning for due tasks no live
+  worker polls;
 * the **promoter loop** moves due entries of the scheduled set (retry backoff, delays) to their
   ready lists every ``promote_interval`` seconds, so a retry becomes runnable within about that
   long rather than a whole reconcile interval later. While it keeps failing (Redis down) it backs
@@ -65,6 +68,7 @@ class Reconciler:
         self._promote_interval = promote_interval
         self._batch = batch
         self._metrics = metrics
+        self._unpolled_labels: set[str] = set()  # priorities with a queued_unpolled series
         self._log = logger if logger is not None else structlog.get_logger("dtq.reconciler")
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -113,6 +117,7 @@ class Reconciler:
             metrics.reconcile_enqueued.inc(report.enqueued)
             metrics.reconcile_reclaimed.inc(report.reclaimed)
             metrics.reconcile_promoted.inc(report.promoted)
+        self._report_queue_state(report)
         if report.enqueued or report.reclaimed or report.promoted:
             self._log.info(
                 "reconcile pass",
@@ -122,6 +127,30 @@ class Reconciler:
                 duration_s=round(loop.time() - started, 6),
             )
         return report
+
+    def _report_queue_state(self, report: ReconcileReport) -> None:
+        """Warn about a lost queue and about due tasks no live worker polls; set the gauge."""
+        if report.queue_reset:
+            self._log.warning(
+                "queue data lost (new queue epoch): reclaims held back for one lease TTL "
+                "while workers re-create their leases"
+            )
+        if report.unpolled is None:
+            return  # this pass did not finish counting: the gauge keeps the last count
+        for priority, queued in report.unpolled.items():
+            self._log.warning(
+                "queued tasks of a priority no live worker polls",
+                priority=priority,
+                queued=queued,
+            )
+        if self._metrics is None:
+            return
+        gauge = self._metrics.queued_unpolled
+        for priority in self._unpolled_labels - report.unpolled.keys():
+            gauge.remove(priority)
+        for priority, queued in report.unpolled.items():
+            gauge.labels(priority=priority).set(queued)
+        self._unpolled_labels = set(report.unpolled)
 
     async def _reconcile_loop(self, stop: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()

@@ -17,6 +17,7 @@ from uuid import UUID
 
 from structlog.typing import FilteringBoundLogger
 
+from dtq.domain.entities import DEFAULT_PRIORITY
 from dtq.domain.errors import BackendUnavailable
 from dtq.entrypoints.metrics import WorkerMetrics
 from dtq.entrypoints.runtime_task import TaskRunner, backoff_delay
@@ -236,6 +237,9 @@ class Session:
             "concurrency": self.concurrency,
             "pid": os.getpid(),
         }
+        if tuple(self._options.priorities) != (DEFAULT_PRIORITY,):
+            # what the reconciler's unpolled check reads; absent means the default tier only
+            metadata["priorities"] = list(self._options.priorities)
         while True:
             try:
                 await self._registry.heartbeat(self._worker_id, hostname, metadata)

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
-from dtq.application.ports import Clock, Lease, LeaseState
+from dtq.application.ports import Clock, Lease, LeaseState, QueueEpoch
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_MS = timedelta(milliseconds=1)
@@ -364,6 +364,7 @@ class InMemoryQueue:
         self._markers.clear()
         self._leases.clear()
         self._scheduled.clear()
+        self._epoch = None
 
     def ready_ids(self, priority: str) -> list[UUID]:
         """The ids on the ``priority`` tier, in the order ``pop`` returns them (oldest first)."""
@@ -376,3 +377,22 @@ class InMemoryQueue:
             for (priority, task_id), score in self._scheduled.items()
         )
         return [task_id for _, _, task_id in entries]
+
+    # --- reconciler safety (issue 12 bugs 3 and 7) --------------------------------------------
+
+    # The fake starts as a queue that has held its data forever; ``flush`` loses the epoch
+    # with everything else, and the next ``epoch`` call starts a new one at ``clock.now()``.
+    _epoch: tuple[str, datetime] | None = ("initial", _EPOCH)
+
+    async def server_time(self) -> datetime:
+        """The fake's "server clock": ``clock.now()``."""
+        return self._clock.now()
+
+    async def epoch(self, token: str) -> QueueEpoch:
+        """The current epoch; a new one named ``token``, begun now, if ``flush`` dropped it."""
+        now = self._clock.now()
+        created = self._epoch is None
+        if self._epoch is None:
+            self._epoch = (token, now)
+        epoch_id, began = self._epoch
+        return QueueEpoch(id=epoch_id, age=max((now - began).total_seconds(), 0.0), created=created)

@@ -51,8 +51,16 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 
 from dtq.adapters.redis import scripts
-from dtq.adapters.redis.connection import NO_RETRY, idempotent, ms, parse_uuid, wrap_errors
+from dtq.adapters.redis.connection import (
+    NO_RETRY,
+    as_text,
+    idempotent,
+    ms,
+    parse_uuid,
+    wrap_errors,
+)
 from dtq.adapters.redis.leases import RedisLeases
+from dtq.application.ports import QueueEpoch
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_MS = timedelta(milliseconds=1)
@@ -328,3 +336,27 @@ class RedisQueue(RedisLeases):
         """PING. Raises ``BackendUnavailable`` unless Redis answers."""
         with wrap_errors("ping"):
             await self._client.ping()
+
+    # --- reconciler safety (issue 12 bugs 3 and 7) --------------------------------------------
+
+    async def server_time(self) -> datetime:
+        """TIME: the Redis server's clock, aware UTC.
+
+        Raises:
+            BackendUnavailable: Redis failed or is unreachable.
+        """
+        seconds, micros = await idempotent("server_time", self._client.time)
+        return _EPOCH + timedelta(seconds=int(seconds), microseconds=int(micros))
+
+    async def epoch(self, token: str) -> QueueEpoch:
+        """The ``{prefix}epoch`` string (``"{token}|{created_ms}"``, no TTL), created by one
+        script from the server's TIME when absent.
+
+        Raises:
+            BackendUnavailable: Redis failed or is unreachable.
+        """
+        script = self._client.register_script(scripts.EPOCH)  # once a pass: no need to keep it
+        value, age_ms, created = await idempotent(
+            "epoch", lambda: script(keys=[f"{self._prefix}epoch"], args=[token])
+        )
+        return QueueEpoch(id=as_text(value), age=int(age_ms) / 1000, created=bool(int(created)))

@@ -150,3 +150,23 @@ for _, member in ipairs(members) do
 end
 return pushed
 """
+
+
+# --- reconciler safety (issue 12 bugs 3 and 7) ---------------------------------------------------
+
+# KEYS[1] epoch key; ARGV[1] token. The value is "{token}|{created_ms}" by the server's TIME; SET
+# without expiry when absent. Returns {value, age_ms, created (1/0)}.
+EPOCH = """
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local value = redis.call('GET', KEYS[1])
+local created = 0
+if not value then
+  value = ARGV[1] .. '|' .. string.format('%d', now_ms)
+  redis.call('SET', KEYS[1], value)
+  created = 1
+end
+local sep = string.find(value, '|[^|]*$')
+local began = sep and tonumber(string.sub(value, sep + 1)) or now_ms
+return {value, string.format('%d', math.max(now_ms - began, 0)), created}
+"""
