@@ -523,3 +523,13 @@ async def test_active_since_beyond_the_longest_window_is_a_400(api: Api, window:
     error = error_of(response, 400)
     assert (error["code"], error["field"]) == ("validation_error", "active_since")
     assert "2562047h47m16s" in error["message"]
+
+
+async def test_a_repeated_key_under_an_unknown_tasks_field_of_a_single_task_is_named_in_full(
+    api: Api,
+) -> None:
+    raw = '{"kind":"k","tasks":[{"a":1,"a":2}]}'
+
+    error = error_of(await api.client.post("/v1/tasks", content=raw, headers=JSON), 400)
+
+    assert error["field"] == "tasks"

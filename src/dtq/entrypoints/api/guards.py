@@ -8,12 +8,14 @@ Struct as ``data`` and calls no decoder itself. In order, the hook refuses:
    (HTTP 415 ``unsupported_media_type``), before any byte of the body is read;
 2. a body that is not JSON (HTTP 400 ``invalid_json``), or larger than ``API_MAX_BODY_BYTES``
    (HTTP 413, raised by Litestar while the body is read);
-3. an object with the same key twice (HTTP 400 ``invalid_json``, ``field`` the key's path):
-   msgspec and Litestar keep the last value silently;
-4. a value of the wrong JSON type or outside its declared range (HTTP 400
-   ``validation_error`` naming the field), decoded in msgspec's *strict* mode: ``"3"`` or
-   ``3.0`` for an integer field is refused, as ``/schema`` says. Litestar's own (lax) conversion
-   of ``data`` runs afterwards on the cached JSON and cannot refuse what strict mode accepted.
+3. a value of the wrong JSON type or outside its declared range, or an unknown or missing
+   field (HTTP 400 ``validation_error`` naming the field), decoded in msgspec's *strict* mode:
+   ``"3"`` or ``3.0`` for an integer field is refused, as ``/schema`` says. Litestar's own (lax)
+   conversion of ``data`` runs afterwards on the cached JSON and cannot refuse what strict mode
+   accepted;
+4. an object with the same key twice (HTTP 400 ``invalid_json``, ``field`` the key's path, in
+   the body's own notation): msgspec and Litestar keep the last value silently. Checked after
+   the Struct accepted the (last-wins) document, so the path always starts at a real field.
 """
 
 from __future__ import annotations
@@ -55,11 +57,11 @@ def json_body(model: type[msgspec.Struct]) -> BeforeRequest:
             document = await request.json()
         except SerializationException as exc:  # what Litestar raises for a handler's `data`
             raise ClientException(str(exc)) from exc
-        reject_duplicate_keys(await request.body())
         try:
             msgspec.convert(document, type=model, strict=True)
         except msgspec.ValidationError as exc:
             raise ValidationException(detail=str(exc)) from exc
+        reject_duplicate_keys(await request.body())
 
     return guard
 
