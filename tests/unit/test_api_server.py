@@ -74,16 +74,22 @@ async def read_response(reader: asyncio.StreamReader) -> tuple[int, dict[str, An
     return status, json.loads(body)
 
 
-def head(extra: str) -> bytes:
+def head(extra: str, connection: str = "keep-alive") -> bytes:
+    extra = f"Connection: {connection}\r\n{extra}"
     return (
         f"POST /v1/tasks HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n{extra}\r\n"
     ).encode()
 
 
-async def test_a_chunked_body_over_the_limit_gets_the_413_json_error() -> None:
+#: ``Connection: close`` is what urllib sends: the server then closes right after its response.
+CONNECTIONS = pytest.mark.parametrize("connection", ["keep-alive", "close"])
+
+
+@CONNECTIONS
+async def test_a_chunked_body_over_the_limit_gets_the_413_json_error(connection: str) -> None:
     async with serving() as server:
         reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
-        writer.write(head("Transfer-Encoding: chunked\r\n"))
+        writer.write(head("Transfer-Encoding: chunked\r\n", connection))
         chunk = b"x" * 8192
         for _ in range(256 * LIMIT // len(chunk)):
             writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
@@ -96,11 +102,14 @@ async def test_a_chunked_body_over_the_limit_gets_the_413_json_error() -> None:
         assert (status, body["error"]["code"]) == (413, "request_too_large")
 
 
-async def test_a_large_body_streamed_with_its_length_gets_the_413_json_error() -> None:
+@CONNECTIONS
+async def test_a_large_body_streamed_with_its_length_gets_the_413_json_error(
+    connection: str,
+) -> None:
     async with serving() as server:
         reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
         size = 256 * LIMIT
-        writer.write(head(f"Content-Length: {size}\r\n"))
+        writer.write(head(f"Content-Length: {size}\r\n", connection))
         for _ in range(size // 8192):
             writer.write(b"x" * 8192)
             await writer.drain()
@@ -111,12 +120,16 @@ async def test_a_large_body_streamed_with_its_length_gets_the_413_json_error() -
         assert (status, body["error"]["code"]) == (413, "request_too_large")
 
 
-async def test_a_body_over_the_limit_streamed_slowly_gets_the_413_json_error() -> None:
-    """The server must not hang up (keep-alive expiry after its early 413) while the client is
-    still sending: the client reads its response only once the body is sent."""
+@CONNECTIONS
+async def test_a_body_over_the_limit_streamed_slowly_gets_the_413_json_error(
+    connection: str,
+) -> None:
+    """The server must not hang up (keep-alive expiry, or the close it was asked for, after its
+    early 413) while the client is still sending: the client reads its response only once the
+    body is sent."""
     async with serving(keep_alive=0.5) as server:
         reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
-        writer.write(head("Transfer-Encoding: chunked\r\n"))
+        writer.write(head("Transfer-Encoding: chunked\r\n", connection))
         chunk = b"x" * (LIMIT // 4)
         for _ in range(12):
             writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))

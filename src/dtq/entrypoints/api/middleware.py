@@ -10,11 +10,16 @@ The ``route`` label is the matched route template (``/v1/tasks/{id}``), which Li
 router writes into the ASGI scope; requests that matched no route are labelled
 :data:`UNMATCHED`, never with their raw path, so label cardinality stays bounded.
 
-:class:`BodyGuard` wraps the ``receive`` channel inside it: a request body must arrive in full
-within ``body_timeout`` seconds of the request's start (HTTP 408 ``request_timeout`` after
-that), and a client that hangs up before its body is complete is answered
+:class:`BodyGuard` wraps the ``receive`` and ``send`` channels inside it: a request body must
+arrive in full within ``body_timeout`` seconds of the request's start (HTTP 408
+``request_timeout`` after that); a client that hangs up before its body is complete is answered
 :class:`~dtq.entrypoints.api.errors.ClientClosedRequest`, counted under status
-:data:`CLIENT_CLOSED` and logged as a client event, not as a server error.
+:data:`CLIENT_CLOSED` and logged as a client event, not as a server error; and an error
+response given before the body was read (413, 415, 404...) first reads and discards the rest of
+the body (up to :data:`DRAIN_MAX_BYTES`, within the same deadline). Without that, a server that
+closes the connection after its response (``Connection: close``, as urllib sends) leaves unread
+bytes in the socket, the kernel answers them with a TCP reset, and the client, still sending,
+never sees the 413.
 
 :class:`CountingSubmit` counts submitted jobs and tasks (``orchestrator_jobs_submitted_total``,
 ``orchestrator_tasks_submitted_total``) around the submit service, so handlers do not.
@@ -23,6 +28,7 @@ that), and a client that hangs up before its body is complete is answered
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import TYPE_CHECKING
 
@@ -43,9 +49,14 @@ UNMATCHED = "unmatched"
 #: Seconds a request body may take to arrive in full, counted from the request's start.
 BODY_TIMEOUT = 30.0
 
+#: Bytes of an unread request body discarded before an early error response is sent; past
+#: that (or past the body deadline) the response is sent anyway and the connection may reset.
+DRAIN_MAX_BYTES = 64 * 1024 * 1024
+
 __all__ = [
     "BODY_TIMEOUT",
     "CLIENT_CLOSED",
+    "DRAIN_MAX_BYTES",
     "UNMATCHED",
     "BodyGuard",
     "CountingSubmit",
@@ -94,7 +105,8 @@ class HttpMetricsMiddleware:
 
 
 class BodyGuard:
-    """Bound the time a request body may take, and turn a mid-body hang-up into a client event.
+    """Bound the time a request body may take, turn a mid-body hang-up into a client event, and
+    drain an unread body before an error response (see the module docstring).
 
     Args:
         app: the ASGI app to wrap.
@@ -106,40 +118,72 @@ class BodyGuard:
         self._body_timeout = body_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Serve the request with a ``receive`` that raises instead of waiting forever.
-
-        Raises (into the app, whose error handler answers them):
-            RequestTimeout: the body is still incomplete at the deadline (HTTP 408).
-            ClientClosedRequest: the client disconnected before its body was complete.
-        """
+        """Serve an HTTP request through a :class:`_BodyChannel`; anything else as is."""
         if scope["type"] != ScopeType.HTTP:
             await self._app(scope, receive, send)
             return
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._body_timeout
-        body_complete = False
+        channel = _BodyChannel(receive, send, self._body_timeout)
+        await self._app(scope, channel.receive, channel.send)
 
-        async def guarded_receive() -> ReceiveMessage:
-            nonlocal body_complete
-            if body_complete:
-                return await receive()
-            try:
-                async with asyncio.timeout_at(deadline):
-                    message = await receive()
-            except TimeoutError:
-                raise RequestTimeout(
-                    detail=f"the request body did not arrive within {self._body_timeout:g} s",
-                    headers={"Connection": "close"},
-                ) from None
-            if message["type"] == "http.disconnect":
-                raise ClientClosedRequest(
-                    detail="the client closed the connection before its request body was complete"
-                )
-            if not message.get("more_body", False):
-                body_complete = True
-            return message
 
-        await self._app(scope, guarded_receive, send)
+class _BodyChannel:
+    """The ``receive`` and ``send`` of one request, guarded."""
+
+    def __init__(self, receive: Receive, send: Send, timeout: float) -> None:
+        self._receive = receive
+        self._send = send
+        self._timeout = timeout
+        self._deadline = asyncio.get_running_loop().time() + timeout
+        self._complete = False  # the whole body was received, or nothing more will come
+
+    async def receive(self) -> ReceiveMessage:
+        """The next message, by the body deadline.
+
+        Raises:
+            RequestTimeout: the body is still incomplete at the deadline (HTTP 408).
+            ClientClosedRequest: the client disconnected before its body was complete.
+        """
+        if self._complete:
+            return await self._receive()
+        try:
+            async with asyncio.timeout_at(self._deadline):
+                message = await self._receive()
+        except TimeoutError:
+            raise RequestTimeout(
+                detail=f"the request body did not arrive within {self._timeout:g} s",
+                headers={"Connection": "close"},
+            ) from None
+        if message["type"] == "http.disconnect":
+            self._complete = True
+            raise ClientClosedRequest(
+                detail="the client closed the connection before its request body was complete"
+            )
+        if not message.get("more_body", False):
+            self._complete = True
+        return message
+
+    async def send(self, message: Message) -> None:
+        """Forward ``message``; an error response's start waits until the body is drained."""
+        if (
+            message["type"] == "http.response.start"
+            and message["status"] >= 400
+            and not self._complete
+        ):
+            await self._drain()
+        await self._send(message)
+
+    async def _drain(self) -> None:
+        drained = 0
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout_at(self._deadline):
+                while drained <= DRAIN_MAX_BYTES:
+                    message = await self._receive()
+                    if message["type"] != "http.request":  # the client hung up
+                        break
+                    drained += len(message.get("body", b""))
+                    if not message.get("more_body", False):
+                        break
+        self._complete = True
 
 
 class CountingSubmit:
