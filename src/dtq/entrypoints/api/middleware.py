@@ -1,7 +1,7 @@
 """HTTP request metrics and the request-body guard (spec §9: ``orchestrator_*``).
 
 :class:`HttpMetricsMiddleware` is a plain ASGI wrapper placed *outside* Litestar's router and
-its outer exception handler (see :func:`install_http_metrics`). Litestar runs middleware
+its outer exception handler (see :func:`install_middleware`). Litestar runs middleware
 registered with ``middleware=[...]`` only for requests that matched a route, so a 404 for an
 unknown path or a 405 would go uncounted there; wrapping the whole handler sees every request
 and the final status that was actually sent, including error responses.
