@@ -57,9 +57,6 @@ def _dependencies(
     def provide_settings() -> Settings:
         return settings
 
-    def provide_metrics() -> OrchestratorMetrics:
-        return metrics
-
     def provide_registry() -> CollectorRegistry:
         return registry
 
@@ -68,7 +65,6 @@ def _dependencies(
         "queries": provide_queries,
         "health": provide_health,
         "settings": provide_settings,
-        "metrics": provide_metrics,
         "registry": provide_registry,
     }
     return {
