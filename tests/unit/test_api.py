@@ -8,7 +8,7 @@ from uuid import UUID
 import pytest
 
 from dtq.domain.status import JobStatus, RunStatus, TaskStatus
-from dtq.entrypoints.api.convert import request_hash
+from dtq.entrypoints.api.commands import request_hash
 from dtq.entrypoints.api.schemas import SubmitJobRequest, SubmitTaskRequest
 from tests.unit.api_harness import JSON, Api, running_api
 

@@ -485,3 +485,51 @@ def test_error_table_maps_families_and_defaults_to_500() -> None:
     assert status_for(InvalidTransition()) == 409
     assert status_for(ConcurrentUpdate()) == 503
     assert status_for(DuplicateKind()) == 500
+
+
+# --- duplicate keys and out-of-range durations (issue 12) ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "raw", "field"),
+    [
+        ("/v1/tasks", '{"kind":"a","kind":"b"}', "kind"),
+        ("/v1/tasks", '{"kind":"a","payload":{"x":1,"y":2,"x":3}}', "payload.x"),
+        ("/v1/jobs", '{"tasks":[{"name":"a","kind":"k","name":"b"}]}', "tasks[0].name"),
+    ],
+)
+async def test_duplicate_json_keys_are_a_400_naming_the_key(
+    api: Api, path: str, raw: str, field: str
+) -> None:
+    error = error_of(await api.client.post(path, content=raw, headers=JSON), 400)
+
+    assert (error["code"], error["field"]) == ("invalid_json", field)
+    assert "duplicate" in error["message"]
+    assert api.queue.ready_ids("default") == []
+
+
+async def test_the_same_key_in_sibling_objects_is_not_a_duplicate(api: Api) -> None:
+    raw = '{"tasks":[{"name":"a","kind":"k"},{"name":"b","kind":"k","depends_on":["a"]}]}'
+
+    response = await api.client.post("/v1/jobs", content=raw, headers=JSON)
+
+    assert response.status_code == 201, response.text
+
+
+@pytest.mark.parametrize("window", ["999999999h", "2562048h", "9999999999999999h"])
+async def test_active_since_beyond_the_longest_window_is_a_400(api: Api, window: str) -> None:
+    response = await api.client.get("/v1/workers", params={"active_since": window})
+
+    error = error_of(response, 400)
+    assert (error["code"], error["field"]) == ("validation_error", "active_since")
+    assert "2562047h47m16s" in error["message"]
+
+
+async def test_a_repeated_key_under_an_unknown_tasks_field_of_a_single_task_is_named_in_full(
+    api: Api,
+) -> None:
+    raw = '{"kind":"k","tasks":[{"a":1,"a":2}]}'
+
+    error = error_of(await api.client.post("/v1/tasks", content=raw, headers=JSON), 400)
+
+    assert error["field"] == "tasks"

@@ -16,11 +16,10 @@ from prometheus_client import CollectorRegistry
 
 from dtq.application.health import HealthService
 from dtq.application.queries import QueryService
-from dtq.application.submit import SubmitService
 from dtq.entrypoints.api.errors import EXCEPTION_HANDLERS
 from dtq.entrypoints.api.health import HealthController, MetricsController
 from dtq.entrypoints.api.jobs import JobController
-from dtq.entrypoints.api.middleware import install_http_metrics
+from dtq.entrypoints.api.middleware import BODY_TIMEOUT, CountingSubmit, install_middleware
 from dtq.entrypoints.api.openapi import StrictStructSchemaPlugin
 from dtq.entrypoints.api.tasks import TaskController
 from dtq.entrypoints.api.workers import WorkerController
@@ -44,8 +43,10 @@ def _dependencies(
 ) -> dict[str, Provide]:
     """Litestar providers for what the handlers take by name (STYLE: Provide, typed functions)."""
 
-    def provide_submit() -> SubmitService:
-        return services.submit
+    submit = CountingSubmit(services.submit, metrics)
+
+    def provide_submit() -> CountingSubmit:
+        return submit
 
     def provide_queries() -> QueryService:
         return services.queries
@@ -56,9 +57,6 @@ def _dependencies(
     def provide_settings() -> Settings:
         return settings
 
-    def provide_metrics() -> OrchestratorMetrics:
-        return metrics
-
     def provide_registry() -> CollectorRegistry:
         return registry
 
@@ -67,7 +65,6 @@ def _dependencies(
         "queries": provide_queries,
         "health": provide_health,
         "settings": provide_settings,
-        "metrics": provide_metrics,
         "registry": provide_registry,
     }
     return {
@@ -80,6 +77,8 @@ def create_app(
     settings: Settings,
     metrics: OrchestratorMetrics,
     registry: CollectorRegistry,
+    *,
+    body_timeout: float = BODY_TIMEOUT,
 ) -> Litestar:
     """Build the orchestrator's HTTP API.
 
@@ -93,6 +92,8 @@ def create_app(
             ``api_max_payload_bytes``.
         metrics: receives HTTP request metrics and submission counters.
         registry: the registry ``GET /metrics`` exposes (the one ``metrics`` lives in).
+        body_timeout: seconds a request body may take to arrive in full, from the request's
+            start; then HTTP 408 (``middleware.BODY_TIMEOUT``, 30 s, by default).
 
     Returns:
         The ASGI application. It does not configure logging (``logging_config=None``): the
@@ -118,5 +119,5 @@ def create_app(
         plugins=[StrictStructSchemaPlugin()],
         logging_config=None,
     )
-    install_http_metrics(app, metrics)
+    install_middleware(app, metrics, body_timeout)
     return app

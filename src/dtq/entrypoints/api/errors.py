@@ -13,7 +13,8 @@ without it.
 
 ``field`` paths use the domain's notation: dotted keys and ``[i]`` indexes from the body's root
 (``tasks[0].kind``), ``id`` for the path parameter, ``active_since`` for the query parameter and
-the header name for a header.
+the header name for a header. On ``POST /v1/tasks`` (a one-task job whose body has no ``tasks``
+list) a domain error's ``tasks[0].`` prefix is dropped here: ``tasks[0].payload`` -> ``payload``.
 """
 
 from __future__ import annotations
@@ -68,12 +69,35 @@ class UnsupportedMediaType(HTTPException):
     status_code = 415
 
 
+#: Status of a request whose client hung up before its body was complete (nginx's 499 "client
+#: closed request"): the ``status`` label it is counted under; nobody receives the response.
+CLIENT_CLOSED = "499"
+
+
+class ClientClosedRequest(HTTPException):
+    """The client disconnected before sending its whole request body."""
+
+    status_code = int(CLIENT_CLOSED)
+
+
+class RequestTimeout(HTTPException):
+    """HTTP 408: the request body did not arrive in full within the API's body timeout."""
+
+    status_code = 408
+
+
 CODE_BY_HTTP_ERROR: Mapping[type[HTTPException], str] = {
     NotFoundException: "route_not_found",
     MethodNotAllowedException: "method_not_allowed",
     RequestEntityTooLarge: "request_too_large",
     UnsupportedMediaType: "unsupported_media_type",
+    ClientClosedRequest: "client_closed_request",
+    RequestTimeout: "request_timeout",
 }
+
+#: Routes whose body is one task of a one-task job: domain errors drop ``tasks[0].`` there.
+ONE_TASK_ROUTES = frozenset({"/v1/tasks"})
+_ONE_TASK_PREFIX = re.compile(r"^tasks\[0\](?:\.|$)")
 
 #: Handler parameters whose name in an error differs from the Python name.
 PARAMETER_FIELDS: Mapping[str, str] = {"idempotency_key": "Idempotency-Key"}
@@ -141,12 +165,16 @@ def _log(request: Request[Any, Any, Any], status: int, exc: BaseException, code:
 
 
 def handle_domain_error(request: Request[Any, Any, Any], exc: DtqError) -> Response[ErrorBody]:
-    """Map a :class:`~dtq.domain.errors.DtqError` through the table; keep its code and field."""
+    """Map a :class:`~dtq.domain.errors.DtqError` through the table; keep its code and field
+    (in the body's own notation on :data:`ONE_TASK_ROUTES`)."""
     status = status_for(exc)
     _log(request, status, exc, exc.code)
     if status >= 500 and status != 503:
         return _internal_error()
-    return error_response(status, exc.code, exc.detail, exc.field)
+    field = exc.field
+    if field is not None and request.scope.get("path_template") in ONE_TASK_ROUTES:
+        field = _ONE_TASK_PREFIX.sub("", field) or None
+    return error_response(status, exc.code, exc.detail, field)
 
 
 def _field_path(path: str, message: str) -> str | None:

@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 
 from dtq.application.health import HealthService
-from dtq.entrypoints.api import convert, responses
+from dtq.entrypoints.api import bodies, responses
 from dtq.entrypoints.api.schemas import HealthBody
 
 #: Prometheus text format 0.0.4; Litestar appends ``; charset=utf-8`` to ``text/*`` types.
@@ -36,7 +36,7 @@ class HealthController(Controller):
     async def healthz(self, health: NamedDependency[HealthService]) -> Response[HealthBody]:
         """200 ``{"status": "ok", "checks": {"store": "ok", "queue": "ok"}}`` when both pings
         succeed, else 503 with ``status`` ``unavailable`` and the failing check's error."""
-        body, status = convert.health_body(await health.check())
+        body, status = bodies.health_body(await health.check())
         return Response(body, status_code=status)
 
 

@@ -1,16 +1,21 @@
-"""Typed non-body parameters shared by the controllers (documented in ``/schema``)."""
+"""Non-body parameters shared by the controllers: their types (documented in ``/schema``) and
+their parsing. Every function that rejects a value raises a domain
+:class:`~dtq.domain.errors.ValidationError` naming the parameter (HTTP 400)."""
 
 from __future__ import annotations
 
 from typing import Annotated
+from uuid import UUID
 
 from litestar.params import HeaderParameter, PathParameter
 
+from dtq.domain.errors import ValidationError
 from dtq.entrypoints.api.schemas import IDEMPOTENCY_KEY_MAX, IDEMPOTENCY_KEY_PATTERN
+from dtq.entrypoints.config import ConfigError, parse_duration
 
 #: ``{id}`` of ``/v1/tasks/{id}`` and ``/v1/jobs/{id}``. Taken as text and parsed by
-#: :func:`dtq.entrypoints.api.convert.parse_id`, so a malformed id is our 400 naming ``id``
-#: (spec §7) rather than a routing 404.
+#: :func:`parse_id`, so a malformed id is our 400 naming ``id`` (spec §7) rather than a
+#: routing 404.
 ResourceId = Annotated[
     str,
     PathParameter(format="uuid", description="A UUID; 400 when malformed, 404 when unknown"),
@@ -32,3 +37,45 @@ IdempotencyKey = Annotated[
         ),
     ),
 ]
+
+#: ``GET /v1/workers`` window when ``active_since`` is absent (spec §7).
+DEFAULT_ACTIVE_SINCE = "2m"
+#: The longest ``active_since`` window, in seconds: Go's longest duration
+#: (``2562047h47m16.854775807s``, the grammar's own bound, about 292 years).
+MAX_ACTIVE_SINCE = 9_223_372_036.854775807
+
+
+def parse_id(value: str) -> UUID:
+    """Parse the ``{id}`` path parameter.
+
+    Raises:
+        ValidationError: not a UUID (field ``id``), spec §7: 400 if id is not a UUID.
+    """
+    try:
+        return UUID(value)
+    except ValueError:
+        raise ValidationError(f"{value!r} is not a UUID", field="id") from None
+
+
+def parse_active_since(value: str) -> float:
+    """Parse ``?active_since=``: a Go ``time.ParseDuration`` string such as ``90s``, ``5m``,
+    ``1h30m`` (units ns, us, ms, s, m, h; the grammar of the configuration variables).
+
+    Returns:
+        The window in seconds, in ``(0, MAX_ACTIVE_SINCE]``.
+
+    Raises:
+        ValidationError: not a Go duration, not positive, or longer than
+            ``MAX_ACTIVE_SINCE`` (field ``active_since``).
+    """
+    message = (
+        "active_since must be a positive Go duration of at most 2562047h47m16s "
+        f"(e.g. 30s, 5m, 1h30m), got {value!r}"
+    )
+    try:
+        seconds = parse_duration(value, variable="active_since")
+    except ConfigError:  # not the grammar, or a number of hours past what a float holds
+        raise ValidationError(message, field="active_since") from None
+    if not 0 < seconds <= MAX_ACTIVE_SINCE:
+        raise ValidationError(message, field="active_since")
+    return seconds

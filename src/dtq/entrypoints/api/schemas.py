@@ -1,7 +1,7 @@
 """Request and response bodies of the HTTP API (spec §7), as msgspec Structs.
 
-Litestar decodes request bodies straight into these Structs, so the constraints declared here
-(``Meta`` patterns, lengths, ranges) are enforced at decode time and are also what the OpenAPI
+The constraints declared here (``Meta`` patterns, lengths, ranges) are enforced when a request
+body is decoded into its Struct, once, by the routes' request hook, and are also what the OpenAPI
 document at ``/schema`` shows. Request Structs forbid unknown fields: a misspelt ``depends_on``
 must be a 400, not a silently unordered job.
 
@@ -12,9 +12,10 @@ Identifier rules (kept strict on purpose; documented in the OpenAPI schema):
 * ``priority``: 1..32 characters of ``a-z 0-9 _ -`` (it names a Redis list, spec §5).
 * job ``name``: up to 200 characters, no control characters (``\\u0000`` cannot be stored).
 
-Numbers and booleans are decoded the way Litestar decodes every request (msgspec's lax mode):
-``"max_attempts": "3"`` is read as 3, while ``"three"``, ``true`` or ``3.5`` are 400s. Payloads and
-metadata are ``Any`` and kept exactly as sent.
+Request bodies are decoded in msgspec's strict mode (:mod:`dtq.entrypoints.api.guards`): a value
+must have the JSON type the field declares, so ``"max_attempts": "3"``, ``3.0``, ``"three"``,
+``true`` and ``3.5`` are all 400s naming ``max_attempts``. An object with a key twice is a 400 as
+well. Payloads and metadata are ``Any`` and kept exactly as sent.
 
 Each pattern ends in ``(?!\\n)$`` because Python's ``$`` also matches before a trailing newline;
 the lookahead makes ``"echo\\n"`` fail in Python exactly as it does in ECMA regex.

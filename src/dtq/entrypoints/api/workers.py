@@ -9,7 +9,8 @@ from litestar.di import NamedDependency
 from litestar.params import QueryParameter
 
 from dtq.application.queries import QueryService
-from dtq.entrypoints.api import convert, responses
+from dtq.entrypoints.api import bodies, responses
+from dtq.entrypoints.api.params import DEFAULT_ACTIVE_SINCE, parse_active_since
 from dtq.entrypoints.api.schemas import WorkersBody
 
 
@@ -31,11 +32,13 @@ class WorkerController(Controller):
             str,
             QueryParameter(
                 name="active_since",
-                description="Go-style positive duration (90s, 5m, 1h30m); default 2m",
+                description=(
+                    "Go-style positive duration (90s, 5m, 1h30m), at most 2562047h; default 2m"
+                ),
             ),
-        ] = convert.DEFAULT_ACTIVE_SINCE,
+        ] = DEFAULT_ACTIVE_SINCE,
     ) -> WorkersBody:
         """Workers whose last registry heartbeat is within ``active_since``; 400 unless it is
-        a positive duration."""
-        workers = await queries.list_workers(convert.parse_active_since(active_since))
-        return convert.workers_body(workers)
+        a positive duration of at most 2562047h47m16s."""
+        workers = await queries.list_workers(parse_active_since(active_since))
+        return bodies.workers_body(workers)

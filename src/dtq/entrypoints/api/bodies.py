@@ -1,0 +1,120 @@
+"""Domain entities and views -> response Structs (spec §7).
+
+Pure mapping, no checks: every function takes what a service returned and builds the body a
+route sends. Times stay ``datetime`` (RFC 3339 UTC on the wire).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dtq.application.commands import JobView, SubmitResult, TaskView
+from dtq.domain.entities import Task, TaskRun, Worker
+from dtq.entrypoints.api.schemas import (
+    HealthBody,
+    JobBody,
+    RunBody,
+    SubmitJobResponse,
+    SubmitTaskResponse,
+    TaskBody,
+    TaskDetailBody,
+    WorkerBody,
+    WorkersBody,
+)
+
+
+def submitted_task(result: SubmitResult, kind: str) -> SubmitTaskResponse:
+    """The body of ``POST /v1/tasks``: the ids of the task (named after ``kind``) and its job."""
+    return SubmitTaskResponse(task_id=result.task_ids[kind], job_id=result.job_id)
+
+
+def submitted_job(result: SubmitResult) -> SubmitJobResponse:
+    """The body of ``POST /v1/jobs``: the job id and a task name -> id map."""
+    return SubmitJobResponse(job_id=result.job_id, tasks=result.task_ids)
+
+
+def task_body(task: Task) -> TaskBody:
+    """The response body of a task without its runs."""
+    return TaskBody(**_task_fields(task))
+
+
+def _task_fields(task: Task) -> dict[str, Any]:
+    return {
+        "id": task.id,
+        "job_id": task.job_id,
+        "name": task.name,
+        "kind": task.kind,
+        "status": task.status,
+        "priority": task.priority,
+        "payload": task.payload,
+        "attempt": task.attempt,
+        "max_attempts": task.max_attempts,
+        "scheduled_at": task.scheduled_at,
+        "started_at": task.started_at,
+        "finished_at": task.finished_at,
+        "last_error": task.last_error,
+        "created_at": task.created_at,
+        "updated_at": task.updated_at,
+    }
+
+
+def _run_body(run: TaskRun) -> RunBody:
+    return RunBody(
+        id=run.id,
+        attempt_number=run.attempt_number,
+        worker_id=run.worker_id,
+        status=run.status,
+        error=run.error,
+        started_at=run.started_at,
+        finished_at=run.finished_at,
+    )
+
+
+def task_detail_body(view: TaskView) -> TaskDetailBody:
+    """The response body of ``GET /v1/tasks/{id}``: the task and its runs by ``started_at``."""
+    runs = sorted(view.runs, key=lambda run: run.started_at)
+    return TaskDetailBody(**_task_fields(view.task), runs=[_run_body(run) for run in runs])
+
+
+def job_body(view: JobView) -> JobBody:
+    """The response body of ``GET /v1/jobs/{id}``: the job and all its tasks."""
+    job = view.job
+    return JobBody(
+        id=job.id,
+        name=job.name,
+        status=job.status,
+        metadata=job.metadata,
+        created_at=job.created_at,
+        updated_at=job.updated_at,
+        tasks=[task_body(task) for task in view.tasks],
+    )
+
+
+def workers_body(workers: list[Worker]) -> WorkersBody:
+    """The response body of ``GET /v1/workers``."""
+    return WorkersBody(
+        workers=[
+            WorkerBody(
+                id=w.id,
+                hostname=w.hostname,
+                last_heartbeat_at=w.last_heartbeat_at,
+                metadata=w.metadata,
+            )
+            for w in workers
+        ]
+    )
+
+
+def health_body(checks: dict[str, str | None]) -> tuple[HealthBody, int]:
+    """The body and status of ``GET /healthz`` from ``HealthService.check()``.
+
+    Returns:
+        ``(body, 200)`` when every check is None (healthy), else ``(body, 503)`` with the
+        failing checks carrying their error text.
+    """
+    healthy = all(error is None for error in checks.values())
+    body = HealthBody(
+        status="ok" if healthy else "unavailable",
+        checks={name: "ok" if error is None else error for name, error in checks.items()},
+    )
+    return body, 200 if healthy else 503

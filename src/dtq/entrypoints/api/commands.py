@@ -1,0 +1,116 @@
+"""Request bodies -> application commands (spec §7): the API's limits and the idempotency hash.
+
+A body reaching these functions has passed :mod:`dtq.entrypoints.api.guards` (types, ranges,
+identifier patterns). What is left for the API to check are its own limits from the settings:
+``api_max_tasks_per_job`` and ``api_max_payload_bytes``. Storability of payloads and metadata
+(NUL characters, int64 range, nesting) and the dependency graph are the submit service's rules,
+checked there once for every caller.
+
+Errors name fields in the job's notation (``tasks[0].payload``) for both routes; the error
+handler shows them without the ``tasks[0].`` prefix on ``POST /v1/tasks``, whose body has no
+``tasks`` list.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import msgspec
+
+from dtq.application.commands import SubmitJob, TaskSpec
+from dtq.domain.errors import InvalidPayload, ValidationError
+from dtq.entrypoints.api.schemas import SubmitJobRequest, SubmitTaskRequest, TaskSpecRequest
+from dtq.entrypoints.config import Settings
+
+_encoder = msgspec.json.Encoder(order="sorted")
+
+
+def request_hash(route: str, body: msgspec.Struct) -> str:
+    """Fingerprint a decoded request for ``Idempotency-Key`` comparison.
+
+    The decoded Struct is re-encoded with sorted keys (defaults filled in), so two bodies that
+    mean the same thing (key order, whitespace, an explicit default) hash the same, while the
+    same body sent to another route does not.
+
+    Args:
+        route: the route template, e.g. ``/v1/jobs``.
+        body: the decoded request Struct.
+
+    Returns:
+        Lowercase hex SHA-256.
+    """
+    digest = hashlib.sha256(route.encode())
+    digest.update(b"\n")
+    digest.update(_encoder.encode(body))
+    return digest.hexdigest()
+
+
+def _check_size(value: object, *, field: str, settings: Settings) -> None:
+    size = len(_encoder.encode(value))
+    if size > settings.api_max_payload_bytes:
+        what = "metadata" if field == "metadata" else "payload"
+        raise InvalidPayload(
+            f"{what} is {size} bytes encoded; the limit is {settings.api_max_payload_bytes}",
+            field=field,
+        )
+
+
+def _task_spec(
+    task: TaskSpecRequest | SubmitTaskRequest, index: int, settings: Settings
+) -> TaskSpec:
+    _check_size(task.payload, field=f"tasks[{index}].payload", settings=settings)
+    depends_on: tuple[str, ...] = ()
+    if isinstance(task, SubmitTaskRequest):
+        name = task.kind
+    else:
+        name, depends_on = task.name, tuple(task.depends_on)
+    return TaskSpec(
+        name=name,
+        kind=task.kind,
+        payload=task.payload,
+        depends_on=depends_on,
+        max_attempts=task.max_attempts,
+        priority=task.priority,
+    )
+
+
+def submit_task(
+    body: SubmitTaskRequest, *, idempotency_key: str | None, settings: Settings
+) -> SubmitJob:
+    """The one-task job of ``POST /v1/tasks``: job and task are both named after the kind.
+
+    Raises:
+        InvalidPayload: the encoded payload exceeds ``api_max_payload_bytes``
+            (field ``tasks[0].payload``, shown as ``payload``).
+    """
+    return SubmitJob(
+        tasks=(_task_spec(body, 0, settings),),
+        name=body.kind,
+        idempotency_key=idempotency_key,
+        request_hash=request_hash("/v1/tasks", body) if idempotency_key is not None else None,
+    )
+
+
+def submit_job(
+    body: SubmitJobRequest, *, idempotency_key: str | None, settings: Settings
+) -> SubmitJob:
+    """The command of ``POST /v1/jobs``.
+
+    Raises:
+        ValidationError: more than ``api_max_tasks_per_job`` tasks (field ``tasks``).
+        InvalidPayload: an encoded payload exceeds ``api_max_payload_bytes`` (field
+            ``tasks[i].payload``) or the metadata does (field ``metadata``).
+    """
+    if len(body.tasks) > settings.api_max_tasks_per_job:
+        raise ValidationError(
+            f"a job has at most {settings.api_max_tasks_per_job} tasks, got {len(body.tasks)}",
+            field="tasks",
+        )
+    _check_size(body.metadata, field="metadata", settings=settings)
+    return SubmitJob(
+        tasks=tuple(_task_spec(task, i, settings) for i, task in enumerate(body.tasks)),
+        name=body.name,
+        metadata=body.metadata,
+        idempotency_key=idempotency_key,
+        request_hash=request_hash("/v1/jobs", body) if idempotency_key is not None else None,
+    )

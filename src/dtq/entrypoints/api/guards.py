@@ -1,0 +1,133 @@
+"""The request hook of the submission routes: media type and strict decoding, in one place.
+
+:func:`json_body` builds the ``before_request`` hook a submission route declares. It is the one
+place where a request body is judged as JSON; the handler then receives the already-checked
+Struct as ``data`` and calls no decoder itself. In order, the hook refuses:
+
+1. a ``Content-Type`` other than ``application/json`` or ``application/<subtype>+json``
+   (HTTP 415 ``unsupported_media_type``), before any byte of the body is read;
+2. a body that is not JSON (HTTP 400 ``invalid_json``), or larger than ``API_MAX_BODY_BYTES``
+   (HTTP 413, raised by Litestar while the body is read);
+3. a value of the wrong JSON type or outside its declared range, or an unknown or missing
+   field (HTTP 400 ``validation_error`` naming the field), decoded in msgspec's *strict* mode:
+   ``"3"`` or ``3.0`` for an integer field is refused, as ``/schema`` says. Litestar's own (lax)
+   conversion of ``data`` runs afterwards on the cached JSON and cannot refuse what strict mode
+   accepted;
+4. an object with the same key twice (HTTP 400 ``invalid_json``, ``field`` the key's path, in
+   the body's own notation): msgspec and Litestar keep the last value silently. Checked after
+   the Struct accepted the (last-wins) document, so the path always starts at a real field.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+from litestar import Request
+from litestar.exceptions import ClientException, SerializationException, ValidationException
+
+from dtq.domain.errors import ValidationError
+from dtq.entrypoints.api.errors import UnsupportedMediaType
+
+BeforeRequest = Callable[[Request[Any, Any, Any]], Awaitable[None]]
+
+
+class DuplicateKey(ValidationError):
+    """A JSON object of the body has the same key twice (HTTP 400)."""
+
+    code = "invalid_json"
+
+
+def json_body(model: type[msgspec.Struct]) -> BeforeRequest:
+    """The ``before_request`` hook of a route whose body decodes into ``model``.
+
+    Args:
+        model: the request Struct, e.g. ``SubmitTaskRequest``.
+
+    Returns:
+        An async hook that returns None (so the handler runs) or raises one of the errors in
+        this module's docstring.
+    """
+
+    async def guard(request: Request[Any, Any, Any]) -> None:
+        require_json_content_type(request)
+        try:
+            document = await request.json()
+        except SerializationException as exc:  # what Litestar raises for a handler's `data`
+            raise ClientException(str(exc)) from exc
+        try:
+            msgspec.convert(document, type=model, strict=True)
+        except msgspec.ValidationError as exc:
+            raise ValidationException(detail=str(exc)) from exc
+        reject_duplicate_keys(await request.body())
+
+    return guard
+
+
+def require_json_content_type(request: Request[Any, Any, Any]) -> None:
+    """Refuse a ``Content-Type`` other than JSON; a charset parameter is ignored.
+
+    Litestar decodes a JSON body whatever its declared type. Requiring the JSON media type
+    means a web page on another origin cannot make a visitor's browser submit tasks with a
+    plain form, ``text/plain`` or a typeless request (those need no CORS preflight).
+
+    Raises:
+        UnsupportedMediaType: another or no media type (HTTP 415, ``unsupported_media_type``).
+    """
+    media_type = request.content_type[0].strip().lower()
+    kind, _, subtype = media_type.partition("/")
+    if media_type == "application/json" or (
+        kind == "application" and subtype.endswith("+json") and len(subtype) > len("+json")
+    ):
+        return
+    shown = media_type or "missing"
+    raise UnsupportedMediaType(detail=f"Content-Type must be application/json, not {shown}")
+
+
+class _Repeated(dict[str, Any]):
+    """An object of the body that had a key twice; ``key`` is the first repeated one."""
+
+    key: str
+
+
+def reject_duplicate_keys(raw: bytes) -> None:
+    """Refuse a JSON document (already known to be valid) in which an object repeats a key.
+
+    Raises:
+        DuplicateKey: naming the path of the repeated key, e.g. ``tasks[0].name``.
+    """
+    found = False
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        nonlocal found
+        obj = dict(items)
+        if len(obj) == len(items):
+            return obj
+        found = True
+        repeated = _Repeated(obj)
+        seen: set[str] = set()
+        for key, _ in items:
+            if key in seen:
+                repeated.key = key
+                break
+            seen.add(key)
+        return repeated
+
+    try:
+        document = json.loads(raw, object_pairs_hook=pairs)
+    except ValueError:  # e.g. an integer literal past the interpreter's digit limit
+        return
+    if not found:
+        return
+    stack: list[tuple[Any, str]] = [(document, "")]
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, _Repeated):
+            field = f"{path}.{value.key}" if path else value.key
+            raise DuplicateKey(f"duplicate key {value.key!r} in a JSON object", field=field)
+        if isinstance(value, dict):
+            stack.extend((v, f"{path}.{k}" if path else k) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((v, f"{path}[{i}]") for i, v in enumerate(value))
