@@ -39,15 +39,8 @@ def _failing_once(original: Callable[..., Awaitable[Any]]) -> Callable[..., Awai
     return call
 
 
-# -- issue 12 bug 2: once a claim has committed, the worker owns it ------------------------------
-
-
-@pytest.mark.parametrize("method", ["set_leases", "release_markers"])
-async def test_a_redis_error_right_after_the_claim_commit_still_runs_the_task(
-    method: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    h = build_harness()
-    monkeypatch.setattr(h.queue, method, _failing_once(getattr(h.queue, method)))
+async def _runs_once_and_completes(h: Harness) -> None:
+    """Run one echo task; check it ran once and completed without a reclaim."""
     ran: list[int] = []
     task_id = await h.one("echo")
 
@@ -57,6 +50,18 @@ async def test_a_redis_error_right_after_the_claim_commit_still_runs_the_task(
     assert ran == [1]
     assert [r.status for r in view.runs] == [RunStatus.SUCCEEDED]
     assert view.task.reclaims == 0
+
+
+# -- issue 12 bug 2: once a claim has committed, the worker owns it ------------------------------
+
+
+@pytest.mark.parametrize("method", ["set_leases", "release_markers"])
+async def test_a_redis_error_right_after_the_claim_commit_still_runs_the_task(
+    method: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    h = build_harness()
+    monkeypatch.setattr(h.queue, method, _failing_once(getattr(h.queue, method)))
+    await _runs_once_and_completes(h)
 
 
 async def test_a_failing_recovery_after_an_ambiguous_claim_commit_still_runs_the_task(
@@ -77,15 +82,7 @@ async def test_a_failing_recovery_after_an_ambiguous_claim_commit_still_runs_the
         return await original(fn)
 
     monkeypatch.setattr(h.store, "run", run)
-    ran: list[int] = []
-    task_id = await h.one("echo")
-
-    async with h.running(_echo(ran)):
-        view = await h.wait_task(task_id, [TaskStatus.COMPLETED], timeout=3)
-
-    assert ran == [1]
-    assert [r.status for r in view.runs] == [RunStatus.SUCCEEDED]
-    assert view.task.reclaims == 0
+    await _runs_once_and_completes(h)
 
 
 async def test_a_forced_shutdown_between_claim_commit_and_start_hands_the_claim_back(

@@ -8,12 +8,14 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from prometheus_client import Counter, Histogram
+from structlog.typing import FilteringBoundLogger
 
 from dtq.application.commands import Claim
 from dtq.application.execution import ExecutionService
 from dtq.application.ports import Queue
 from dtq.application.registry import WorkerRegistryService
 from dtq.entrypoints.metrics import WorkerMetrics
+from dtq.entrypoints.worker.config import WorkerConfig
 
 #: Reason written to a run handed back on shutdown (spec §6 Graceful shutdown).
 HAND_BACK_REASON = "worker shutting down"
@@ -124,3 +126,20 @@ class Meters:
             )
             self._by_kind[kind] = found
         return found
+
+
+@dataclass(frozen=True, slots=True)
+class Shared:
+    """What every loop of one worker run reads and none changes.
+
+    Attributes:
+        config: the run's configuration.
+        execution: the worker's use cases (claim, report, lease renewal).
+        meters: the worker's metrics.
+        log: the worker's logger (``worker_id`` bound).
+    """
+
+    config: WorkerConfig
+    execution: ExecutionService
+    meters: Meters
+    log: FilteringBoundLogger

@@ -16,9 +16,8 @@ from typing import Any, TypeVar
 from structlog.typing import FilteringBoundLogger
 
 from dtq.application.commands import ReportOutcome
-from dtq.application.execution import ExecutionService
 from dtq.domain.errors import BackendUnavailable, DtqError
-from dtq.entrypoints.worker.claims import LEASE_LOST, Held, Meters, Phase
+from dtq.entrypoints.worker.claims import LEASE_LOST, Held, Phase, Shared
 
 T = TypeVar("T")
 
@@ -84,31 +83,21 @@ class Completions:
     """The success batcher. Feed it with :meth:`add`; run :meth:`loop` as a task.
 
     Args:
-        execution: records the batches (``complete_many``).
+        shared: ``execution.complete_many`` records the batches, of at most
+            ``config.complete_batch`` successes.
         turn: the hot-path transaction turn, taken around every ``complete_many``.
-        limit: ``complete_batch``, most successes per transaction.
-        meters: where successes are counted.
         settled: called with each claim once its batch returned (committed or given up).
-        log: the worker's logger.
     """
 
     def __init__(
-        self,
-        *,
-        execution: ExecutionService,
-        turn: asyncio.Lock,
-        limit: int,
-        meters: Meters,
-        settled: Callable[[Held], None],
-        log: FilteringBoundLogger,
+        self, shared: Shared, *, turn: asyncio.Lock, settled: Callable[[Held], None]
     ) -> None:
-        self._execution = execution
+        self._shared = shared
         self._turn = turn
-        self._limit = limit
-        self._meters = meters
+        self._limit = shared.config.complete_batch
         self._settled = settled
-        self._log = log
-        self._debug = log.is_enabled_for(logging.DEBUG)
+        self._log = shared.log
+        self._debug = shared.log.is_enabled_for(logging.DEBUG)
         self._waiting: deque[Held] = deque()
         self._wake = asyncio.Event()  # set: the loop has work
         self._idle = asyncio.Event()  # set: no success waits for or is in a commit
@@ -154,7 +143,7 @@ class Completions:
         claims = [held.claim for held in batch]
         try:
             outcomes, attempts = await report(
-                lambda: self._execution.complete_many(claims),
+                lambda: self._shared.execution.complete_many(claims),
                 what="success",
                 subjects=[held.fields for held in batch],
                 log=self._log,
@@ -175,7 +164,7 @@ class Completions:
     def _count(self, held: Held, outcome: ReportOutcome, *, replayed: bool) -> None:
         # A retry of a batch whose first commit did land answers DUPLICATE for our run.
         if outcome is ReportOutcome.RECORDED or (replayed and outcome is ReportOutcome.DUPLICATE):
-            self._meters.kind(held.claim.task.kind).succeeded.inc()
+            self._shared.meters.kind(held.claim.task.kind).succeeded.inc()
         elif outcome is ReportOutcome.STALE:
             self._log.warning(
                 "outcome refused: the run is no longer live", report="success", **held.fields

@@ -15,15 +15,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 from uuid import UUID
 
-from structlog.typing import FilteringBoundLogger
-
 from dtq.application.commands import Claim
-from dtq.application.execution import ClaimsUnresolved, ExecutionService
+from dtq.application.execution import ClaimsUnresolved
 from dtq.application.ports import Queue
 from dtq.domain.errors import BackendUnavailable
-from dtq.entrypoints.metrics import WorkerMetrics
+from dtq.entrypoints.worker.claims import Shared
 from dtq.entrypoints.worker.completions import backoff_delay
-from dtq.entrypoints.worker.config import WorkerConfig
 
 T = TypeVar("T")
 
@@ -63,39 +60,30 @@ class Fetcher:
     """Pops ids into free slots, claims them, hands each claim to ``deliver``.
 
     Args:
-        config: the worker's configuration (priorities, batches, poll timeout, worker id).
-        execution: claims, recovers and puts back.
+        shared: the configuration (priorities, batches, poll timeout, worker id), the
+            execution service (claim, recover, put back), metrics and log.
         queue: the ready lists.
         turn: the hot-path transaction turn (taken around a batch claim).
         room: set while completions can take more successes (backpressure).
         deliver: starts one committed claim (runs it, or hands it back when stopping).
         hand_back: hands claims back at once (used when this loop is cancelled).
-        metrics: where refusals are counted.
-        log: the worker's logger.
     """
 
     def __init__(
         self,
+        shared: Shared,
         *,
-        config: WorkerConfig,
-        execution: ExecutionService,
         queue: Queue,
         turn: asyncio.Lock,
         room: asyncio.Event,
         deliver: Callable[[Claim], None],
         hand_back: Callable[[Sequence[Claim]], Awaitable[None]],
-        metrics: WorkerMetrics,
-        log: FilteringBoundLogger,
     ) -> None:
-        self._config = config
-        self._execution = execution
-        self._queue = queue
-        self._turn = turn
-        self._room = room
-        self._deliver = deliver
-        self._hand_back = hand_back
-        self._metrics = metrics
-        self._log = log
+        config = shared.config
+        self._config, self._execution, self._log = config, shared.execution, shared.log
+        self._refusals = shared.meters.metrics.claim_refusals
+        self._queue, self._turn, self._room = queue, turn, room
+        self._deliver, self._hand_back = deliver, hand_back
         self.slots = Slots(config.concurrency)
         self._stopping = asyncio.Event()
 
@@ -187,7 +175,7 @@ class Fetcher:
                 await asyncio.sleep(delay)
 
     def _refused(self, task_ids: Sequence[UUID], claims: Sequence[Claim], refused: int) -> None:
-        self._metrics.claim_refusals.inc(refused)
+        self._refusals.inc(refused)
         if self._log.is_enabled_for(logging.DEBUG):
             claimed = {claim.task.id for claim in claims}
             for task_id in task_ids:

@@ -5,11 +5,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from structlog.typing import FilteringBoundLogger
-
-from dtq.application.execution import ExecutionService
 from dtq.application.ports import LeaseState
-from dtq.entrypoints.worker.claims import LEASE_LOST, LEASE_UNCONFIRMED, Held, Meters, Phase
+from dtq.entrypoints.worker.claims import LEASE_LOST, LEASE_UNCONFIRMED, Held, Phase, Shared
 
 _RENEWALS_AT_ONCE = 32  # lease extensions in flight together during one pass
 
@@ -23,30 +20,18 @@ class Leases:
     ``on_lost(held, reason)`` with ``LEASE_LOST`` or ``LEASE_UNCONFIRMED``.
 
     Args:
-        execution: extends the leases (``ExecutionService.heartbeat``).
-        every: renewal period, seconds.
-        window: the lease duration, seconds.
+        shared: ``every`` is ``config.lease_renew_every``, ``window`` is
+            ``config.lease_duration``; ``execution.heartbeat`` extends the leases.
         on_lost: told about each claim whose lease is no longer ours.
-        meters: where extensions are counted.
-        log: the worker's logger.
     """
 
-    def __init__(
-        self,
-        *,
-        execution: ExecutionService,
-        every: float,
-        window: float,
-        on_lost: Callable[[Held, str], None],
-        meters: Meters,
-        log: FilteringBoundLogger,
-    ) -> None:
-        self._execution = execution
-        self._every = every
-        self._window = window
+    def __init__(self, shared: Shared, *, on_lost: Callable[[Held, str], None]) -> None:
+        self._execution = shared.execution
+        self._every = shared.config.lease_renew_every
+        self._window = shared.config.lease_duration
         self._on_lost = on_lost
-        self._meters = meters
-        self._log = log
+        self._meters = shared.meters
+        self._log = shared.log
         self._confirmed: dict[Held, float] = {}  # held claim -> loop time its lease was ours
 
     def hold(self, held: Held) -> None:

@@ -28,6 +28,7 @@ from dtq.entrypoints.worker.claims import (
     Held,
     Meters,
     Phase,
+    Shared,
     WorkerServices,
 )
 from dtq.entrypoints.worker.completions import Completions, report
@@ -77,32 +78,16 @@ class Session:
         self._runner = HandlerRunner(
             handlers, default_timeout=config.default_timeout, sync_threads=config.sync_threads
         )
-        self._leases = Leases(
-            execution=self._execution,
-            every=config.lease_renew_every,
-            window=config.lease_duration,
-            on_lost=self._lease_lost,
-            meters=self._meters,
-            log=log,
-        )
-        self._completions = Completions(
-            execution=self._execution,
-            turn=turn,
-            limit=config.complete_batch,
-            meters=self._meters,
-            settled=self._leases.release,
-            log=log,
-        )
+        shared = Shared(config=config, execution=self._execution, meters=self._meters, log=log)
+        self._leases = Leases(shared, on_lost=self._lease_lost)
+        self._completions = Completions(shared, turn=turn, settled=self._leases.release)
         self._fetch = Fetcher(
-            config=config,
-            execution=self._execution,
+            shared,
             queue=services.queue,
             turn=turn,
             room=self._completions.room,
             deliver=self.start,
             hand_back=self._hand_back_claims,
-            metrics=metrics,
-            log=log,
         )
 
     # -- lifecycle -----------------------------------------------------------------------------
