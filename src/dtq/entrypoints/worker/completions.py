@@ -15,9 +15,9 @@ from typing import Any, TypeVar
 
 from structlog.typing import FilteringBoundLogger
 
-from dtq.application.commands import ReportOutcome
+from dtq.application.commands import Claim, ReportOutcome
 from dtq.domain.errors import BackendUnavailable, DtqError
-from dtq.entrypoints.worker.claims import LEASE_LOST, Held, Phase, Shared
+from dtq.entrypoints.worker.claims import LEASE_LOST, Held, Phase, Shared, task_fields
 
 T = TypeVar("T")
 
@@ -40,7 +40,7 @@ async def report(
     call: Callable[[], Awaitable[T]],
     *,
     what: str,
-    subjects: Sequence[Mapping[str, Any]],
+    claims: Sequence[Claim],
     log: FilteringBoundLogger,
     turn: asyncio.Lock | None = None,
 ) -> tuple[T | None, int]:
@@ -49,7 +49,7 @@ async def report(
     Args:
         call: makes one attempt (``complete_many``, ``fail``, ``hand_back``).
         what: the report's name in log lines (``success``, ``failure``, ``hand-back``).
-        subjects: the log fields of each task concerned (one for a single report).
+        claims: the claims concerned (one for a single report), named in log lines.
         log: where retries and give-ups are logged.
         turn: a lock held around each attempt (the hot-path transaction turn), or None.
 
@@ -58,7 +58,6 @@ async def report(
         ``REPORT_ATTEMPTS`` tries: the lease then lapses and the reconciler reclaims the task,
         so the work is redone) and how many attempts were made.
     """
-    about: Mapping[str, Any] = subjects[0] if len(subjects) == 1 else {"tasks": len(subjects)}
     for attempt in range(1, REPORT_ATTEMPTS + 1):
         try:
             if turn is None:
@@ -68,15 +67,23 @@ async def report(
         except BackendUnavailable as exc:
             if attempt == REPORT_ATTEMPTS:
                 break
+            about = _about(claims)
             log.warning("recording outcome failed; retrying", report=what, error=str(exc), **about)
             await asyncio.sleep(backoff_delay(attempt))
         except DtqError as exc:
             error = f"{type(exc).__name__}: {exc}"
-            log.error("outcome refused", report=what, error=error, **about)
+            log.error("outcome refused", report=what, error=error, **_about(claims))
             return None, attempt
-    for fields in subjects:
-        log.error("outcome not recorded; the task will be reclaimed", report=what, **fields)
+    for claim in claims:
+        log.error(
+            "outcome not recorded; the task will be reclaimed", report=what, **task_fields(claim)
+        )
     return None, REPORT_ATTEMPTS
+
+
+def _about(claims: Sequence[Claim]) -> Mapping[str, Any]:
+    """Log fields naming the claims of a report: the task's, or how many tasks."""
+    return task_fields(claims[0]) if len(claims) == 1 else {"tasks": len(claims)}
 
 
 class Completions:
@@ -145,7 +152,7 @@ class Completions:
             outcomes, attempts = await report(
                 lambda: self._shared.execution.complete_many(claims),
                 what="success",
-                subjects=[held.fields for held in batch],
+                claims=claims,
                 log=self._log,
                 turn=self._turn,
             )

@@ -311,7 +311,7 @@ class Session:
         result, _ = await report(
             lambda: self._execution.fail(held.claim, error, permanent=permanent),
             what="failure",
-            subjects=[held.fields],
+            claims=[held.claim],
             log=self._log,
         )
         if result is not None and result.outcome is ReportOutcome.STALE:
@@ -323,7 +323,7 @@ class Session:
         outcome, _ = await report(
             lambda: self._execution.hand_back(held.claim, HAND_BACK_REASON),
             what="hand-back",
-            subjects=[held.fields],
+            claims=[held.claim],
             log=self._log,
         )
         if outcome is ReportOutcome.RECORDED:
