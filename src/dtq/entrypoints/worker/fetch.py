@@ -20,7 +20,7 @@ from dtq.application.execution import ClaimsUnresolved
 from dtq.application.ports import Queue
 from dtq.domain.errors import BackendUnavailable
 from dtq.entrypoints.worker.claims import Shared
-from dtq.entrypoints.worker.completions import backoff_delay
+from dtq.entrypoints.worker.completions import REPORT_ATTEMPTS, backoff_delay
 
 T = TypeVar("T")
 
@@ -139,7 +139,8 @@ class Fetcher:
         try:
             claims = await asyncio.shield(claiming)
         except asyncio.CancelledError:
-            claims = await _outlive_cancels(claiming, default=[])
+            settling = asyncio.ensure_future(self._settle(claiming))
+            claims = await _outlive_cancels(settling, default=[])
             if claims:
                 await _outlive_cancels(asyncio.ensure_future(self._hand_back(claims)), None)
             raise
@@ -160,8 +161,21 @@ class Fetcher:
         async with self._turn:
             return await self._execution.claim_many(task_ids, worker_id)
 
-    async def _recover(self, unresolved: ClaimsUnresolved) -> list[Claim]:
-        """Read back an unresolved claim until the store answers (backing off meanwhile)."""
+    async def _settle(self, claiming: asyncio.Future[list[Claim]]) -> list[Claim]:
+        """The claims of a claim call that outlived a cancel (recovered a bounded number of
+        times if its outcome is unknown); none if it failed."""
+        try:
+            return await claiming
+        except ClaimsUnresolved as unresolved:
+            return await self._recover(unresolved, attempts=REPORT_ATTEMPTS)
+        except Exception:
+            return []
+
+    async def _recover(
+        self, unresolved: ClaimsUnresolved, *, attempts: int | None = None
+    ) -> list[Claim]:
+        """Read back an unresolved claim until the store answers (backing off meanwhile), or
+        give up after ``attempts`` tries (then the reconciler reclaims whatever committed)."""
         failures = 0
         while True:
             try:
@@ -170,6 +184,9 @@ class Fetcher:
                 )
             except BackendUnavailable as exc:
                 failures += 1
+                if attempts is not None and failures >= attempts:
+                    self._log.error("claim outcome still unknown; left to reclaim", error=str(exc))
+                    return []
                 delay = backoff_delay(failures)
                 self._log.warning("claim recovery failed", error=str(exc), retry_in=delay)
                 await asyncio.sleep(delay)

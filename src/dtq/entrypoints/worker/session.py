@@ -115,15 +115,15 @@ class Session:
             await self._hand_back_all(fetch)
             raise
         finally:
-            # The fetch loop first: cancelled between a commit and the start, it hands the
-            # claims back itself before the claim tasks are cancelled below.
-            fetch.cancel()
-            await asyncio.gather(fetch, return_exceptions=True)
-            tasks = [*background, *self._tasks]
+            # A fetch loop cancelled between a claim's commit and its start hands that claim
+            # back itself (shielded), so everything can be cancelled together.
+            tasks = [fetch, *background, *self._tasks]
             for task in tasks:
                 task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            self.close()
+            try:
+                await asyncio.gather(*tasks, return_exceptions=True)
+            finally:
+                self.close()
 
     async def _settled(self, fetch: asyncio.Task[None]) -> None:
         """Return once the fetch loop has ended and every claim has settled."""
