@@ -165,18 +165,22 @@ class Completions:
                 self._settled(held)
         if outcomes is None:
             return
+        replayed = attempts > 1
+        meters, debug = self._shared.meters, self._debug
         for held, outcome in zip(batch, outcomes, strict=True):
-            self._count(held, outcome, replayed=attempts > 1)
-
-    def _count(self, held: Held, outcome: ReportOutcome, *, replayed: bool) -> None:
-        # A retry of a batch whose first commit did land answers DUPLICATE for our run.
-        if outcome is ReportOutcome.RECORDED or (replayed and outcome is ReportOutcome.DUPLICATE):
-            self._shared.meters.kind(held.claim.task.kind).succeeded.inc()
-        elif outcome is ReportOutcome.STALE:
-            self._log.warning(
-                "outcome refused: the run is no longer live", report="success", **held.fields
-            )
-        if self._debug:
-            self._log.debug(
-                "task succeeded", **held.fields, duration=round(held.duration, 6), outcome=outcome
-            )
+            # A retry of a batch whose first commit did land answers DUPLICATE for our run.
+            if outcome is ReportOutcome.RECORDED or (
+                replayed and outcome is ReportOutcome.DUPLICATE
+            ):
+                meters.kind(held.claim.task.kind).succeeded.inc()
+            elif outcome is ReportOutcome.STALE:
+                self._log.warning(
+                    "outcome refused: the run is no longer live", report="success", **held.fields
+                )
+            if debug:
+                self._log.debug(
+                    "task succeeded",
+                    **held.fields,
+                    duration=round(held.duration, 6),
+                    outcome=outcome,
+                )

@@ -17,7 +17,8 @@ class Leases:
     A claim is held from :meth:`hold` to :meth:`release`. A renewal answering LOST (another run
     owns the task), and a claim with no successful renewal within ``window`` seconds (its lease
     can no longer be shown to be ours, e.g. Redis unreachable), are released and passed to
-    ``on_lost(held, reason)`` with ``LEASE_LOST`` or ``LEASE_UNCONFIRMED``.
+    ``on_lost(held, reason)`` with ``LEASE_LOST`` or ``LEASE_UNCONFIRMED``. Build it inside the
+    running event loop (it reads that loop's clock).
 
     Args:
         shared: ``every`` is ``config.lease_renew_every``, ``window`` is
@@ -33,10 +34,11 @@ class Leases:
         self._meters = shared.meters
         self._log = shared.log
         self._confirmed: dict[Held, float] = {}  # held claim -> loop time its lease was ours
+        self._time = asyncio.get_running_loop().time
 
     def hold(self, held: Held) -> None:
         """Renew ``held``'s lease from now on (its claim just wrote it)."""
-        self._confirmed[held] = asyncio.get_running_loop().time()
+        self._confirmed[held] = self._time()
 
     def release(self, held: Held) -> None:
         """Stop renewing ``held``'s lease; no-op when not held."""

@@ -89,6 +89,7 @@ class Session:
             deliver=self.start,
             hand_back=self._hand_back_claims,
         )
+        self._release_slot = self._fetch.slots.release
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -190,7 +191,7 @@ class Session:
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
-        self._fetch.slots.release()
+        self._release_slot()
         if not task.cancelled() and task.exception() is not None:
             self._log.error("task runner error", exc_info=task.exception())
 
