@@ -175,18 +175,21 @@ class ExecutionService:
     async def _after_claim(self, ids: list[UUID], batch: _ClaimBatch) -> None:
         """After a claim commit: release the markers, write the leases, schedule the not due.
 
-        A Redis error here is swallowed: the claims are committed and the worker owns them
+        A Redis error (``BackendUnavailable``) here is swallowed: the claims are committed and the worker owns them
         (a missing lease is re-created by the next heartbeat, a marker expires, a due queued
         task is re-pushed by the reconciler).
         """
         # Two independent round trips in parallel: the claim's latency is on the path to the
         # handler's start.
         leases = [self._lease(claim) for claim in batch.claims]
-        await asyncio.gather(
+        results = await asyncio.gather(
             self._queue.release_markers(ids),
             self._queue.set_leases(leases, self._policy.lease_ttl),
             return_exceptions=True,
         )
+        for result in results:
+            if isinstance(result, BaseException) and not isinstance(result, BackendUnavailable):
+                raise result  # a bug, not an outage
         for task_id, priority, due in batch.not_due:
             with contextlib.suppress(BackendUnavailable):
                 await self._queue.schedule(task_id, priority, due)
