@@ -175,9 +175,9 @@ class ExecutionService:
     async def _after_claim(self, ids: list[UUID], batch: _ClaimBatch) -> None:
         """After a claim commit: release the markers, write the leases, schedule the not due.
 
-        A Redis error (``BackendUnavailable``) here is swallowed: the claims are committed and the worker owns them
-        (a missing lease is re-created by the next heartbeat, a marker expires, a due queued
-        task is re-pushed by the reconciler).
+        A Redis error (``BackendUnavailable``) here is swallowed: the claims are committed and
+        the worker owns them (a missing lease is re-created by the next heartbeat, a marker
+        expires, a due queued task is re-pushed by the reconciler).
         """
         # Two independent round trips in parallel: the claim's latency is on the path to the
         # handler's start.
