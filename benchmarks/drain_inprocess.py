@@ -140,7 +140,13 @@ async def run_until_drained(
 
     stop = asyncio.Event()
     started = time.perf_counter()
-    worker = asyncio.create_task(runtime.run(services, stop=stop, metrics=metrics))
+    if hasattr(runtime, "configure"):  # a WorkerConfig resolved once (the worker wing)
+        running = runtime.run(
+            services, runtime.configure(services.settings), stop=stop, metrics=metrics
+        )
+    else:  # older trees: the runtime read the settings from the services
+        running = runtime.run(services, stop=stop, metrics=metrics)
+    worker = asyncio.create_task(running)
     deadline = started + args.timeout
     while succeeded() < args.tasks:
         if worker.done():

@@ -16,16 +16,137 @@ Run it with ``dtq-worker --app mypackage.tasks:runtime``. Handlers may be ``asyn
 ``def`` (run in a thread pool). Delivery is at-least-once: a handler must be idempotent, and
 ``task.attempt`` can repeat after a lost worker (spec §4, §6).
 
-Names:
-    Task: what a handler receives (id, job_id, kind, payload, attempt).
-    Handler: the handler type, ``Callable[[Task], Awaitable[None] | None]``.
-    Runtime: register handlers by kind and run them.
-    Options: timeouts, lease heartbeat, concurrency, shutdown grace (seconds).
-    PermanentError: raise it to fail a task without retries.
+``Task``, ``Handler``, ``PermanentError`` and ``Options`` are defined here with the standard
+library only, so importing this module loads no database, Redis, metrics or logging library;
+``Runtime`` (the engine, :mod:`dtq.entrypoints.worker.runtime`) is imported on first use.
 """
 
 from __future__ import annotations
 
-from dtq.entrypoints.runtime import Handler, Options, PermanentError, Runtime, Task
+import warnings
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeAlias
+from uuid import UUID
+
+from dtq.domain.entities import DEFAULT_PRIORITY
+
+if TYPE_CHECKING:
+    from dtq.entrypoints.worker.runtime import Runtime
 
 __all__ = ["Handler", "Options", "PermanentError", "Runtime", "Task"]
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """The unit of work delivered to a handler (spec §6 ``Task``).
+
+    Attributes:
+        id: the task's id (``tasks.id``).
+        job_id: the job the task belongs to.
+        kind: the handler key the task was submitted with, e.g. ``email.send``.
+        payload: the task's JSON payload, already decoded (dict, list, str, number, bool or None).
+        attempt: 1-based attempt number of this delivery. A redelivery after a lost worker
+            reuses the number (spec §4 attempt invariant), so it is not a unique run key.
+    """
+
+    id: UUID
+    job_id: UUID
+    kind: str
+    payload: Any
+    attempt: int
+
+
+#: A task handler: ``async def h(task) -> None`` or a plain ``def h(task) -> None``.
+#: Returning means success; raising means failure (retried while attempts remain);
+#: raising :class:`PermanentError` fails the task at once (spec §6 Success / Failure).
+Handler: TypeAlias = Callable[[Task], Awaitable[None]] | Callable[[Task], None]
+
+
+class PermanentError(Exception):
+    """Raise from a handler to fail the task at once, without using its remaining retries.
+
+    Use it for errors another attempt cannot fix (a malformed payload, a rejected request).
+    The message becomes the run's ``error`` text as ``"PermanentError: <message>"``; a subclass
+    is reported under its own class name.
+    """
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """How the worker runtime behaves (spec §6 ``Options``). All durations are seconds.
+
+    Attributes:
+        default_timeout: deadline of one handler call; None means no deadline. When it passes
+            the handler is cancelled (an async one) or abandoned in its thread (a sync one) and
+            the attempt fails with ``"timed out after N s"``, retried by policy.
+        lease_renew_every: period of the LEASE renewal (spec §6 Lease). The runtime uses
+            ``min(lease_renew_every, LEASE_DURATION / 3)`` so a lease never lapses between
+            renewals. Not ``WORKER_HEARTBEAT_INTERVAL``, which paces the ``workers`` registry.
+        concurrency: how many handlers run at once (slots); None takes ``WORKER_CONCURRENCY``.
+        shutdown_grace: on a graceful stop, how long running handlers may take to finish
+            before they are cancelled and handed back.
+        sync_threads: size of the thread pool that runs plain (``def``) handlers.
+        priorities: ready-queue tiers to pop, highest first (``queue:ready:{priority}``).
+        poll_timeout: how long one pop blocks waiting for work; it also bounds how long a
+            pop already in flight delays a stop.
+        claim_batch: most task ids (a count) popped and claimed together in one store
+            transaction; a pop takes ``min(free slots, claim_batch)``.
+        complete_batch: most successes (a count) recorded together in one store transaction;
+            claiming also pauses while this many successes wait for their commit.
+        heartbeat_every: deprecated alias of ``lease_renew_every`` (DeprecationWarning); when
+            given it replaces ``lease_renew_every`` and reads back as None.
+
+    Raises:
+        ValueError: a value is out of range (non-positive durations, empty priorities, ...).
+    """
+
+    default_timeout: float | None = None
+    lease_renew_every: float = 5.0
+    concurrency: int | None = None
+    shutdown_grace: float = 10.0
+    sync_threads: int = 8
+    priorities: tuple[str, ...] = (DEFAULT_PRIORITY,)
+    poll_timeout: float = 1.0
+    claim_batch: int = 32
+    complete_batch: int = 128
+    heartbeat_every: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.heartbeat_every is not None:
+            warnings.warn(
+                "Options.heartbeat_every is deprecated: use lease_renew_every",
+                DeprecationWarning,
+                stacklevel=3,
+            )
+            object.__setattr__(self, "lease_renew_every", self.heartbeat_every)
+            object.__setattr__(self, "heartbeat_every", None)
+        if self.default_timeout is not None and self.default_timeout <= 0:
+            raise ValueError("default_timeout must be > 0 seconds, or None for no deadline")
+        if self.lease_renew_every <= 0:
+            raise ValueError("lease_renew_every must be > 0 seconds")
+        if self.concurrency is not None and self.concurrency < 1:
+            raise ValueError("concurrency must be >= 1, or None for WORKER_CONCURRENCY")
+        if self.shutdown_grace < 0:
+            raise ValueError("shutdown_grace must be >= 0 seconds")
+        if self.sync_threads < 1:
+            raise ValueError("sync_threads must be >= 1")
+        if self.poll_timeout <= 0:
+            raise ValueError("poll_timeout must be > 0 seconds")
+        if self.claim_batch < 1:
+            raise ValueError("claim_batch must be >= 1 task")
+        if self.complete_batch < 1:
+            raise ValueError("complete_batch must be >= 1 task")
+        priorities = tuple(self.priorities)
+        if not priorities or not all(isinstance(p, str) and p for p in priorities):
+            raise ValueError("priorities must be a non-empty sequence of tier names")
+        object.__setattr__(self, "priorities", priorities)
+
+
+def __getattr__(name: str) -> Any:
+    """Import :class:`Runtime` on first use (it pulls in the worker's infrastructure)."""
+    if name == "Runtime":
+        from dtq.entrypoints.worker.runtime import Runtime
+
+        return Runtime
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -15,7 +15,7 @@ from typing import Any
 
 from dtq.worker import Options, PermanentError, Runtime, Task
 
-runtime = Runtime(Options(heartbeat_every=0.25, shutdown_grace=0.5))
+runtime = Runtime(Options(lease_renew_every=0.25, shutdown_grace=0.5))
 
 
 def _record(event: str, task: Task, **extra: Any) -> None:

@@ -25,6 +25,7 @@ import psycopg
 import pytest
 import redis
 
+ROOT = Path(__file__).resolve().parents[2]
 ADMIN_DSN = os.environ.get("DTQ_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS_URL = os.environ.get("DTQ_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 BIN = Path(sys.executable).parent
@@ -224,7 +225,9 @@ def cluster(database: str, redis_prefix: str, tmp_path: Path) -> Iterator[Cluste
         "WORKER_HEARTBEAT_INTERVAL": "1s",
         "LOG_FORMAT": "json",
         "E2E_RECORD_DIR": str(records),
-        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+        # this tree's src first, so a git worktree's processes run its own code, not the
+        # editable install's
+        "PYTHONPATH": os.pathsep.join(str(ROOT / p) for p in ("src", "")),
     }
     env.pop("WORKER_ID", None)
     c = Cluster(env=env, logs=logs, records=records, port=port)

@@ -38,6 +38,7 @@ from dtq.domain.errors import BackendUnavailable
 from dtq.domain.status import TaskStatus
 from dtq.entrypoints.config import Settings
 from dtq.entrypoints.metrics import WorkerMetrics
+from dtq.entrypoints.worker.config import WorkerConfig
 from dtq.worker import Runtime
 from tests.unit.conftest import memory_container
 
@@ -61,12 +62,11 @@ SETTINGS = Settings(
 
 @dataclass
 class Services:
-    """What ``Runtime.run`` needs (the shape of ``container.Services``)."""
+    """What ``Runtime.run`` needs (the worker's part of ``container.Services``)."""
 
     execution: ExecutionService
     registry: WorkerRegistryService
     queue: Queue
-    settings: Settings
 
 
 @dataclass
@@ -85,7 +85,7 @@ class Harness:
 
     @property
     def services(self) -> Services:
-        return Services(self.execution, self.registry, self.queue, self.settings)
+        return Services(self.execution, self.registry, self.queue)
 
     async def submit_tasks(self, *specs: TaskSpec) -> SubmitResult:
         return await self.submit.submit_job(SubmitJob(tasks=tuple(specs)))
@@ -110,6 +110,10 @@ class Harness:
         wanted = set(statuses)
         return await _poll(lambda: self.task(task_id), lambda v: v.task.status in wanted, timeout)
 
+    def config(self, runtime: Runtime, settings: Settings | None = None) -> WorkerConfig:
+        """``runtime``'s options resolved against this harness's settings (or ``settings``)."""
+        return runtime.configure(self.settings if settings is None else settings)
+
     def counter(self, name: str, **labels: str) -> float:
         value = self.metrics.registry.get_sample_value(name, labels)
         return 0.0 if value is None else value
@@ -124,8 +128,10 @@ class Harness:
         awaited, so exceptions inside it surface in the test.
         """
         stop = asyncio.Event()
-        services = self.services if settings is None else replace(self.services, settings=settings)
-        worker = asyncio.create_task(runtime.run(services, stop=stop, metrics=self.metrics))
+        config = self.config(runtime, settings)
+        worker = asyncio.create_task(
+            runtime.run(self.services, config, stop=stop, metrics=self.metrics)
+        )
         orchestrator = asyncio.create_task(self._orchestrate()) if reconcile else None
         try:
             yield stop

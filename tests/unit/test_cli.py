@@ -15,7 +15,7 @@ import pytest
 
 from dtq.entrypoints import cli
 from dtq.entrypoints.config import Settings
-from dtq.entrypoints.runtime import Runtime, demo_runtime
+from dtq.entrypoints.worker.runtime import Runtime, demo_runtime
 
 
 @pytest.fixture(autouse=True)

@@ -308,7 +308,7 @@ async def test_a_worker_records_the_priorities_it_polls_for_the_unpolled_check()
 
     h = build_harness()
     runtime = Runtime(
-        Options(heartbeat_every=0.1, shutdown_grace=0.2, poll_timeout=0.05, priorities=("high",))
+        Options(lease_renew_every=0.1, shutdown_grace=0.2, poll_timeout=0.05, priorities=("high",))
     )
     runtime.register("echo", lambda task: None)
     async with h.running(runtime, reconcile=False):

@@ -15,14 +15,14 @@ from dtq.application.commands import TaskSpec
 from dtq.application.ports import Lease
 from dtq.domain.errors import DuplicateKind
 from dtq.domain.status import JobStatus, RunStatus, TaskStatus
-from dtq.entrypoints.runtime import demo_runtime
+from dtq.entrypoints.worker.runtime import demo_runtime
 from dtq.worker import Options, PermanentError, Runtime, Task
 from tests.unit.runtime_harness import SETTINGS, build_harness
 
 pytestmark = pytest.mark.timeout(20)
 
 #: Short timings: a quick lease heartbeat and pops that return fast so the test stops fast.
-FAST = Options(heartbeat_every=0.1, shutdown_grace=1.0, poll_timeout=0.05)
+FAST = Options(lease_renew_every=0.1, shutdown_grace=1.0, poll_timeout=0.05)
 
 
 # -- registration -----------------------------------------------------------------------------
@@ -64,7 +64,7 @@ def test_empty_kind_is_refused() -> None:
     "kwargs",
     [
         {"default_timeout": 0},
-        {"heartbeat_every": 0},
+        {"lease_renew_every": 0},
         {"concurrency": 0},
         {"shutdown_grace": -1},
         {"sync_threads": 0},
@@ -260,8 +260,8 @@ async def test_unknown_kind_fails_permanently_after_one_run() -> None:
 
 async def test_heartbeat_keeps_a_long_handler_leased() -> None:
     h = build_harness()
-    # heartbeat_every 5 s is capped to lease_duration / 3 = 0.2 s, or the lease would lapse.
-    runtime = Runtime(replace(FAST, heartbeat_every=5.0))
+    # lease_renew_every 5 s is capped to lease_duration / 3 = 0.2 s, or the lease would lapse.
+    runtime = Runtime(replace(FAST, lease_renew_every=5.0))
 
     @runtime.handler("long")
     async def long(task: Task) -> None:

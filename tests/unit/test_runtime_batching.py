@@ -25,13 +25,14 @@ from dtq.application.execution import ExecutionService
 from dtq.application.ports import Lease
 from dtq.domain.errors import BackendUnavailable
 from dtq.domain.status import RunStatus, TaskStatus
-from dtq.entrypoints import runtime_task
+from dtq.entrypoints.worker import completions
+from dtq.entrypoints.worker.session import Session
 from dtq.worker import Options, Runtime, Task
 from tests.unit.runtime_harness import POLICY, Harness, build_harness
 
 pytestmark = pytest.mark.timeout(30)
 
-FAST = Options(heartbeat_every=0.1, shutdown_grace=0.2, poll_timeout=0.05)
+FAST = Options(lease_renew_every=0.1, shutdown_grace=0.2, poll_timeout=0.05)
 
 
 class CountingExecution(ExecutionService):
@@ -51,7 +52,7 @@ class CountingExecution(ExecutionService):
 
     async def claim_many(self, task_ids: Sequence[UUID], worker_id: str) -> list[Claim]:
         self.claim_sizes.append(len(task_ids))
-        if len(task_ids) == 1:  # a lone id does not take turns (Session._claim)
+        if len(task_ids) == 1:  # a lone id does not take turns (Fetcher._claim_many)
             return await super().claim_many(task_ids, worker_id)
         with self._counted():
             if self.latency:
@@ -107,7 +108,7 @@ async def test_claims_and_completions_are_batched_and_each_task_completes_once(
     options: Options, max_claim: int, max_complete: int, claim_calls_below: int
 ) -> None:
     h, execution = counting_harness(latency=0.003)
-    runtime = Runtime(replace(options, heartbeat_every=0.1, poll_timeout=0.05, concurrency=16))
+    runtime = Runtime(replace(options, lease_renew_every=0.1, poll_timeout=0.05, concurrency=16))
     calls: list[UUID] = []
 
     @runtime.handler("work")
@@ -247,9 +248,9 @@ async def test_the_lease_is_kept_until_the_completion_is_committed() -> None:
 async def test_a_batch_that_cannot_be_recorded_is_left_to_reclaim_and_redone(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(runtime_task, "backoff_delay", lambda failures: 0.01)
+    monkeypatch.setattr(completions, "backoff_delay", lambda failures: 0.01)
     h, execution = counting_harness()
-    execution.complete_failures = runtime_task._REPORT_ATTEMPTS  # the first batch gives up
+    execution.complete_failures = completions.REPORT_ATTEMPTS  # the first batch gives up
     runtime = Runtime(FAST)
     calls: list[int] = []
     runtime.register("echo", lambda task: calls.append(task.attempt))
@@ -269,7 +270,7 @@ async def test_a_batch_that_cannot_be_recorded_is_left_to_reclaim_and_redone(
 
     assert calls == [1, 1]  # redone after the reclaim; the lost run cost no attempt
     assert [r.status for r in view.runs] == [RunStatus.DEAD, RunStatus.SUCCEEDED]
-    assert execution.complete_sizes == [1] * (runtime_task._REPORT_ATTEMPTS + 1)
+    assert execution.complete_sizes == [1] * (completions.REPORT_ATTEMPTS + 1)
     given_up = [e for e in logs if e["event"] == "outcome not recorded; the task will be reclaimed"]
     assert [e["task_id"] for e in given_up] == [str(task_id)]
 
@@ -388,7 +389,7 @@ async def test_a_batch_claimed_while_stopping_now_is_handed_back_without_running
     ids = await submit_many(h, "echo", 3)
     stop, stop_now = asyncio.Event(), asyncio.Event()
     worker = asyncio.create_task(
-        runtime.run(h.services, stop=stop, stop_now=stop_now, metrics=h.metrics)
+        runtime.run(h.services, h.config(runtime), stop=stop, stop_now=stop_now, metrics=h.metrics)
     )
     while not execution.claim_sizes:
         await asyncio.sleep(0.01)
@@ -408,12 +409,11 @@ async def test_a_batch_claimed_while_stopping_now_is_handed_back_without_running
 async def test_claims_abandoned_before_their_task_began_are_handed_back() -> None:
     h = build_harness()
     ran: list[UUID] = []
-    runner = runtime_task.TaskRunner(
+    runner = Session(
         handlers={"echo": lambda task: ran.append(task.id)},
-        options=FAST,
-        execution=h.execution,
+        config=h.config(Runtime(FAST)),
+        services=h.services,
         metrics=h.metrics,
-        heartbeat_every=0.1,
         log=structlog.get_logger("test").bind(),
     )
     ids = await submit_many(h, "echo", 2)

@@ -26,7 +26,7 @@ from tests.unit.runtime_harness import POLICY, SETTINGS, Harness, Services, buil
 
 pytestmark = pytest.mark.timeout(20)
 
-FAST = Options(heartbeat_every=0.1, shutdown_grace=0.2, poll_timeout=0.05)
+FAST = Options(lease_renew_every=0.1, shutdown_grace=0.2, poll_timeout=0.05)
 
 
 def sleeper(runtime: Runtime, kind: str, seconds: float) -> tuple[asyncio.Event, asyncio.Event]:
@@ -106,7 +106,7 @@ async def test_stop_now_skips_the_grace_period() -> None:
     task_id = await h.one("long")
     stop, stop_now = asyncio.Event(), asyncio.Event()
     worker = asyncio.create_task(
-        runtime.run(h.services, stop=stop, stop_now=stop_now, metrics=h.metrics)
+        runtime.run(h.services, h.config(runtime), stop=stop, stop_now=stop_now, metrics=h.metrics)
     )
 
     await asyncio.wait_for(started.wait(), 5)
@@ -127,7 +127,7 @@ async def test_cancelling_run_hands_tasks_back_and_propagates() -> None:
     runtime = Runtime(FAST)
     started, _ = sleeper(runtime, "long", 30)
     task_id = await h.one("long")
-    worker = asyncio.create_task(runtime.run(h.services, metrics=h.metrics))
+    worker = asyncio.create_task(runtime.run(h.services, h.config(runtime), metrics=h.metrics))
 
     await asyncio.wait_for(started.wait(), 5)
     worker.cancel()
@@ -145,7 +145,7 @@ async def test_a_runtime_cannot_run_twice_at_once() -> None:
     async with h.running(runtime, reconcile=False):
         await asyncio.sleep(0.05)
         with pytest.raises(RuntimeError, match="already running"):
-            await runtime.run(h.services)
+            await runtime.run(h.services, h.config(runtime))
 
 
 # -- signals ------------------------------------------------------------------------------------
@@ -181,7 +181,7 @@ def _run_forever_with(handler_seconds: float, *signums: signal.Signals) -> tuple
         yield h.services
 
     sender = _signal_when(started, *signums)
-    runtime.run_forever(open_services, metrics=h.metrics)
+    runtime.run_forever(open_services, settings=h.settings, metrics=h.metrics)
     sender.join(5)
     return h, seen[0]
 

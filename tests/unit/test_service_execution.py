@@ -153,7 +153,7 @@ async def test_failure_retries_through_the_scheduled_set(app: App) -> None:
     result = await app.submit_tasks(TaskSpec("a", "echo", max_attempts=3))
     task_id = result.task_ids["a"]
     claim = await pop_claim(app)
-    assert await app.execution.fail(claim, "ValueError: boom") is ReportOutcome.RECORDED
+    assert (await app.execution.fail(claim, "ValueError: boom")).outcome is ReportOutcome.RECORDED
     view = await app.queries.get_task(task_id)
     assert view.task.status is TaskStatus.QUEUED
     assert view.task.last_error == "ValueError: boom"
@@ -209,7 +209,7 @@ async def test_report_from_a_reclaimed_run_is_refused_and_changes_nothing(app: A
     assert await app.reconcile.reclaim_stale() == 1
     fresh = await pop_claim(app, "w2")
     assert await app.execution.complete(stale) is ReportOutcome.STALE
-    assert await app.execution.fail(stale, "late") is ReportOutcome.STALE
+    assert (await app.execution.fail(stale, "late")).outcome is ReportOutcome.STALE
     view = await app.queries.get_task(task_id)
     assert view.task.status is TaskStatus.RUNNING
     assert view.task.current_run_id == fresh.run.id

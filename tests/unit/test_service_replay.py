@@ -41,7 +41,9 @@ async def test_replayed_failure_that_landed_puts_the_retry_on_the_scheduled_set(
     task_id = result.task_ids["a"]
     claim = await pop_claim(app)
     app.store.inject_ambiguous_commits(1)
-    assert await app.execution.fail(claim, "ValueError: boom") is ReportOutcome.RECORDED
+    failed = await app.execution.fail(claim, "ValueError: boom")
+    assert failed.outcome is ReportOutcome.RECORDED
+    assert failed.retried  # the replay still tells the runtime a retry was scheduled
     assert app.queue.scheduled_ids() == [task_id]
     app.clock.advance(POLICY.retry_backoff)
     assert await app.reconcile.promote_scheduled() == 1
@@ -54,7 +56,7 @@ async def test_replayed_final_failure_that_landed_is_recorded_with_nothing_sched
     await app.submit_tasks(TaskSpec("a", "echo", max_attempts=1))
     claim = await pop_claim(app)
     app.store.inject_ambiguous_commits(1)
-    assert await app.execution.fail(claim, "ValueError: boom") is ReportOutcome.RECORDED
+    assert (await app.execution.fail(claim, "ValueError: boom")).outcome is ReportOutcome.RECORDED
     assert await status_of(app, claim.task.id) is TaskStatus.FAILED
     assert app.queue.scheduled_ids() == []
 

@@ -8,8 +8,9 @@ run was reclaimed changes nothing (``ReportOutcome.STALE``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from uuid import UUID, uuid4
@@ -24,7 +25,13 @@ from dtq.application.transitions import (
     settle_job,
 )
 from dtq.domain.entities import Task, TaskRun
-from dtq.domain.errors import CommitOutcomeUnknown, ConcurrentUpdate, StaleRun, TaskNotClaimable
+from dtq.domain.errors import (
+    BackendUnavailable,
+    CommitOutcomeUnknown,
+    ConcurrentUpdate,
+    StaleRun,
+    TaskNotClaimable,
+)
 from dtq.domain.status import RunStatus, TaskStatus
 
 
@@ -42,6 +49,39 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 #: A report's transaction function; its second argument says whether it replays a call whose
 #: COMMIT had an unknown outcome (then a report it finds already recorded is its own).
 _TxFn = Callable[[Transaction, bool], Awaitable[_Followup]]
+
+
+@dataclass(frozen=True, slots=True)
+class FailOutcome:
+    """What :meth:`ExecutionService.fail` did.
+
+    Attributes:
+        outcome: RECORDED, DUPLICATE (already recorded) or STALE (the run is no longer live).
+        retry_at: when the retry is due (database clock, aware UTC) if one was scheduled;
+            None when the task failed for good or nothing was recorded.
+    """
+
+    outcome: ReportOutcome
+    retry_at: datetime | None = None
+
+    @property
+    def retried(self) -> bool:
+        """True when a retry was scheduled."""
+        return self.retry_at is not None
+
+
+class ClaimsUnresolved(BackendUnavailable):
+    """A claim transaction's COMMIT outcome is unknown and reading it back failed as well.
+
+    Some of its claims may have committed; ``run_ids`` (task id -> run id) lets
+    :meth:`ExecutionService.recover_claims` find them later.
+    """
+
+    code = "claims_unresolved"
+
+    def __init__(self, detail: str, run_ids: Mapping[UUID, UUID]) -> None:
+        super().__init__(detail)
+        self.run_ids = dict(run_ids)
 
 
 class ExecutionService:
@@ -104,9 +144,14 @@ class ExecutionService:
         Returns:
             The claims, in the order of ``task_ids``; refused ids are left out.
 
+        A Redis error after the commit does not raise: the claims are returned (the worker owns
+        them once committed; see :meth:`_after_claim`).
+
         Raises:
-            BackendUnavailable: the database or Redis failed (the marker releases were still
-                attempted).
+            ClaimsUnresolved: the COMMIT outcome is unknown and reading it back failed; some
+                claims may be ours: pass its ``run_ids`` to :meth:`recover_claims`.
+            BackendUnavailable: the database failed before anything committed (the marker
+                releases were still attempted).
         """
         ids = list(dict.fromkeys(task_ids))
         if not ids:
@@ -116,24 +161,61 @@ class ExecutionService:
             try:
                 batch = await self._store.run(lambda tx: _claim_tx(tx, ids, run_ids, worker_id))
             except CommitOutcomeUnknown:
-                batch = await self._store.run(lambda tx: _claim_recovered(tx, run_ids, worker_id))
+                try:
+                    batch = await self._store.run(
+                        lambda tx: _claim_recovered(tx, run_ids, worker_id)
+                    )
+                except BackendUnavailable as exc:
+                    raise ClaimsUnresolved(str(exc), run_ids) from exc
         except BaseException:
             await self._queue.release_markers(ids)
             raise
-        # After the commit: release the markers and write the leases at once (two independent
-        # round trips in parallel; the claim's latency is on the path to the handler's start).
+        await self._after_claim(ids, batch)
+        return batch.claims
+
+    async def recover_claims(self, run_ids: Mapping[UUID, UUID], worker_id: str) -> list[Claim]:
+        """Learn which claims of an unresolved claim transaction committed (``ClaimsUnresolved``).
+
+        Read-only and idempotent: a task is claimed by us exactly when the run id we gave it is
+        its live run. The markers of every id are released and the found claims' leases set.
+
+        Returns:
+            The claims that committed (those this worker owns now).
+
+        Raises:
+            BackendUnavailable: the database failed again (call it again later).
+        """
+        batch = await self._store.run(lambda tx: _claim_recovered(tx, dict(run_ids), worker_id))
+        await self._after_claim(list(run_ids), batch)
+        return batch.claims
+
+    async def _after_claim(self, ids: list[UUID], batch: _ClaimBatch) -> None:
+        """After a claim commit: release the markers, write the leases, schedule the not due.
+
+        A Redis error (``BackendUnavailable``) here is swallowed: the claims are committed and
+        the worker owns them (a missing lease is re-created by the next heartbeat, a marker
+        expires, a due queued task is re-pushed by the reconciler).
+        """
+        # Two independent round trips in parallel: the claim's latency is on the path to the
+        # handler's start.
         leases = [self._lease(claim) for claim in batch.claims]
-        await asyncio.gather(
+        results = await asyncio.gather(
             self._queue.release_markers(ids),
             self._queue.set_leases(leases, self._policy.lease_ttl),
+            return_exceptions=True,
         )
+        for result in results:
+            if isinstance(result, BaseException) and not isinstance(result, BackendUnavailable):
+                raise result  # a bug, not an outage
         if batch.not_due:
             # Promoted early because the queue's clock runs ahead of the database's: put it
             # back at its due time plus that skew, so the next promotion is the last one.
-            skew = max(await self._queue.server_time() - batch.now, timedelta(0))
+            skew = timedelta(0)
+            with contextlib.suppress(BackendUnavailable):
+                skew = max(await self._queue.server_time() - batch.now, timedelta(0))
             for task_id, priority, due in batch.not_due:
-                await self._queue.schedule(task_id, priority, due + skew)
-        return batch.claims
+                with contextlib.suppress(BackendUnavailable):
+                    await self._queue.schedule(task_id, priority, due + skew)
 
     async def put_back(self, task_id: UUID) -> bool:
         """Return a popped id this worker will not claim (it is shutting down).
@@ -213,7 +295,7 @@ class ExecutionService:
             await self._queue.enqueue_many([(t.id, t.priority) for t in promoted])
         return outcomes
 
-    async def fail(self, claim: Claim, error: str, *, permanent: bool = False) -> ReportOutcome:
+    async def fail(self, claim: Claim, error: str, *, permanent: bool = False) -> FailOutcome:
         """Record the handler's failure (spec §6 Failure, Unknown kind).
 
         The run becomes ``failed`` with ``error``; the task is retried after
@@ -226,18 +308,24 @@ class ExecutionService:
         waits for it) is put on the scheduled set again.
 
         Returns:
-            RECORDED, DUPLICATE (this failure was already recorded), or STALE.
+            The outcome (RECORDED, DUPLICATE: this failure was already recorded, or STALE) and
+            when the retry is due, if one was scheduled (``domain.policy.decide_retry``).
         """
         backoff = timedelta(seconds=self._policy.retry_backoff)
+        retry_at: datetime | None = None
 
         async def tx_fn(tx: Transaction, replay: bool) -> _Followup:
+            nonlocal retry_at
             task, run = await _load_run(tx, claim)
             now = await tx.now()
             decision = task.fail(run, error=error, permanent=permanent, backoff=backoff, at=now)
             if decision is None:
-                return (
-                    _failure_replayed(task, run) if replay else _Followup(ReportOutcome.DUPLICATE)
-                )
+                if not replay:
+                    return _Followup(ReportOutcome.DUPLICATE)
+                followup = _failure_replayed(task, run)
+                retry_at = followup.schedule_at
+                return followup
+            retry_at = decision.next_attempt_at if decision.retry else None
             await tx.tasks.save(task)
             await tx.runs.save(run)
             if decision.retry:
@@ -246,7 +334,8 @@ class ExecutionService:
             await mark_job_failed(tx, task.job_id, at=now)
             return _Followup(ReportOutcome.RECORDED)
 
-        return await self._report(claim, tx_fn)
+        outcome = await self._report(claim, tx_fn)
+        return FailOutcome(outcome, retry_at if outcome is not ReportOutcome.STALE else None)
 
     async def hand_back(self, claim: Claim, reason: str) -> ReportOutcome:
         """Give an unfinished task back at once (graceful shutdown, spec §6).

@@ -4,7 +4,7 @@
     HTTP API (spec §7) and the reconciler (spec §2, §5) in one event loop, on CockroachDB/PostgreSQL
     and Redis. SIGTERM/SIGINT stop both gracefully; a second signal stops at once.
 ``dtq worker --app module:attr [--concurrency N]``
-    A worker runtime (spec §6): ``--app`` names a :class:`~dtq.entrypoints.runtime.Runtime` (or a
+    A worker runtime (spec §6): ``--app`` names a :class:`~dtq.worker.Runtime` (or a
     zero-argument factory returning one) as ``package.module:attribute``, like uvicorn. It is
     required: a worker without the application's handlers would fail every task it pops
     permanently (unknown kind), so the demo ``echo`` runtime runs only in ``dtq dev``.
@@ -26,7 +26,6 @@ import dataclasses
 import importlib
 import logging
 import os
-import signal
 import sys
 import threading
 import traceback
@@ -34,7 +33,6 @@ from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-import structlog
 import uvicorn
 
 from dtq.domain.errors import BackendUnavailable
@@ -50,7 +48,7 @@ from dtq.entrypoints.logging import configure_logging
 
 if TYPE_CHECKING:
     from dtq.entrypoints.container import Backend
-    from dtq.entrypoints.runtime import Runtime
+    from dtq.entrypoints.worker.runtime import Runtime
 
 PROG = "dtq"
 EXIT_OK = 0
@@ -65,7 +63,7 @@ DEV_DEFAULTS: Mapping[str, str] = {
     "ORCHESTRATOR_LISTEN": "127.0.0.1:8080",
 }
 
-_DEFAULT_APP = "dtq.entrypoints.runtime:demo_runtime"
+_DEFAULT_APP = "dtq.entrypoints.worker.runtime:demo_runtime"
 _CURL_EXAMPLE = (
     "curl -sS -X POST http://{host}:{port}/v1/tasks -H 'Content-Type: application/json' "
     """-d '{{"kind":"echo","payload":{{"msg":"hi"}}}}'"""
@@ -236,7 +234,7 @@ def load_runtime(spec: str | None) -> Runtime:
         UsageError: the spec is malformed, the module cannot be imported (or raised while being
             imported), the attribute is missing, or it is not a runtime.
     """
-    from dtq.entrypoints.runtime import Runtime
+    from dtq.entrypoints.worker.runtime import Runtime
 
     text = spec or _DEFAULT_APP
     module_name, sep, attr_path = text.partition(":")
@@ -396,7 +394,7 @@ def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
 
 
 class _Server(uvicorn.Server):
-    """A uvicorn server that leaves signal handling to :func:`_signals`, which stops the API,
+    """A uvicorn server that leaves signal handling to ``stop_on_signals``, which stops the API,
     the reconciler and the dev worker together."""
 
     @contextmanager
@@ -405,43 +403,11 @@ class _Server(uvicorn.Server):
         yield
 
 
-@contextmanager
-def _signals(on_first: Callable[[], None], on_second: Callable[[], None]) -> Iterator[None]:
-    """Call ``on_first`` on the first SIGTERM/SIGINT and ``on_second`` on any later one."""
-    loop = asyncio.get_running_loop()
-    log = structlog.get_logger("dtq.cli")
-    received: list[str] = []
-
-    def handle(signum: signal.Signals) -> None:
-        received.append(signum.name)
-        if len(received) == 1:
-            log.info("signal received: stopping gracefully", signal=signum.name)
-            on_first()
-        else:
-            log.warning("signal received again: stopping now", signal=signum.name)
-            on_second()
-
-    installed: list[signal.Signals] = []
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        try:
-            loop.add_signal_handler(signum, handle, signum)
-        except (NotImplementedError, RuntimeError):  # not the main thread, or Windows
-            continue
-        installed.append(signum)
-    try:
-        yield
-    finally:
-        for signum in installed:
-            loop.remove_signal_handler(signum)
-
-
 async def _work(settings: Settings, runtime: Runtime) -> int:
     from dtq.entrypoints.container import open_services
+    from dtq.entrypoints.worker.runtime import serve
 
-    stop, stop_now = asyncio.Event(), asyncio.Event()
-    async with open_services(settings, backend="real") as services:
-        with _signals(stop.set, stop_now.set):
-            await runtime.run(services, stop=stop, stop_now=stop_now)
+    await serve(runtime, settings, lambda: open_services(settings, backend="real"))
     return EXIT_OK
 
 
@@ -451,6 +417,7 @@ async def _serve(settings: Settings, *, backend: Backend, runtime: Runtime | Non
     from dtq.entrypoints.container import open_services
     from dtq.entrypoints.metrics import OrchestratorMetrics, new_registry
     from dtq.entrypoints.reconciler import Reconciler
+    from dtq.entrypoints.worker.runtime import stop_on_signals
 
     host, port = listen_address(settings.orchestrator_listen)
     metrics = OrchestratorMetrics(new_registry())
@@ -491,13 +458,16 @@ async def _serve(settings: Settings, *, backend: Backend, runtime: Runtime | Non
             stop_gracefully()
             stop_now.set()
 
-        with _signals(stop_gracefully, stop_at_once):
+        with stop_on_signals(stop_gracefully, stop_at_once):
             async with asyncio.TaskGroup() as group:
                 group.create_task(_serve_http(server, stop), name="dtq-http")
                 group.create_task(reconciler.run(stop), name="dtq-reconciler")
                 if runtime is not None:
                     group.create_task(
-                        runtime.run(services, stop=stop, stop_now=stop_now), name="dtq-worker"
+                        runtime.run(
+                            services, runtime.configure(settings), stop=stop, stop_now=stop_now
+                        ),
+                        name="dtq-worker",
                     )
                     group.create_task(_announce(server), name="dtq-announce")
     return EXIT_OK

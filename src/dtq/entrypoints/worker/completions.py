@@ -1,0 +1,186 @@
+"""Recording outcomes: the success batcher and the one retrying report helper (spec §6).
+
+Successes are committed in batches of at most ``complete_batch`` by one loop, the next batch
+as soon as the previous commit returns, so batches form only while a commit is in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from structlog.typing import FilteringBoundLogger
+
+from dtq.application.commands import Claim, ReportOutcome
+from dtq.domain.errors import BackendUnavailable, DtqError
+from dtq.entrypoints.worker.claims import LEASE_LOST, Held, Phase, Shared, task_fields
+
+T = TypeVar("T")
+
+REPORT_ATTEMPTS = 5  # tries to record one outcome (or batch) before leaving it to reclaim
+_BACKOFF_START = 0.5  # seconds: first pause after a backend error
+_BACKOFF_CAP = 10.0  # seconds: longest pause between attempts
+
+
+def backoff_delay(failures: int) -> float:
+    """Seconds to pause after ``failures`` consecutive backend errors (>= 1).
+
+    Exponential from 0.5 s, capped at 10 s, with up to 20 % jitter so that many workers do not
+    hammer a recovering backend in lockstep.
+    """
+    base: float = min(_BACKOFF_CAP, _BACKOFF_START * 2.0 ** max(failures - 1, 0))
+    return base * random.uniform(0.8, 1.0)
+
+
+async def report(
+    call: Callable[[], Awaitable[T]],
+    *,
+    what: str,
+    claims: Sequence[Claim],
+    log: FilteringBoundLogger,
+    turn: asyncio.Lock | None = None,
+) -> tuple[T | None, int]:
+    """Record an outcome with ``call``, retrying ``BackendUnavailable`` (a replay is a no-op).
+
+    Args:
+        call: makes one attempt (``complete_many``, ``fail``, ``hand_back``).
+        what: the report's name in log lines (``success``, ``failure``, ``hand-back``).
+        claims: the claims concerned (one for a single report), named in log lines.
+        log: where retries and give-ups are logged.
+        turn: a lock held around each attempt (the hot-path transaction turn), or None.
+
+    Returns:
+        The call's result (None when it was refused or still failed after
+        ``REPORT_ATTEMPTS`` tries: the lease then lapses and the reconciler reclaims the task,
+        so the work is redone) and how many attempts were made.
+    """
+    for attempt in range(1, REPORT_ATTEMPTS + 1):
+        try:
+            if turn is None:
+                return await call(), attempt
+            async with turn:
+                return await call(), attempt
+        except BackendUnavailable as exc:
+            if attempt == REPORT_ATTEMPTS:
+                break
+            about = _about(claims)
+            log.warning("recording outcome failed; retrying", report=what, error=str(exc), **about)
+            await asyncio.sleep(backoff_delay(attempt))
+        except DtqError as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            log.error("outcome refused", report=what, error=error, **_about(claims))
+            return None, attempt
+    for claim in claims:
+        log.error(
+            "outcome not recorded; the task will be reclaimed", report=what, **task_fields(claim)
+        )
+    return None, REPORT_ATTEMPTS
+
+
+def _about(claims: Sequence[Claim]) -> Mapping[str, Any]:
+    """Log fields naming the claims of a report: the task's, or how many tasks."""
+    return task_fields(claims[0]) if len(claims) == 1 else {"tasks": len(claims)}
+
+
+class Completions:
+    """The success batcher. Feed it with :meth:`add`; run :meth:`loop` as a task.
+
+    Args:
+        shared: ``execution.complete_many`` records the batches, of at most
+            ``config.complete_batch`` successes.
+        turn: the hot-path transaction turn, taken around every ``complete_many``.
+        settled: called with each claim once its batch returned (committed or given up).
+    """
+
+    def __init__(
+        self, shared: Shared, *, turn: asyncio.Lock, settled: Callable[[Held], None]
+    ) -> None:
+        self._shared = shared
+        self._turn = turn
+        self._limit = shared.config.complete_batch
+        self._settled = settled
+        self._log = shared.log
+        self._debug = shared.log.is_enabled_for(logging.DEBUG)
+        self._waiting: deque[Held] = deque()
+        self._wake = asyncio.Event()  # set: the loop has work
+        self._idle = asyncio.Event()  # set: no success waits for or is in a commit
+        self._idle.set()
+        #: Set while fewer than ``limit`` successes wait: the fetch loop claims only then.
+        self.room = asyncio.Event()
+        self.room.set()
+
+    def add(self, held: Held) -> None:
+        """Queue a handler success for the next batch."""
+        held.phase = Phase.WAITING
+        self._waiting.append(held)
+        self._idle.clear()
+        self._wake.set()
+        if len(self._waiting) >= self._limit:
+            self.room.clear()
+
+    async def wait_idle(self) -> None:
+        """Return once no success waits for or is in a commit."""
+        await self._idle.wait()
+
+    async def loop(self) -> None:
+        """Commit waiting successes, one batch as soon as the previous commit returned."""
+        limit = self._limit
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._waiting:
+                batch: list[Held] = []
+                while self._waiting and len(batch) < limit:
+                    held = self._waiting.popleft()
+                    if held.interrupted == LEASE_LOST:
+                        continue  # the lease renewal found it taken over: record nothing
+                    held.phase = Phase.COMMITTING
+                    batch.append(held)
+                self.room.set()
+                if batch:
+                    await self._commit(batch)
+            self._idle.set()
+
+    async def _commit(self, batch: Sequence[Held]) -> None:
+        """One ``complete_many`` for the batch (retried by :func:`report`); settle each."""
+        claims = [held.claim for held in batch]
+        try:
+            outcomes, attempts = await report(
+                lambda: self._shared.execution.complete_many(claims),
+                what="success",
+                claims=claims,
+                log=self._log,
+                turn=self._turn,
+            )
+        except Exception:  # a bug: never let it end the completion loop
+            self._log.exception("recording successes failed", tasks=len(batch))
+            outcomes, attempts = None, 0
+        finally:
+            for held in batch:  # the lease renewal stops: committed, or the lease lapses
+                held.phase = Phase.SETTLING
+                self._settled(held)
+        if outcomes is None:
+            return
+        replayed = attempts > 1
+        meters, debug = self._shared.meters, self._debug
+        for held, outcome in zip(batch, outcomes, strict=True):
+            # A retry of a batch whose first commit did land answers DUPLICATE for our run.
+            if outcome is ReportOutcome.RECORDED or (
+                replayed and outcome is ReportOutcome.DUPLICATE
+            ):
+                meters.kind(held.claim.task.kind).succeeded.inc()
+            elif outcome is ReportOutcome.STALE:
+                self._log.warning(
+                    "outcome refused: the run is no longer live", report="success", **held.fields
+                )
+            if debug:
+                self._log.debug(
+                    "task succeeded",
+                    **held.fields,
+                    duration=round(held.duration, 6),
+                    outcome=outcome,
+                )

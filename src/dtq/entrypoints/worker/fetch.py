@@ -1,0 +1,239 @@
+"""The fetch loop: slots, the transaction turn, pop and claim (spec §5 claim flow).
+
+It is the only place that starts claims, so the free slots it computes cannot shrink while it
+pops and claims. Once a claim has committed the worker owns it: every committed claim is
+delivered (run, or handed back when stopping), even when Redis fails after the commit, when
+the commit's outcome must be recovered, or when the loop is cancelled meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
+from uuid import UUID
+
+from dtq.application.commands import Claim
+from dtq.application.execution import ClaimsUnresolved
+from dtq.application.ports import Queue
+from dtq.domain.errors import BackendUnavailable
+from dtq.entrypoints.worker.claims import Shared
+from dtq.entrypoints.worker.completions import REPORT_ATTEMPTS, backoff_delay
+
+T = TypeVar("T")
+
+
+class Slots:
+    """How many handlers may start; the fetch loop takes, finished claims give back."""
+
+    def __init__(self, size: int) -> None:
+        self._free = size
+        self._freed = asyncio.Event()
+
+    @property
+    def free(self) -> int:
+        """Slots free now."""
+        return self._free
+
+    def take(self, count: int) -> None:
+        """Occupy ``count`` slots (the fetch loop, for the claims it starts)."""
+        self._free -= count
+
+    def release(self) -> None:
+        """Free one slot (a claim settled)."""
+        self._free += 1
+        self._freed.set()
+
+    def wake(self) -> None:
+        """Wake a waiter without freeing a slot (the loop is stopping)."""
+        self._freed.set()
+
+    async def wait(self) -> None:
+        """Wait until a slot is released (or :meth:`wake`)."""
+        self._freed.clear()
+        await self._freed.wait()
+
+
+class Fetcher:
+    """Pops ids into free slots, claims them, hands each claim to ``deliver``.
+
+    Args:
+        shared: the configuration (priorities, batches, poll timeout, worker id), the
+            execution service (claim, recover, put back), metrics and log.
+        queue: the ready lists.
+        turn: the hot-path transaction turn (taken around a batch claim).
+        room: set while completions can take more successes (backpressure).
+        deliver: starts one committed claim (runs it, or hands it back when stopping).
+        hand_back: hands claims back at once (used when this loop is cancelled).
+    """
+
+    def __init__(
+        self,
+        shared: Shared,
+        *,
+        queue: Queue,
+        turn: asyncio.Lock,
+        room: asyncio.Event,
+        deliver: Callable[[Claim], None],
+        hand_back: Callable[[Sequence[Claim]], Awaitable[None]],
+    ) -> None:
+        config = shared.config
+        self._config, self._execution, self._log = config, shared.execution, shared.log
+        self._refusals = shared.meters.metrics.claim_refusals
+        self._queue, self._turn, self._room = queue, turn, room
+        self._deliver, self._hand_back = deliver, hand_back
+        self.slots = Slots(config.concurrency)
+        self._stopping = asyncio.Event()
+
+    def stop(self) -> None:
+        """Pop no more work (a pop in flight finishes; what it brings is put back)."""
+        self._stopping.set()
+        self.slots.wake()
+
+    async def loop(self) -> None:
+        """Pop, claim and deliver until stopped; errors back off, never end the loop."""
+        config, slots = self._config, self.slots
+        failures = 0
+        while not self._stopping.is_set():
+            free = slots.free
+            if free <= 0:
+                await slots.wait()
+                continue
+            if not self._room.is_set():
+                await wait_any(self._room, self._stopping)
+                continue
+            try:
+                task_ids = await self._queue.pop_many(
+                    config.priorities,
+                    timeout=config.poll_timeout,
+                    max_count=min(free, config.claim_batch),
+                )
+                if task_ids and self._stopping.is_set():
+                    # popped by a wait that began before the stop: give them to another worker
+                    # unclaimed, rather than claim them only to hand them back (dead runs).
+                    await self._put_back(task_ids)
+                elif task_ids:
+                    await self._claim(task_ids)
+                failures = 0
+            except BackendUnavailable as exc:
+                failures += 1
+                delay = backoff_delay(failures)
+                self._log.warning("backend unavailable", error=str(exc), retry_in=delay)
+                await self._pause(delay)
+            except Exception:
+                failures += 1
+                delay = backoff_delay(failures)
+                self._log.exception("worker loop error", retry_in=delay)
+                await self._pause(delay)
+
+    async def _claim(self, task_ids: Sequence[UUID]) -> None:
+        """Claim popped ids in one transaction and deliver every committed claim.
+
+        A batch takes its turn with the completions; a lone id does not (nothing else was
+        waiting, so it is on a task's submit-to-start latency). The claim runs shielded: if
+        this loop is cancelled meanwhile, it still finishes and its claims are handed back.
+        """
+        claiming = asyncio.ensure_future(self._claim_many(task_ids))
+        try:
+            claims = await asyncio.shield(claiming)
+        except asyncio.CancelledError:
+            settling = asyncio.ensure_future(self._settle(claiming))
+            claims = await _outlive_cancels(settling, default=[])
+            if claims:
+                await _outlive_cancels(asyncio.ensure_future(self._hand_back(claims)), None)
+            raise
+        except ClaimsUnresolved as unresolved:
+            self._log.warning("claim outcome unknown; recovering", tasks=len(task_ids))
+            claims = await self._recover(unresolved)
+        refused = len(task_ids) - len(claims)
+        if refused:
+            self._refused(task_ids, claims, refused)
+        self.slots.take(len(claims))
+        for claim in claims:
+            self._deliver(claim)
+
+    async def _claim_many(self, task_ids: Sequence[UUID]) -> list[Claim]:
+        worker_id = self._config.worker_id
+        if len(task_ids) == 1:
+            return await self._execution.claim_many(task_ids, worker_id)
+        async with self._turn:
+            return await self._execution.claim_many(task_ids, worker_id)
+
+    async def _settle(self, claiming: asyncio.Future[list[Claim]]) -> list[Claim]:
+        """The claims of a claim call that outlived a cancel (recovered a bounded number of
+        times if its outcome is unknown); none if it failed."""
+        try:
+            return await claiming
+        except ClaimsUnresolved as unresolved:
+            return await self._recover(unresolved, attempts=REPORT_ATTEMPTS)
+        except Exception:
+            return []
+
+    async def _recover(
+        self, unresolved: ClaimsUnresolved, *, attempts: int | None = None
+    ) -> list[Claim]:
+        """Read back an unresolved claim until the store answers (backing off meanwhile), or
+        give up after ``attempts`` tries (then the reconciler reclaims whatever committed)."""
+        failures = 0
+        while True:
+            try:
+                return await self._execution.recover_claims(
+                    unresolved.run_ids, self._config.worker_id
+                )
+            except BackendUnavailable as exc:
+                failures += 1
+                if attempts is not None and failures >= attempts:
+                    self._log.error("claim outcome still unknown; left to reclaim", error=str(exc))
+                    return []
+                delay = backoff_delay(failures)
+                self._log.warning("claim recovery failed", error=str(exc), retry_in=delay)
+                await asyncio.sleep(delay)
+
+    def _refused(self, task_ids: Sequence[UUID], claims: Sequence[Claim], refused: int) -> None:
+        self._refusals.inc(refused)
+        if self._log.is_enabled_for(logging.DEBUG):
+            claimed = {claim.task.id for claim in claims}
+            for task_id in task_ids:
+                if task_id not in claimed:
+                    self._log.debug("claim refused", task_id=str(task_id))
+
+    async def _put_back(self, task_ids: Sequence[UUID]) -> None:
+        """Return ids popped after the stop, unclaimed; one failure does not stop the rest."""
+        for task_id in task_ids:
+            try:
+                await self._execution.put_back(task_id)
+            except BackendUnavailable as exc:
+                self._log.warning(
+                    "put back failed; the reconciler re-pushes the task",
+                    task_id=str(task_id),
+                    error=str(exc),
+                )
+
+    async def _pause(self, seconds: float) -> None:
+        """Sleep ``seconds``, or less if the loop starts stopping."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), timeout=seconds)
+
+
+async def _outlive_cancels(job: asyncio.Future[T], default: T) -> T:
+    """Wait for ``job`` however often the caller is cancelled; ``default`` if it raised."""
+    while True:
+        try:
+            return await asyncio.shield(job)
+        except asyncio.CancelledError:
+            if job.done() and job.cancelled():
+                return default
+        except Exception:
+            return default
+
+
+async def wait_any(*events: asyncio.Event) -> None:
+    """Return as soon as one of ``events`` is set."""
+    waiters = [asyncio.ensure_future(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
