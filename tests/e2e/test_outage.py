@@ -41,6 +41,7 @@ RESUME_BOUND = 5.0
 MARGIN = 1.5
 ACQUIRE_TIMEOUT = 2.0
 OUTAGE_SECONDS = 6.0
+BACKLOG = 24
 
 
 class CuttableProxy:
@@ -169,6 +170,12 @@ def test_database_outage_is_seen_fast_and_recovered_from_fast(
     # In flight across the cut: its completion report must land once the database is back.
     long = cluster.post("/v1/tasks", {"kind": "record", "payload": {"name": "long", "sleep": 2}})
     wait_for(lambda: any(e["name"] == "long" for e in cluster.read_records()), 15)
+    # A backlog the worker keeps popping and failing to claim during the cut.
+    backlog = [
+        {"name": f"b{i}", "kind": "record", "payload": {"name": f"b{i}", "sleep": 0.5}}
+        for i in range(BACKLOG)
+    ]
+    backlog_job = cluster.post("/v1/jobs", {"name": "backlog", "tasks": backlog})
 
     proxy.cut()
     cut_at = time.monotonic()
@@ -191,17 +198,30 @@ def test_database_outage_is_seen_fast_and_recovered_from_fast(
         assert call.json()["error"]["code"] == "backend_unavailable"
 
     proxy.restore()
-    api_resume = wait_for(
-        lambda: httpx.get(f"{cluster.url}/healthz", timeout=10).status_code == 200, 30
+    restored_at, restored = time.time(), time.monotonic()
+
+    def since_restore(predicate: Any, timeout: float = 30) -> float:
+        wait_for(predicate, timeout)
+        return time.monotonic() - restored
+
+    api_resume = since_restore(
+        lambda: httpx.get(f"{cluster.url}/healthz", timeout=10).status_code == 200
     )
-    job_ids: list[str] = []
-    submit_resume = api_resume + wait_for(
-        lambda: bool(job_ids.append(submitted(cluster, "after")) or job_ids[-1]), 30
+    job_ids: list[str | None] = []
+    submit_resume = since_restore(
+        lambda: bool(job_ids.append(submitted(cluster, "after")) or job_ids[-1])
     )
     fresh = job_ids[-1]
     assert fresh is not None
-    worker_resume = api_resume + wait_for(lambda: completed(cluster, fresh), 30)
-    in_flight_done = api_resume + wait_for(lambda: completed(cluster, long["job_id"]), 30)
+    worker_resume = since_restore(lambda: completed(cluster, fresh))
+    in_flight_done = since_restore(lambda: completed(cluster, long["job_id"]))
+    backlog_done = since_restore(lambda: completed(cluster, backlog_job["job_id"]), 60)
+    first_start = min(
+        e["t"]
+        for e in cluster.read_records()
+        if e["event"] == "start" and str(e["name"]).startswith("b") and e["t"] > restored_at
+    )
+    backlog_resume = first_start - restored_at
 
     print(
         f"\noutage drill ({OUTAGE_SECONDS:g}s cut, DB_ACQUIRE_TIMEOUT={ACQUIRE_TIMEOUT:g}s): "
@@ -210,14 +230,17 @@ def test_database_outage_is_seen_fast_and_recovered_from_fast(
         f"API 503 max {max(api_times):.3f}s median {statistics.median(api_times):.3f}s; "
         f"after restore: /healthz ok in {api_resume:.2f}s, submit ok in {submit_resume:.2f}s, "
         f"new task completed in {worker_resume:.2f}s, in-flight task completed in "
-        f"{in_flight_done:.2f}s"
+        f"{in_flight_done:.2f}s, first backlog task started in {backlog_resume:.2f}s, "
+        f"backlog of {BACKLOG} done in {backlog_done:.2f}s"
     )
     assert max(health_times) < HEALTHZ_BOUND * MARGIN
     assert max(api_times) < ACQUIRE_TIMEOUT + 2.0
     assert api_resume < RESUME_BOUND * MARGIN
     assert submit_resume < RESUME_BOUND * MARGIN
     assert worker_resume < RESUME_BOUND * MARGIN
+    assert backlog_resume < RESUME_BOUND * MARGIN
     assert in_flight_done < 3 * RESUME_BOUND  # its report waits out the worker's retry backoff
+    assert backlog_done < 6 * RESUME_BOUND
 
 
 def test_a_start_with_the_database_down_is_one_line_naming_host_and_port(
