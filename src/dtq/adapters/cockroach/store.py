@@ -17,6 +17,10 @@ any other psycopg error                        ``BackendUnavailable``
 domain errors raised by ``fn``                 propagate unchanged (rolled back)
 =============================================  ============================================
 
+A lost connection also makes the store test the pool's idle connections (``pool.check()``)
+before the re-run: after a database restart all of them are dead at once. The pool itself, with
+its bounded waits, lives in :mod:`dtq.adapters.cockroach.pool`.
+
 "COMMIT phase" is real: a flag is set after ``fn`` returns and before the transaction context
 exits, and that exit is where psycopg sends COMMIT; any error seen with the flag set happened
 while committing.
@@ -35,7 +39,7 @@ from psycopg import AsyncConnection
 from psycopg.rows import TupleRow
 
 from dtq.adapters.cockroach import sql
-from dtq.adapters.cockroach.errors import Verdict, classify, connection_lost
+from dtq.adapters.cockroach.errors import CONNECTION_LOST, Verdict, classify, connection_lost
 from dtq.adapters.cockroach.pool import Pool, open_pool
 from dtq.adapters.cockroach.repositories import PgTransaction
 from dtq.application.ports import Transaction
@@ -49,9 +53,6 @@ from dtq.domain.errors import (
 T = TypeVar("T")
 
 __all__ = ["CONCURRENT_UPDATE", "CockroachStore", "Pool", "open_pool"]
-
-#: Reason passed to ``on_retry`` when a try lost its connection before COMMIT.
-CONNECTION_LOST = "connection_lost"
 
 #: Reason passed to ``on_retry`` when ``fn`` raised ``ConcurrentUpdate``.
 CONCURRENT_UPDATE = "concurrent_update"
