@@ -1,10 +1,10 @@
 """Outage drill (issue 12): the database disappears behind a TCP proxy and comes back.
 
-The orchestrator and a worker reach PostgreSQL only through :class:`CuttableProxy`, a small asyncio
-TCP proxy run in a thread of the test. ``cut()`` closes its listener and resets every proxied
-connection (the database host is down: connection refused); ``restore()`` listens again on the
-same port. The drill measures what a user sees, prints the figures (``pytest -s``) and asserts
-the issue's bounds with generous margins:
+The orchestrator and a worker reach PostgreSQL only through
+:class:`~tests.tcp_proxy.CuttableProxy`, a small asyncio TCP proxy run in a thread of the test.
+``cut()`` closes its listener and resets every proxied connection (the database host is down:
+connection refused); ``restore()`` listens again on the same port. The drill measures what a user
+sees, prints the figures (``pytest -s``) and asserts the issue's bounds with generous margins:
 
 * ``/healthz`` answers within 2 s in every state and names the store as down;
 * API calls fail fast, 503 JSON with ``Retry-After``;
@@ -15,11 +15,9 @@ A start with the database down is one line naming host and port, exit status 2.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import statistics
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,7 +27,8 @@ import httpx
 import psycopg
 import pytest
 
-from tests.e2e.conftest import BIN, Cluster, _free_port
+from tests.e2e.conftest import BIN, Cluster
+from tests.tcp_proxy import CuttableProxy
 
 pytestmark = pytest.mark.e2e
 
@@ -42,72 +41,6 @@ MARGIN = 1.5
 ACQUIRE_TIMEOUT = 2.0
 OUTAGE_SECONDS = 6.0
 BACKLOG = 24
-
-
-class CuttableProxy:
-    """A TCP proxy from ``127.0.0.1:<port>`` to ``target`` that can cut and restore connections.
-
-    It runs its own event loop in a daemon thread; every method is called from the test thread.
-    """
-
-    def __init__(self, target_host: str, target_port: int) -> None:
-        self.target = (target_host, target_port)
-        self.port = _free_port()
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._server: asyncio.Server | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
-        self._thread.start()
-
-    def _call(self, coro: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout=10)
-
-    def restore(self) -> None:
-        """Accept connections again (also the first start)."""
-        self._call(self._listen())
-
-    def cut(self) -> None:
-        """Stop accepting (connection refused) and reset every open connection."""
-        self._call(self._cut())
-
-    def close(self) -> None:
-        self._call(self._cut())
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=5)
-        self._loop.run_until_complete(self._loop.shutdown_asyncgens())
-        self._loop.close()
-
-    async def _listen(self) -> None:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
-
-    async def _cut(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-            self._server = None
-        for writer in list(self._writers):
-            writer.transport.abort()
-        self._writers.clear()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            up_reader, up_writer = await asyncio.open_connection(*self.target)
-        except OSError:
-            writer.transport.abort()
-            return
-        self._writers.update((writer, up_writer))
-        await asyncio.gather(
-            self._pipe(reader, up_writer), self._pipe(up_reader, writer), return_exceptions=True
-        )
-
-    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while data := await reader.read(65536):
-                writer.write(data)
-                await writer.drain()
-        finally:
-            self._writers.discard(writer)
-            writer.transport.abort()
 
 
 @pytest.fixture

@@ -100,6 +100,7 @@ class CockroachStore:
         self._max_backoff = max_backoff
         self._on_retry = on_retry
         self.retries = 0
+        self._pool_check: asyncio.Task[None] | None = None
         # Test-only fault hooks. ``_fault_on_commit`` runs after ``fn`` returned, in the COMMIT
         # phase but before COMMIT is sent: raising rolls the try back and is handled as an error
         # of COMMIT. ``_fault_after_commit`` runs after COMMIT succeeded: raising simulates a
@@ -138,7 +139,7 @@ class CockroachStore:
                 if self._on_retry is not None:
                     self._on_retry(failure.reason)
                 if failure.reason == CONNECTION_LOST:
-                    await self._drop_broken_connections()
+                    self._drop_broken_connections()
                 await asyncio.sleep(self._backoff(tries))
 
     def _backoff(self, tries: int) -> float:
@@ -173,10 +174,20 @@ class CockroachStore:
                 raise InvalidPayload(f"the database refused a value: {exc}") from exc
             raise BackendUnavailable(f"database error ({reason}): {exc}") from exc
 
-    async def _drop_broken_connections(self) -> None:
-        """After a lost connection, test the idle ones so the next try does not draw another
-        dead one (after a database restart every pooled connection is dead at once)."""
-        # The pool logs and replaces what failed the check; nothing to add here.
+    def _drop_broken_connections(self) -> None:
+        """After a lost connection, have the pool test its idle connections in the background.
+
+        After a database restart every pooled connection is dead at once; ``pool.check()`` takes
+        them all out of the pool at its start, so the next try waits for a tested or a new one
+        (bounded by the acquire timeout) instead of drawing another dead one. It runs as a task,
+        one at a time, and is never cancelled: a cancelled check would lose the connections it
+        holds.
+        """
+        if self._pool_check is None or self._pool_check.done():
+            self._pool_check = asyncio.create_task(self._check_pool())
+
+    async def _check_pool(self) -> None:
+        # The pool logs and replaces what fails the check; nothing to add here.
         with contextlib.suppress(psycopg.Error):
             await self._pool.check()
 
@@ -199,7 +210,7 @@ class CockroachStore:
                 return
             except psycopg.Error as exc:
                 if not last_try and conn is not None and connection_lost(exc, conn):
-                    await self._drop_broken_connections()
+                    self._drop_broken_connections()
                     continue
                 raise BackendUnavailable(f"database unreachable: {_one_line(exc)}") from exc
 
