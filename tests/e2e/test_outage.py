@@ -196,6 +196,6 @@ def test_a_start_with_the_database_down_is_one_line_naming_host_and_port(
     print(f"\nstart with the database down: exit {done.returncode} after {took:.2f}s: {err}")
     assert done.returncode == 2, err
     assert err.strip().splitlines() == [
-        f"dtq: CRDB_DSN: database unreachable: connection refused at 127.0.0.1:{proxy.port}"
+        f"dtq: CRDB_DSN: cannot connect: connection refused at 127.0.0.1:{proxy.port}"
     ]
     assert took < 10

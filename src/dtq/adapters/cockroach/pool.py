@@ -119,7 +119,7 @@ async def open_pool(
     try:
         probe = await AsyncConnection.connect(dsn, **kwargs)  # type: ignore[arg-type]
     except psycopg.Error as exc:
-        raise BackendUnavailable(f"database unreachable: {describe_connect_error(exc)}") from exc
+        raise BackendUnavailable(f"cannot connect: {describe_connect_error(exc)}") from exc
     await probe.close()
     pool: Pool = AsyncConnectionPool(
         dsn,
