@@ -38,7 +38,7 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 HEALTHZ_BOUND = 2.0
 RESUME_BOUND = 5.0
 MARGIN = 1.5
-ACQUIRE_TIMEOUT = 2.0
+ACQUIRE_TIMEOUT = 1.0  # not the 3 s default: the drill checks the setting reaches the pool
 OUTAGE_SECONDS = 6.0
 BACKLOG = 24
 
@@ -167,7 +167,7 @@ def test_database_outage_is_seen_fast_and_recovered_from_fast(
         f"backlog of {BACKLOG} done in {backlog_done:.2f}s"
     )
     assert max(health_times) < HEALTHZ_BOUND * MARGIN
-    assert max(api_times) < ACQUIRE_TIMEOUT + 2.0
+    assert max(api_times) < ACQUIRE_TIMEOUT + 1.0
     assert api_resume < RESUME_BOUND * MARGIN
     assert submit_resume < RESUME_BOUND * MARGIN
     assert worker_resume < RESUME_BOUND * MARGIN
