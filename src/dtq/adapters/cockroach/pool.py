@@ -23,7 +23,7 @@ import re
 
 import psycopg
 from psycopg import AsyncConnection, IsolationLevel
-from psycopg.conninfo import conninfo_to_dict
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool
 
@@ -113,11 +113,10 @@ async def open_pool(
             why), or the pool did not fill within ``acquire_timeout`` after that.
     """
     connect_timeout = max(_MIN_CONNECT_TIMEOUT, math.ceil(acquire_timeout))
-    kwargs: dict[str, object] = {"autocommit": True}
     if "connect_timeout" not in conninfo_to_dict(dsn):
-        kwargs["connect_timeout"] = connect_timeout
+        dsn = make_conninfo(dsn, connect_timeout=connect_timeout)
     try:
-        probe = await AsyncConnection.connect(dsn, **kwargs)  # type: ignore[arg-type]
+        probe = await AsyncConnection.connect(dsn, autocommit=True)
     except psycopg.Error as exc:
         raise BackendUnavailable(f"cannot connect: {describe_connect_error(exc)}") from exc
     await probe.close()
@@ -125,7 +124,7 @@ async def open_pool(
         dsn,
         min_size=min_size,
         max_size=max_size,
-        kwargs=kwargs,
+        kwargs={"autocommit": True},
         configure=_configure,
         max_lifetime=max_lifetime,
         timeout=acquire_timeout,
