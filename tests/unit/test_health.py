@@ -56,10 +56,18 @@ async def test_both_pings_run_at_once_so_two_hangs_cost_one_timeout() -> None:
     assert checks["store"] is not None and checks["queue"] is not None
 
 
-def test_the_default_ping_bound_keeps_healthz_under_two_seconds() -> None:
-    health = HealthService(store=InMemoryStore(FakeClock()), queue=InMemoryQueue(FakeClock()))
+async def test_with_the_default_bound_a_hanging_backend_costs_under_two_seconds() -> None:
+    clock = FakeClock()
+    health = HealthService(store=HangingStore(clock), queue=InMemoryQueue(clock))
 
-    assert health._timeout < 2.0
+    started = time.monotonic()
+    checks = await health.check()
+
+    assert time.monotonic() - started < 2.0
+    assert checks["store"] is not None and "no answer within" in checks["store"]
+
+
+def test_a_non_positive_bound_is_refused() -> None:
     with pytest.raises(ValueError, match="timeout"):
         HealthService(store=InMemoryStore(FakeClock()), queue=InMemoryQueue(FakeClock()), timeout=0)
 
