@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from dtq.application.commands import ExecutionPolicy
+from dtq.entrypoints import cli, eventloop
 from dtq.entrypoints.config import (
     ENV_VARS,
     ConfigError,
@@ -45,6 +46,7 @@ def test_defaults_match_the_spec_table() -> None:
     assert s.api_max_tasks_per_job == 10_000
     assert s.api_max_payload_bytes == 256 * 1024
     assert s.db_pool_size == 8
+    assert s.db_acquire_timeout == 3.0
 
 
 def test_settings_constructor_defaults_equal_loaded_defaults() -> None:
@@ -85,6 +87,8 @@ def test_every_variable_is_parsed() -> None:
         "API_MAX_TASKS_PER_JOB": "50",
         "API_MAX_PAYLOAD_BYTES": "1024",
         "DB_POOL_SIZE": "3",
+        "DB_ACQUIRE_TIMEOUT": "1500ms",
+        "DTQ_EVENT_LOOP": "asyncio",
     }
     assert set(env) == set(ENV_VARS)
 
@@ -113,6 +117,7 @@ def test_every_variable_is_parsed() -> None:
         api_max_tasks_per_job=50,
         api_max_payload_bytes=1024,
         db_pool_size=3,
+        db_acquire_timeout=1.5,
     )
 
 
@@ -310,3 +315,127 @@ def test_a_malformed_dsn_is_refused_in_one_line(dsn: str) -> None:
 )
 def test_url_and_keyword_dsns_are_accepted(dsn: str) -> None:
     assert Settings(crdb_dsn=dsn).require_dsn() == dsn
+
+
+DURATION_VARIABLES = [
+    "RECONCILE_INTERVAL",
+    "LEASE_DURATION",
+    "STALE_RUNNING_AFTER",
+    "WORKER_HEARTBEAT_INTERVAL",
+    "RETRY_BACKOFF",
+    "PENDING_MARKER_TTL",
+    "PROMOTE_INTERVAL",
+    "DB_ACQUIRE_TIMEOUT",
+]
+
+
+@pytest.mark.parametrize("variable", DURATION_VARIABLES)
+def test_durations_beyond_the_range_are_refused_naming_the_variable(variable: str) -> None:
+    env = {variable: "999999999h"}
+    if variable == "STALE_RUNNING_AFTER":
+        env["LEASE_DURATION"] = "1h"
+    with pytest.raises(ConfigError, match=f"^{variable}: must be at most "):
+        load_settings(env)
+
+
+def test_the_longest_accepted_duration_is_a_week() -> None:
+    s = load_settings({"LEASE_DURATION": "168h", "RETRY_BACKOFF": "168h"})
+
+    assert s.lease_duration == 7 * 24 * 3600.0
+    with pytest.raises(ConfigError, match=r"^RETRY_BACKOFF: must be at most 168h, got '169h'$"):
+        load_settings({"RETRY_BACKOFF": "169h"})
+
+
+def test_db_acquire_timeout_is_capped_at_a_minute() -> None:
+    assert load_settings({"DB_ACQUIRE_TIMEOUT": "60s"}).db_acquire_timeout == 60.0
+    with pytest.raises(ConfigError, match=r"^DB_ACQUIRE_TIMEOUT: must be at most 60s"):
+        load_settings({"DB_ACQUIRE_TIMEOUT": "61s"})
+
+
+def test_stale_running_after_below_the_lease_is_refused() -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_settings({"LEASE_DURATION": "30s", "STALE_RUNNING_AFTER": "10s"})
+
+    assert caught.value.variable == "STALE_RUNNING_AFTER"
+    assert "LEASE_DURATION (30s)" in caught.value.message
+    assert load_settings({"LEASE_DURATION": "2s", "STALE_RUNNING_AFTER": "2s"}).stale_running_after
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "127.0.0.1:99999",
+        "127.0.0.1:0",
+        "127.0.0.1:-1",
+        "garbage",
+        ":6379",
+        "host:port",
+        "host:6379/0",
+        "http://127.0.0.1:6379",
+        "redis://127.0.0.1:99999/0",
+    ],
+)
+def test_unusable_redis_addresses_are_refused_naming_the_variable(value: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_settings({"REDIS_ADDR": value})
+
+    assert caught.value.variable == "REDIS_ADDR"
+    assert repr(value) in caught.value.message
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "127.0.0.1:6379",
+        "redis.internal:6380",
+        "[::1]:6379",
+        "redis://h/0",
+        "rediss://u:p@h:6380/1",
+        "unix:///run/redis.sock",
+    ],
+)
+def test_usable_redis_addresses_are_accepted(value: str) -> None:
+    assert load_settings({"REDIS_ADDR": value}).redis_addr == value
+
+
+@pytest.mark.parametrize(
+    "dsn", ["postgresql://u@h/db?sslmode=bogus", "host=h dbname=x sslmode=Disable"]
+)
+def test_an_unknown_sslmode_is_refused_at_once(dsn: str) -> None:
+    with pytest.raises(ConfigError, match=r"^CRDB_DSN: sslmode must be one of disable\|allow"):
+        Settings(crdb_dsn=dsn).require_dsn()
+
+
+def test_the_event_loop_variable_is_listed_with_the_others() -> None:
+    assert eventloop.EVENT_LOOP_ENV in ENV_VARS
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("LEASE_DURATION", "999999999h"),
+        ("REDIS_ADDR", "127.0.0.1:99999"),
+        ("REDIS_ADDR", "garbage"),
+        ("CRDB_DSN", "postgresql://postgres@127.0.0.1:1/postgres?sslmode=bogus"),
+        ("STALE_RUNNING_AFTER", "1s"),
+    ],
+)
+def test_the_cli_refuses_bad_configuration_in_one_line_with_exit_2(
+    variable: str, value: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name in ENV_VARS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(REPO / "tests")  # no .env there
+    monkeypatch.setattr(cli, "configure_logging", lambda fmt, level: None)
+    # A port nothing listens on: were the bad value accepted, the start would fail differently.
+    monkeypatch.setenv("CRDB_DSN", "postgresql://postgres@127.0.0.1:1/postgres")
+    monkeypatch.setenv("DB_ACQUIRE_TIMEOUT", "1s")
+    monkeypatch.setenv(variable, value)
+
+    status = cli.main(["orchestrator"])
+
+    err = capsys.readouterr().err
+    assert status == 2, err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith(f"dtq: {variable}: "), err

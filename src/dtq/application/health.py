@@ -2,34 +2,53 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
+
 from dtq.application.ports import Queue, Store
+
+#: Seconds one backend ping may take before it counts as down. ``/healthz`` must answer within
+#: 2 s whatever state the backends are in (issue 12); both pings run at the same time.
+DEFAULT_PING_TIMEOUT = 1.5
 
 
 class HealthService:
-    """Pings the store and the queue.
+    """Pings the store and the queue, concurrently and each within a time bound.
 
     Args:
         store: the system of record.
         queue: the fast path.
+        timeout: seconds each ping may take (> 0); a slower one is reported as down.
     """
 
-    def __init__(self, *, store: Store, queue: Queue) -> None:
+    def __init__(
+        self, *, store: Store, queue: Queue, timeout: float = DEFAULT_PING_TIMEOUT
+    ) -> None:
+        if timeout <= 0:
+            raise ValueError("timeout must be > 0")
         self._store = store
         self._queue = queue
+        self._timeout = timeout
 
     async def check(self) -> dict[str, str | None]:
-        """Ping both backends.
+        """Ping both backends; return within about ``timeout`` seconds.
 
         Returns:
             ``{"store": None | error text, "queue": None | error text}``; None means healthy.
-            Never raises for a backend failure.
+            The error text names the failure (``BackendUnavailable: database unreachable:
+            ...``, or ``TimeoutError: no answer within 1.5s``). Never raises for a backend
+            failure.
         """
-        result: dict[str, str | None] = {}
-        for name, ping in (("store", self._store.ping), ("queue", self._queue.ping)):
-            try:
-                await ping()
-            except Exception as exc:  # a health check reports every failure
-                result[name] = f"{type(exc).__name__}: {exc}"
-            else:
-                result[name] = None
-        return result
+        store, queue = await asyncio.gather(
+            self._ping(self._store.ping), self._ping(self._queue.ping)
+        )
+        return {"store": store, "queue": queue}
+
+    async def _ping(self, ping: Callable[[], Awaitable[None]]) -> str | None:
+        try:
+            await asyncio.wait_for(ping(), self._timeout)
+        except TimeoutError:
+            return f"TimeoutError: no answer within {self._timeout:g}s"
+        except Exception as exc:  # a health check reports every failure
+            return f"{type(exc).__name__}: {exc}"
+        return None

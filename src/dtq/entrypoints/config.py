@@ -1,9 +1,12 @@
 """Configuration: the environment variables of spec §8 (plus dtq's own), read once, validated.
 
 ``load_settings(environ)`` turns a mapping of variable names to strings into a frozen
-:class:`Settings`; nothing else in dtq reads ``os.environ`` (STYLE: configuration). Durations are
-Go-style strings (``500ms``, ``30s``, ``1h30m``) and are stored as float seconds. A value that
-cannot be used raises :class:`ConfigError` naming the variable, so the CLI can print one line.
+:class:`Settings`. One variable is read elsewhere: ``DTQ_EVENT_LOOP`` is read from the real
+process environment by :mod:`dtq.entrypoints.eventloop`, because the loop must be chosen before
+any coroutine (and so before settings) runs; it is listed in :data:`ENV_VARS` all the same.
+Durations are Go-style strings (``500ms``, ``30s``, ``1h30m``), stored as float seconds and
+range-checked (positive, at most :data:`MAX_DURATION`). A value that cannot be used raises
+:class:`ConfigError` naming the variable, so the CLI can print one line.
 
 An empty value counts as unset (``WORKER_ID=`` in a ``.env`` file means "generate one").
 """
@@ -11,19 +14,37 @@ An empty value counts as unset (``WORKER_ID=`` in a ``.env`` file means "generat
 from __future__ import annotations
 
 import os
-import re
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, TypeVar
 
-import durationpy
 import psycopg
 from dotenv import dotenv_values
 from psycopg.conninfo import conninfo_to_dict
 
 from dtq.application.commands import ExecutionPolicy
+from dtq.entrypoints.config_values import (
+    ConfigError,
+    listen_address,
+    parse_duration,
+    redis_address,
+)
+
+__all__ = [
+    "ENV_VARS",
+    "MAX_DURATION",
+    "ConfigError",
+    "LogFormat",
+    "LogLevel",
+    "Settings",
+    "listen_address",
+    "load_dotenv_file",
+    "load_settings",
+    "parse_duration",
+    "redis_address",
+]
 
 T = TypeVar("T")
 
@@ -57,29 +78,20 @@ ENV_VARS: tuple[str, ...] = (
     "API_MAX_TASKS_PER_JOB",
     "API_MAX_PAYLOAD_BYTES",
     "DB_POOL_SIZE",
+    "DB_ACQUIRE_TIMEOUT",
+    "DTQ_EVENT_LOOP",
 )
 
-# Go's time.ParseDuration grammar: an optional sign, then one or more decimal numbers each with
-# a unit; or the bare "0". durationpy alone is more lenient (it takes "1d" and "1h-5m").
-_GO_DURATION = re.compile(r"[-+]?(?:(?:\d+(?:\.\d*)?|\.\d+)(?:ns|us|µs|μs|ms|s|m|h))+|[-+]?0")
 _LOG_FORMATS: tuple[LogFormat, ...] = ("auto", "json", "console")
 _LOG_LEVELS: tuple[LogLevel, ...] = ("debug", "info", "warning", "error", "critical")
 _MIN_HEARTBEAT_INTERVAL = 1.0
-_MAX_PORT = 65535
-
-
-class ConfigError(Exception):
-    """A configuration variable is missing or has a value dtq cannot use.
-
-    Args:
-        variable: the environment variable's name, e.g. ``LEASE_DURATION``.
-        message: one line saying what is wrong and what is expected.
-    """
-
-    def __init__(self, variable: str, message: str) -> None:
-        self.variable = variable
-        self.message = message
-        super().__init__(f"{variable}: {message}")
+#: Longest accepted duration, in seconds (7 days). Far beyond any sensible lease or interval, and
+#: far below what overflows a timestamp when added to the database's ``now()``.
+MAX_DURATION = 7 * 24 * 3600.0
+#: Longest ``DB_ACQUIRE_TIMEOUT``: past a minute a request is better failed (503) than held.
+_MAX_ACQUIRE_TIMEOUT = 60.0
+#: libpq's ``sslmode`` values; any other makes every connection attempt fail.
+_SSLMODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
 
 
 def _new_worker_id() -> str:
@@ -120,6 +132,9 @@ class Settings:
         api_max_tasks_per_job: most tasks in one submitted job (``API_MAX_TASKS_PER_JOB``).
         api_max_payload_bytes: largest encoded payload of one task (``API_MAX_PAYLOAD_BYTES``).
         db_pool_size: maximum connections in the database pool (``DB_POOL_SIZE``).
+        db_acquire_timeout: seconds a request waits for a database connection before it fails
+            with ``BackendUnavailable`` (HTTP 503), and the connect timeout of one connection
+            attempt (``DB_ACQUIRE_TIMEOUT``).
     """
 
     crdb_dsn: str | None = None
@@ -144,6 +159,7 @@ class Settings:
     api_max_tasks_per_job: int = 10_000
     api_max_payload_bytes: int = 256 * _KIB
     db_pool_size: int = 8
+    db_acquire_timeout: float = 3.0
 
     def execution_policy(self) -> ExecutionPolicy:
         """The timings and budgets the execution and reconcile services run with.
@@ -166,70 +182,23 @@ class Settings:
             ``crdb_dsn``.
 
         Raises:
-            ConfigError: ``CRDB_DSN`` is not set, or is neither a ``postgresql://`` URL nor a
-                libpq ``key=value`` string.
+            ConfigError: ``CRDB_DSN`` is not set, is neither a ``postgresql://`` URL nor a
+                libpq ``key=value`` string, or has an ``sslmode`` libpq does not know.
         """
         example = "e.g. postgresql://root@127.0.0.1:26257/defaultdb?sslmode=disable"
         if not self.crdb_dsn:
             raise ConfigError("CRDB_DSN", f"required ({example})")
         try:
-            conninfo_to_dict(self.crdb_dsn)
+            params = conninfo_to_dict(self.crdb_dsn)
         except psycopg.ProgrammingError as exc:
             reason = " ".join(str(exc).split())
             raise ConfigError("CRDB_DSN", f"not a PostgreSQL DSN ({reason}); {example}") from None
+        sslmode = params.get("sslmode")
+        if sslmode is not None and sslmode not in _SSLMODES:
+            raise ConfigError(
+                "CRDB_DSN", f"sslmode must be one of {'|'.join(_SSLMODES)}, got {sslmode!r}"
+            )
         return self.crdb_dsn
-
-
-def listen_address(value: str, *, variable: str = "ORCHESTRATOR_LISTEN") -> tuple[str, int]:
-    """Split a Go-style listen address into host and port.
-
-    ``:8080`` binds every IPv4 interface (``0.0.0.0``); ``[::1]:8080`` is an IPv6 host.
-
-    Args:
-        value: ``[host]:port``; port 0 asks the OS for a free port.
-        variable: the variable named in errors.
-
-    Returns:
-        ``(host, port)``.
-
-    Raises:
-        ConfigError: the value has no port, or the port is not an integer in 0..65535.
-    """
-    host, sep, port_text = value.strip().rpartition(":")
-    if not sep:
-        raise ConfigError(variable, f"expected [host]:port, got {value!r}")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    try:
-        port = int(port_text)
-    except ValueError:
-        raise ConfigError(variable, f"port must be an integer, got {value!r}") from None
-    if not 0 <= port <= _MAX_PORT:
-        raise ConfigError(variable, f"port must be in 0..65535, got {port}")
-    return (host or "0.0.0.0", port)
-
-
-def parse_duration(value: str, *, variable: str) -> float:
-    """Parse a Go-style duration (``500ms``, ``30s``, ``1h30m``) into seconds.
-
-    Args:
-        value: the text; units ns, us, ms, s, m, h; a bare ``0`` is allowed, other bare numbers
-            are not (as in Go).
-        variable: the variable named in errors.
-
-    Returns:
-        The duration in seconds.
-
-    Raises:
-        ConfigError: the text is not a Go duration.
-    """
-    text = value.strip()
-    if not _GO_DURATION.fullmatch(text):
-        raise ConfigError(variable, f"not a duration: {value!r} (use e.g. 500ms, 30s, 2m, 1h30m)")
-    try:
-        return float(durationpy.from_str(text).total_seconds())
-    except (durationpy.DurationError, ValueError, OverflowError) as exc:
-        raise ConfigError(variable, f"not a duration: {value!r} ({exc})") from None
 
 
 def load_dotenv_file(
@@ -275,12 +244,22 @@ class _Reader:
         value = self.raw(name)
         return default if value is None else parse(value)
 
-    def duration(self, name: str, default: float, *, minimum: float | None = None) -> float:
+    def duration(
+        self,
+        name: str,
+        default: float,
+        *,
+        minimum: float | None = None,
+        maximum: float = MAX_DURATION,
+    ) -> float:
         seconds = self._parsed(name, default, lambda v: parse_duration(v, variable=name))
         if seconds <= 0:
             raise ConfigError(name, f"must be a positive duration, got {self.raw(name)!r}")
         if minimum is not None and seconds < minimum:
             raise ConfigError(name, f"must be at least {minimum:g}s, got {self.raw(name)!r}")
+        if seconds > maximum and self.raw(name) is not None:  # a derived default may exceed it
+            limit = f"{maximum / 3600:g}h" if maximum >= 3600 else f"{maximum:g}s"
+            raise ConfigError(name, f"must be at most {limit}, got {self.raw(name)!r}")
         return seconds
 
     def integer(self, name: str, default: int, *, minimum: int) -> int:
@@ -330,11 +309,17 @@ def load_settings(environ: Mapping[str, str]) -> Settings:
     if metrics_listen is not None:
         listen_address(metrics_listen, variable="WORKER_METRICS_LISTEN")
 
-    redis_addr = env.text("REDIS_ADDR", "127.0.0.1:6379")
-    if any(ch.isspace() for ch in redis_addr):
-        raise ConfigError("REDIS_ADDR", f"must not contain spaces, got {redis_addr!r}")
+    redis_addr = redis_address(env.text("REDIS_ADDR", "127.0.0.1:6379"))
 
     lease = env.duration("LEASE_DURATION", 30.0)
+    stale = env.duration("STALE_RUNNING_AFTER", 2 * lease)
+    if stale < lease:
+        # A run younger than its own lease window is never stale; a shorter threshold would
+        # let the reconciler reclaim on a lease that merely expired between two heartbeats.
+        raise ConfigError(
+            "STALE_RUNNING_AFTER",
+            f"must be at least LEASE_DURATION ({lease:g}s), got {env.raw('STALE_RUNNING_AFTER')!r}",
+        )
     return Settings(
         crdb_dsn=env.raw("CRDB_DSN"),
         redis_addr=redis_addr,
@@ -343,7 +328,7 @@ def load_settings(environ: Mapping[str, str]) -> Settings:
         orchestrator_listen=listen,
         reconcile_interval=env.duration("RECONCILE_INTERVAL", 30.0),
         lease_duration=lease,
-        stale_running_after=env.duration("STALE_RUNNING_AFTER", 2 * lease),
+        stale_running_after=stale,
         worker_id=env.raw("WORKER_ID") or _new_worker_id(),
         worker_concurrency=env.integer("WORKER_CONCURRENCY", 1, minimum=1),
         worker_heartbeat_interval=env.duration(
@@ -361,4 +346,5 @@ def load_settings(environ: Mapping[str, str]) -> Settings:
         api_max_tasks_per_job=env.integer("API_MAX_TASKS_PER_JOB", 10_000, minimum=1),
         api_max_payload_bytes=env.integer("API_MAX_PAYLOAD_BYTES", 256 * _KIB, minimum=1),
         db_pool_size=env.integer("DB_POOL_SIZE", 8, minimum=1),
+        db_acquire_timeout=env.duration("DB_ACQUIRE_TIMEOUT", 3.0, maximum=_MAX_ACQUIRE_TIMEOUT),
     )

@@ -35,19 +35,28 @@ from dtq.application.queries import QueryService
 from dtq.application.reconcile import ReconcileService
 from dtq.application.registry import WorkerRegistryService
 from dtq.application.submit import SubmitService
-from dtq.entrypoints.config import Settings
+from dtq.domain.errors import BackendUnavailable
+from dtq.entrypoints.config import ConfigError, Settings
 
 Backend = Literal["memory", "real"]
 BACKENDS: tuple[Backend, ...] = ("memory", "real")
 
 
 async def _cockroach_store(
-    dsn: str, pool_size: int, on_retry: Callable[[str], None] | None
+    dsn: str, pool_size: int, acquire_timeout: float, on_retry: Callable[[str], None] | None
 ) -> AsyncIterator[Store]:
-    """Open the database pool, yield a ``CockroachStore`` on it, close the pool afterwards."""
+    """Open the database pool, yield a ``CockroachStore`` on it, close the pool afterwards.
+
+    Raises:
+        ConfigError: ``CRDB_DSN`` names a database that cannot be reached now (one line with
+            host, port and reason: the CLI exits 2, as for any unusable setting).
+    """
     from dtq.adapters.cockroach import CockroachStore, open_pool
 
-    pool = await open_pool(dsn, min_size=1, max_size=pool_size)
+    try:
+        pool = await open_pool(dsn, min_size=1, max_size=pool_size, acquire_timeout=acquire_timeout)
+    except BackendUnavailable as exc:
+        raise ConfigError("CRDB_DSN", exc.detail) from exc
     try:
         yield CockroachStore(pool, on_retry=on_retry)
     finally:
@@ -112,6 +121,7 @@ class Container(containers.DeclarativeContainer):
         _cockroach_store,
         dsn=settings.provided.crdb_dsn,
         pool_size=settings.provided.db_pool_size,
+        acquire_timeout=settings.provided.db_acquire_timeout,
         on_retry=store_retry_hook,
     )
     real_queue = providers.Resource(
@@ -215,8 +225,8 @@ async def open_services(
 
     Raises:
         ValueError: ``container`` was built for another backend.
-        ConfigError: the real backend without ``CRDB_DSN``.
-        BackendUnavailable: the database pool could not be opened.
+        ConfigError: the real backend without ``CRDB_DSN``, or with a database that cannot be
+            reached at start.
     """
     if container is None:
         container = build_container(settings, backend=backend)

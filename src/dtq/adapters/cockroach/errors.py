@@ -28,6 +28,9 @@ AMBIGUOUS_SQLSTATE = "40003"
 #: SQLSTATE classes meaning the session is gone: 08 connection exception, 57P0x shutdown.
 _CONNECTION_LOST_PREFIXES = ("08", "57P")
 
+#: Reason reported for a try whose connection was lost (see :func:`classify`).
+CONNECTION_LOST = "connection_lost"
+
 #: The pool had no connection to give (timeout, queue full, closed).
 _POOL_ERRORS = (psycopg_pool.PoolTimeout, psycopg_pool.PoolClosed, psycopg_pool.TooManyRequests)
 
@@ -78,5 +81,5 @@ def classify(
         # A 40001 at COMMIT is a definite "not committed": safe to re-run.
         return Verdict.RETRY, sqlstate
     if connection_lost(exc, conn):
-        return (Verdict.UNKNOWN if committing else Verdict.RETRY), "connection_lost"
+        return (Verdict.UNKNOWN if committing else Verdict.RETRY), CONNECTION_LOST
     return Verdict.FATAL, sqlstate or type(exc).__name__

@@ -17,6 +17,10 @@ any other psycopg error                        ``BackendUnavailable``
 domain errors raised by ``fn``                 propagate unchanged (rolled back)
 =============================================  ============================================
 
+A lost connection also makes the store test the pool's idle connections (``pool.check()``)
+before the re-run: after a database restart all of them are dead at once. The pool itself, with
+its bounded waits, lives in :mod:`dtq.adapters.cockroach.pool`.
+
 "COMMIT phase" is real: a flag is set after ``fn`` returns and before the transaction context
 exits, and that exit is where psycopg sends COMMIT; any error seen with the flag set happened
 while committing.
@@ -25,17 +29,18 @@ while committing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import psycopg
-from psycopg import AsyncConnection, IsolationLevel
+from psycopg import AsyncConnection
 from psycopg.rows import TupleRow
-from psycopg_pool import AsyncConnectionPool
 
 from dtq.adapters.cockroach import sql
-from dtq.adapters.cockroach.errors import Verdict, classify
+from dtq.adapters.cockroach.errors import CONNECTION_LOST, Verdict, classify, connection_lost
+from dtq.adapters.cockroach.pool import Pool, open_pool
 from dtq.adapters.cockroach.repositories import PgTransaction
 from dtq.application.ports import Transaction
 from dtq.domain.errors import (
@@ -47,7 +52,7 @@ from dtq.domain.errors import (
 
 T = TypeVar("T")
 
-Pool = AsyncConnectionPool[AsyncConnection[TupleRow]]
+__all__ = ["CONCURRENT_UPDATE", "CockroachStore", "Pool", "open_pool"]
 
 #: Reason passed to ``on_retry`` when ``fn`` raised ``ConcurrentUpdate``.
 CONCURRENT_UPDATE = "concurrent_update"
@@ -95,6 +100,7 @@ class CockroachStore:
         self._max_backoff = max_backoff
         self._on_retry = on_retry
         self.retries = 0
+        self._pool_check: asyncio.Task[None] | None = None
         # Test-only fault hooks. ``_fault_on_commit`` runs after ``fn`` returned, in the COMMIT
         # phase but before COMMIT is sent: raising rolls the try back and is handled as an error
         # of COMMIT. ``_fault_after_commit`` runs after COMMIT succeeded: raising simulates a
@@ -132,6 +138,8 @@ class CockroachStore:
                 self.retries += 1
                 if self._on_retry is not None:
                     self._on_retry(failure.reason)
+                if failure.reason == CONNECTION_LOST:
+                    self._drop_broken_connections()
                 await asyncio.sleep(self._backoff(tries))
 
     def _backoff(self, tries: int) -> float:
@@ -166,77 +174,48 @@ class CockroachStore:
                 raise InvalidPayload(f"the database refused a value: {exc}") from exc
             raise BackendUnavailable(f"database error ({reason}): {exc}") from exc
 
+    def _drop_broken_connections(self) -> None:
+        """After a lost connection, have the pool test its idle connections in the background.
+
+        After a database restart every pooled connection is dead at once; ``pool.check()`` takes
+        them all out of the pool at its start, so the next try waits for a tested or a new one
+        (bounded by the acquire timeout) instead of drawing another dead one. It runs as a task,
+        one at a time, and is never cancelled: a cancelled check would lose the connections it
+        holds.
+        """
+        if self._pool_check is None or self._pool_check.done():
+            self._pool_check = asyncio.create_task(self._check_pool())
+
+    async def _check_pool(self) -> None:
+        # The pool logs and replaces what fails the check; nothing to add here.
+        with contextlib.suppress(psycopg.Error):
+            await self._pool.check()
+
     async def ping(self) -> None:
         """Round-trip ``SELECT 1`` on a pool connection.
+
+        A connection that turns out dead (the database restarted since it was opened) is
+        dropped and the ping tried once more on a fresh one, so a ping after an outage reports
+        the database as it is now. A caller that needs an answer sooner than the pool's acquire
+        timeout bounds the call itself (``HealthService`` does).
 
         Raises:
             BackendUnavailable: no connection could be had, or the query failed.
         """
-        try:
-            async with self._pool.connection() as conn:
-                await conn.execute(sql.PING)
-        except psycopg.Error as exc:
-            raise BackendUnavailable(f"database unreachable: {exc}") from exc
+        for last_try in (False, True):
+            conn: AsyncConnection[TupleRow] | None = None
+            try:
+                async with self._pool.connection() as conn:
+                    await conn.execute(sql.PING)
+                return
+            except psycopg.Error as exc:
+                if not last_try and conn is not None and connection_lost(exc, conn):
+                    self._drop_broken_connections()
+                    continue
+                raise BackendUnavailable(f"database unreachable: {_one_line(exc)}") from exc
 
 
-async def _configure(conn: AsyncConnection[TupleRow]) -> None:
-    """Per-connection session setup: UTC timestamps and SERIALIZABLE transactions.
-
-    On PostgreSQL (not CockroachDB) sequential scans are also discouraged for the session:
-    SERIALIZABLE's predicate locks follow the plan, and a sequential scan of a small table
-    (which the planner prefers for ``id = ANY(...)`` on a few pages) locks the whole table, so
-    every pair of concurrent claims of different tasks would conflict and retry. Index scans
-    lock only the rows read. CockroachDB always reads the primary index by key here.
-    """
-    await conn.execute("SET TIME ZONE 'UTC'")
-    if conn.info.parameter_status("crdb_version") is None:
-        await conn.execute("SET enable_seqscan = off")
-    await conn.set_isolation_level(IsolationLevel.SERIALIZABLE)
-
-
-async def open_pool(
-    dsn: str,
-    *,
-    min_size: int = 1,
-    max_size: int = 8,
-    max_lifetime: float = 600.0,
-    timeout: float = 30.0,
-) -> Pool:
-    """Open a pool of autocommit connections for ``CockroachStore`` and wait until it is ready.
-
-    Every connection runs with ``TimeZone=UTC`` and ``BEGIN ISOLATION LEVEL SERIALIZABLE``
-    (CockroachDB's default; on PostgreSQL it makes the version guards and the retry loop
-    behave as on CockroachDB). Connections are recycled after ``max_lifetime`` seconds so
-    load spreads over CockroachDB nodes that joined later.
-
-    Args:
-        dsn: libpq DSN (URL or ``key=value``); list several hosts for a multi-node cluster.
-        min_size: connections kept open.
-        max_size: upper bound (CRDB.md: about 4 x the cluster's vCPUs in total).
-        max_lifetime: seconds before a connection is replaced.
-        timeout: seconds to wait for the first ``min_size`` connections, and the default
-            wait for a connection afterwards.
-
-    Returns:
-        The open pool; close it with ``await pool.close()``.
-
-    Raises:
-        BackendUnavailable: the connections could not be opened within ``timeout``.
-    """
-    pool: Pool = AsyncConnectionPool(
-        dsn,
-        min_size=min_size,
-        max_size=max_size,
-        kwargs={"autocommit": True},
-        configure=_configure,
-        max_lifetime=max_lifetime,
-        timeout=timeout,
-        open=False,
-        name="dtq-store",
-    )
-    try:
-        await pool.open(wait=True, timeout=timeout)
-    except psycopg.Error as exc:
-        await pool.close()
-        raise BackendUnavailable(f"cannot open database pool: {exc}") from exc
-    return pool
+def _one_line(exc: BaseException) -> str:
+    """The first non-empty line of an error's text (libpq adds hints on further lines)."""
+    text = str(exc)
+    return next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)

@@ -49,6 +49,9 @@ from dtq.entrypoints.api.schemas import ErrorBody, ErrorDetail
 
 logger = logging.getLogger("dtq.api")
 
+#: Sent with every 503: a backend is down or busy, and the client may try again this soon.
+RETRY_AFTER_HEADERS: Mapping[str, str] = {"Retry-After": "1"}
+
 #: Domain error class -> HTTP status. Looked up along the exception's MRO, so subclasses
 #: (``TaskNotFound``, ``DependencyCycle``, ``InvalidPayload``, ``CommitOutcomeUnknown``...)
 #: inherit their family's status. A ``DtqError`` outside every family is a server bug: 500.
@@ -174,7 +177,8 @@ def handle_domain_error(request: Request[Any, Any, Any], exc: DtqError) -> Respo
     field = exc.field
     if field is not None and request.scope.get("path_template") in ONE_TASK_ROUTES:
         field = _ONE_TASK_PREFIX.sub("", field) or None
-    return error_response(status, exc.code, exc.detail, field)
+    headers = RETRY_AFTER_HEADERS if status == 503 else None
+    return error_response(status, exc.code, exc.detail, field, headers=headers)
 
 
 def _field_path(path: str, message: str) -> str | None:

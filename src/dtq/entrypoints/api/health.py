@@ -1,8 +1,12 @@
-"""Operational routes: ``GET /healthz`` and ``GET /metrics`` (spec §7)."""
+"""Operational routes: ``GET``/``HEAD /healthz`` and ``GET /metrics`` (spec §7).
+
+``/healthz`` answers within about 2 s whatever the backends do (each ping is bounded by
+``HealthService``) and names what is down; a 503 carries ``Retry-After``.
+"""
 
 from __future__ import annotations
 
-from litestar import Controller, Response, get
+from litestar import Controller, Response, get, head
 from litestar.di import NamedDependency
 from litestar.openapi.datastructures import ResponseSpec
 from prometheus_client import CollectorRegistry
@@ -10,6 +14,7 @@ from prometheus_client.exposition import generate_latest
 
 from dtq.application.health import HealthService
 from dtq.entrypoints.api import bodies, responses
+from dtq.entrypoints.api.errors import RETRY_AFTER_HEADERS
 from dtq.entrypoints.api.schemas import HealthBody
 
 #: Prometheus text format 0.0.4; Litestar appends ``; charset=utf-8`` to ``text/*`` types.
@@ -35,9 +40,21 @@ class HealthController(Controller):
     )
     async def healthz(self, health: NamedDependency[HealthService]) -> Response[HealthBody]:
         """200 ``{"status": "ok", "checks": {"store": "ok", "queue": "ok"}}`` when both pings
-        succeed, else 503 with ``status`` ``unavailable`` and the failing check's error."""
+        succeed, else 503 (with ``Retry-After``) with ``status`` ``unavailable`` and the failing
+        check's error. ``HEAD /healthz`` answers the same status without a body."""
         body, status = bodies.health_body(await health.check())
-        return Response(body, status_code=status)
+        return Response(body, status_code=status, headers=_headers(status))
+
+    # Left out of the OpenAPI document: HEAD is GET without the body (RFC 9110), described there.
+    @head("/", include_in_schema=False)
+    async def healthz_head(self, health: NamedDependency[HealthService]) -> Response[None]:
+        """The status of ``GET /healthz`` (200 or 503) without a body, for load balancers."""
+        _, status = bodies.health_body(await health.check())
+        return Response(None, status_code=status, headers=_headers(status))
+
+
+def _headers(status: int) -> dict[str, str] | None:
+    return dict(RETRY_AFTER_HEADERS) if status == 503 else None
 
 
 class MetricsController(Controller):
