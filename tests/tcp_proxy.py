@@ -1,5 +1,6 @@
-"""A TCP proxy for outage drills: between a dtq process (or pool) and PostgreSQL, it can cut every
-connection and refuse new ones, then accept again on the same port."""
+"""A TCP proxy for outage drills: between a dtq process (or client) and PostgreSQL or Redis, it can
+cut every connection and refuse new ones (the host is down), or stall them (a host that drops
+packets: connections open, nothing comes back), then let traffic through again on the same port."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ class CuttableProxy:
     """A TCP proxy from ``127.0.0.1:<port>`` to ``target`` that can cut and restore connections.
 
     It runs its own event loop in a daemon thread; every method is called from the test thread.
+    ``stall()`` keeps accepting connections but holds every byte in both directions until
+    ``restore()`` (which then passes the held bytes on) or ``cut()``.
     """
 
     def __init__(self, target_host: str, target_port: int) -> None:
@@ -29,7 +32,9 @@ class CuttableProxy:
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
+        self._flowing: asyncio.Event | None = None  # created on the proxy's loop
         self._thread.start()
+        self._call(self._make_flowing())
 
     def _call(self, coro: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout=10)
@@ -42,6 +47,10 @@ class CuttableProxy:
         """Stop accepting (connection refused) and reset every open connection."""
         self._call(self._cut())
 
+    def stall(self) -> None:
+        """Keep connections open and accept new ones, but pass no bytes on (a black hole)."""
+        self._call(self._set_flowing(False))
+
     def close(self) -> None:
         self._call(self._cut())
         self._call(self._loop.shutdown_asyncgens())
@@ -49,8 +58,21 @@ class CuttableProxy:
         self._thread.join(timeout=5)
         self._loop.close()
 
+    async def _make_flowing(self) -> None:
+        self._flowing = asyncio.Event()
+        self._flowing.set()
+
+    async def _set_flowing(self, flowing: bool) -> None:
+        assert self._flowing is not None
+        if flowing:
+            self._flowing.set()
+        else:
+            self._flowing.clear()
+
     async def _listen(self) -> None:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
+        await self._set_flowing(True)
+        if self._server is None:
+            self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
 
     async def _cut(self) -> None:
         if self._server is not None:
@@ -75,6 +97,10 @@ class CuttableProxy:
     async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while data := await reader.read(65536):
+                assert self._flowing is not None
+                await self._flowing.wait()
+                if writer.transport.is_closing():  # cut while the bytes were held
+                    break
                 writer.write(data)
                 await writer.drain()
         finally:

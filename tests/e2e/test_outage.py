@@ -11,6 +11,11 @@ sees, prints the figures (``pytest -s``) and asserts the issue's bounds with gen
 * after the restore, the API and the workers resume within 5 s.
 
 A start with the database down is one line naming host and port, exit status 2.
+
+The Redis leg puts the proxy between the processes and Redis instead, stalls it (connections
+open, nothing comes back: the client's read timeout decides) and then cuts it: ``/healthz``
+names the queue as down within 2 s, submits still succeed (the job is in the database; the
+reconciler pushes it once Redis is back), and after the restore tasks run again within seconds.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import statistics
 import subprocess
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +47,9 @@ MARGIN = 1.5
 ACQUIRE_TIMEOUT = 1.0  # not the 3 s default: the drill checks the setting reaches the pool
 OUTAGE_SECONDS = 6.0
 BACKLOG = 24
+REDIS_STALL_SECONDS = 5.0
+REDIS_CUT_SECONDS = 8.0
+REDIS_CALL_BOUND = 3.0  # the Redis client's read timeout: the longest a stalled call waits
 
 
 @pytest.fixture
@@ -53,6 +62,21 @@ def proxied(cluster: Cluster) -> Iterator[tuple[Cluster, CuttableProxy]]:
     cluster.env["CRDB_DSN"] = psycopg.conninfo.make_conninfo(**info)
     cluster.env["DB_ACQUIRE_TIMEOUT"] = f"{ACQUIRE_TIMEOUT:g}s"
     # The processes run this checkout's dtq even where the venv was installed from another one.
+    cluster.env["PYTHONPATH"] = f"{SRC}{os.pathsep}{cluster.env['PYTHONPATH']}"
+    try:
+        yield cluster, proxy
+    finally:
+        cluster.stop_all()
+        proxy.close()
+
+
+@pytest.fixture
+def redis_proxied(cluster: Cluster) -> Iterator[tuple[Cluster, CuttableProxy]]:
+    """The cluster's processes talk to Redis through a proxy; the database stays direct."""
+    host, _, port = cluster.env["REDIS_ADDR"].rpartition(":")
+    proxy = CuttableProxy(host or "127.0.0.1", int(port))
+    proxy.restore()
+    cluster.env["REDIS_ADDR"] = f"127.0.0.1:{proxy.port}"
     cluster.env["PYTHONPATH"] = f"{SRC}{os.pathsep}{cluster.env['PYTHONPATH']}"
     try:
         yield cluster, proxy
@@ -199,3 +223,78 @@ def test_a_start_with_the_database_down_is_one_line_naming_host_and_port(
         f"dtq: CRDB_DSN: cannot connect: connection refused at 127.0.0.1:{proxy.port}"
     ]
     assert took < 10
+
+
+@dataclass
+class RedisDown:
+    """What the probes saw while Redis was unreachable: seconds per probe, and the jobs
+    submitted meanwhile."""
+
+    health: list[float] = field(default_factory=list)
+    submit: list[float] = field(default_factory=list)
+    jobs: list[str] = field(default_factory=list)
+
+
+def _probe_redis_down(cluster: Cluster, seconds: float, tag: str) -> RedisDown:
+    """For ``seconds``: probe ``/healthz`` (503 naming the queue, the store fine) and submit
+    (201 all the same)."""
+    started = time.monotonic()
+    seen = RedisDown()
+    while time.monotonic() - started < seconds:
+        took, health = timed("GET", f"{cluster.url}/healthz")
+        seen.health.append(took)
+        assert health is not None and health.status_code == 503, health
+        checks = health.json()["checks"]
+        assert checks["queue"] != "ok" and checks["store"] == "ok", checks
+        body = {"kind": "record", "payload": {"name": f"{tag}{len(seen.jobs)}"}}
+        took, submit = timed("POST", f"{cluster.url}/v1/tasks", json=body)
+        seen.submit.append(took)
+        assert submit is not None and submit.status_code == 201, submit
+        seen.jobs.append(str(submit.json()["job_id"]))
+    return seen
+
+
+def test_redis_outage_is_seen_fast_submits_still_succeed_and_tasks_run_after(
+    redis_proxied: tuple[Cluster, CuttableProxy],
+) -> None:
+    cluster, proxy = redis_proxied
+    cluster.start_orchestrator()
+    cluster.start_worker("w1")
+    warm = cluster.post("/v1/tasks", {"kind": "record", "payload": {"name": "warm"}})
+    assert cluster.wait_job(warm["job_id"], timeout=30)["status"] == "completed"
+
+    proxy.stall()
+    stalled = _probe_redis_down(cluster, REDIS_STALL_SECONDS, "s")
+    proxy.cut()
+    cut = _probe_redis_down(cluster, REDIS_CUT_SECONDS, "c")
+    proxy.restore()
+    restored = time.monotonic()
+    outage_jobs = [*stalled.jobs, *cut.jobs]
+
+    def since_restore(predicate: Any, timeout: float = 30) -> float:
+        wait_for(predicate, timeout)
+        return time.monotonic() - restored
+
+    health_ok = since_restore(
+        lambda: httpx.get(f"{cluster.url}/healthz", timeout=10).status_code == 200
+    )
+    fresh = submitted(cluster, "after")
+    assert fresh is not None
+    fresh_done = since_restore(lambda: completed(cluster, fresh))
+    outage_done = since_restore(lambda: all(completed(cluster, job) for job in outage_jobs))
+
+    health_times = stalled.health + cut.health
+    print(
+        f"\nredis outage drill ({REDIS_STALL_SECONDS:g}s stalled, then {REDIS_CUT_SECONDS:g}s "
+        f"refused): /healthz max {max(health_times):.3f}s over {len(health_times)} probes; "
+        f"submit 201 while stalled max {max(stalled.submit):.2f}s, while refused max "
+        f"{max(cut.submit):.3f}s; after restore: /healthz ok in {health_ok:.2f}s, new task "
+        f"completed in {fresh_done:.2f}s, the {len(outage_jobs)} tasks submitted during the "
+        f"outage completed in {outage_done:.2f}s"
+    )
+    assert max(health_times) < HEALTHZ_BOUND * MARGIN
+    assert max(stalled.submit) < REDIS_CALL_BOUND * MARGIN
+    assert max(cut.submit) < 1.5  # refused at once; three quick re-sends
+    assert health_ok < RESUME_BOUND * MARGIN
+    assert fresh_done < RESUME_BOUND * MARGIN
+    assert outage_done < RESUME_BOUND * MARGIN

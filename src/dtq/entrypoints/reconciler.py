@@ -5,14 +5,18 @@ Two independent loops share one stop event (spec §2 invariant, §5, DESIGN §5)
 * the **reconcile loop** runs ``ReconcileService.reconcile_once`` at once, then every
   ``interval`` seconds measured start to start. A pass never overlaps the next: when a pass takes
   longer than the interval, the next one starts as soon as it ends. A failing pass is logged and
-  counted, and the loop carries on: the reconciler is the safety net and must not die. Each
+  counted, and the loop carries on: the reconciler is the safety net and must not die. A pass
+  failed by an outage (``BackendUnavailable``) is one warning without a traceback, so the next
+  pass, at most one interval after the backend returns, resumes the work; any other error keeps
+  its traceback. Each
   pass's report also drives a warning when the queue lost its data and, per priority,
   the ``orchestrator_tasks_queued_unpolled`` gauge and a warning for due tasks no live
   worker polls;
 * the **promoter loop** moves due entries of the scheduled set (retry backoff, delays) to their
   ready lists every ``promote_interval`` seconds, so a retry becomes runnable within about that
   long rather than a whole reconcile interval later. While it keeps failing (Redis down) it backs
-  off exponentially up to ``interval`` and logs the first failure of a streak only.
+  off exponentially up to ``interval`` and logs the first failure of a streak only (a warning
+  for an outage, with the traceback for anything else).
 
 The loops know only the application service and an optional metrics holder; which adapters are
 behind the service is the composition root's business.
@@ -25,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from dtq.domain.errors import BackendUnavailable
 from dtq.entrypoints import eventloop
 
 if TYPE_CHECKING:
@@ -105,6 +110,11 @@ class Reconciler:
         started = loop.time()
         try:
             report = await self._reconcile.reconcile_once(self._batch)
+        except BackendUnavailable as exc:
+            if metrics is not None:
+                metrics.reconcile_errors.inc()
+            self._log.warning("reconcile pass failed: backend unavailable", error=str(exc))
+            return None
         except Exception:
             if metrics is not None:
                 metrics.reconcile_errors.inc()
@@ -166,6 +176,15 @@ class Reconciler:
         while not stop.is_set():
             try:
                 promoted = await self._reconcile.promote_scheduled(self._batch)
+            except BackendUnavailable as exc:
+                failures += 1
+                if failures == 1:
+                    self._log.warning(
+                        "promoting scheduled tasks failed: backend unavailable; backing off",
+                        error=str(exc),
+                    )
+                else:
+                    self._log.debug("promoting scheduled tasks failed again", failures=failures)
             except Exception:
                 failures += 1
                 if failures == 1:

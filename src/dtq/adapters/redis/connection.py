@@ -7,6 +7,12 @@ Re-sending: the client itself never re-sends a command (``NO_RETRY``). A command
 lost may have run on the server, so only a command that has the same effect when run twice may
 be re-sent, and the adapter says which ones through ``idempotent``; a pop never is (issue 12
 bug 4: a re-sent pop takes other ids and strands the first ones behind their markers).
+
+Timeouts: an unreachable Redis must be noticed in seconds. A connection attempt gives up after
+``CONNECT_TIMEOUT`` (2 s), a reply after ``SOCKET_TIMEOUT`` (3 s; ``RedisQueue`` cuts a blocking
+pop into BRPOPs of at most 2 s so that a healthy wait never reaches it), and a command that
+timed out is not re-sent (a server that did not answer in 3 s would make every re-send wait as
+long), so one call costs at most about 3 s while Redis is down.
 """
 
 from __future__ import annotations
@@ -24,17 +30,17 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from dtq.domain.errors import BackendUnavailable
 
 T = TypeVar("T")
 
 DEFAULT_PORT = 6379
-RESENDS = 3  # most re-sends of an idempotent command after a connection error or timeout
+CONNECT_TIMEOUT = 2.0  # seconds for one connection attempt
+SOCKET_TIMEOUT = 3.0  # seconds to wait for a reply (above the 2 s BRPOP slices it allows)
+RESENDS = 3  # most re-sends of an idempotent command after a connection error
 NO_RETRY = Retry(NoBackoff(), 0)
 _RESEND_BACKOFF = ExponentialWithJitterBackoff(base=0.05, cap=0.5)
-_TRANSIENT = (RedisConnectionError, RedisTimeoutError)
 
 
 @contextmanager
@@ -47,15 +53,17 @@ def wrap_errors(operation: str) -> Iterator[None]:
 
 
 async def idempotent(operation: str, call: Callable[[], Awaitable[T]]) -> T:
-    """Await ``call()`` under ``wrap_errors``, re-sending it after a connection error or timeout.
+    """Await ``call()`` under ``wrap_errors``, re-sending it after a connection error.
 
     Only for a command or script that has the same effect when the server runs it twice (its
     first reply may have been lost after it ran): at most ``RESENDS`` re-sends, with jittered
-    exponential backoff capped at 0.5 s.
+    exponential backoff capped at 0.5 s. A timeout is not re-sent: the server did not answer
+    within ``SOCKET_TIMEOUT`` (or could not be reached within ``CONNECT_TIMEOUT``), and each
+    re-send would wait as long again.
 
     Raises:
-        BackendUnavailable: every attempt failed, or the error was not a connection error or
-            timeout (a server error reply is never re-sent).
+        BackendUnavailable: every attempt failed, or the error was not a connection error (a
+            timeout or a server error reply is never re-sent).
     """
     failures = 0
     while True:
@@ -64,7 +72,7 @@ async def idempotent(operation: str, call: Callable[[], Awaitable[T]]) -> T:
                 return await call()
         except BackendUnavailable as exc:
             failures += 1
-            if failures > RESENDS or not isinstance(exc.__cause__, _TRANSIENT):
+            if failures > RESENDS or not isinstance(exc.__cause__, RedisConnectionError):
                 raise
         await asyncio.sleep(_RESEND_BACKOFF.compute(failures))
 
@@ -103,18 +111,19 @@ def connect_redis(addr: str) -> Redis:
             ``"[::1]:6379"``), or a ``redis://`` / ``rediss://`` / ``unix://`` URL.
 
     Returns:
-        A ``redis.asyncio.Redis`` with a 5 s connect timeout, a 10 s socket read timeout
-        (``RedisQueue.pop`` keeps each BRPOP under it) and no command retries of its own
-        (``RedisQueue`` re-sends only idempotent commands, see ``idempotent``), so an outage
-        surfaces as ``BackendUnavailable`` within seconds. The caller closes it (``aclose()``).
+        A ``redis.asyncio.Redis`` with a 2 s connect timeout (``CONNECT_TIMEOUT``), a 3 s
+        socket read timeout (``SOCKET_TIMEOUT``; ``RedisQueue.pop`` keeps each BRPOP under it)
+        and no command retries of its own (``RedisQueue`` re-sends only idempotent commands,
+        see ``idempotent``), so an outage surfaces as ``BackendUnavailable`` within about 3 s.
+        The caller closes it (``aclose()``).
 
     Raises:
         ValueError: ``addr`` cannot be parsed.
     """
     options: dict[str, Any] = {
         "decode_responses": False,
-        "socket_connect_timeout": 5.0,
-        "socket_timeout": 10.0,
+        "socket_connect_timeout": CONNECT_TIMEOUT,
+        "socket_timeout": SOCKET_TIMEOUT,
         "retry": NO_RETRY,
     }
     if "://" in addr:

@@ -8,8 +8,10 @@ Every error response has the same body, :class:`~dtq.entrypoints.api.schemas.Err
 Domain errors map to a status through :data:`STATUS_BY_ERROR` (the most specific class in the
 exception's MRO wins); Litestar's own exceptions (decode/validation errors, unknown route, wrong
 method, body too large) and anything unexpected are translated here as well, so no handler
-contains a try/except. Responses with a 5xx status log the traceback; 4xx responses log one line
-without it.
+contains a try/except. Each error is logged once per request: a 503 (a backend down or busy:
+an outage, not a bug) as one WARNING line naming the error, without a traceback, so an outage
+does not flood the log; other 5xx responses log the traceback at ERROR; 4xx responses log one
+INFO line without it.
 
 ``field`` paths use the domain's notation: dotted keys and ``[i]`` indexes from the body's root
 (``tasks[0].kind``), ``id`` for the path parameter, ``active_since`` for the query parameter and
@@ -147,7 +149,16 @@ def status_for(exc: DtqError) -> int:
 
 
 def _log(request: Request[Any, Any, Any], status: int, exc: BaseException, code: str) -> None:
-    if status >= 500:
+    if status == 503:
+        logger.warning(
+            "request failed: %s %s -> %d %s: %s",
+            request.method,
+            request.url.path,
+            status,
+            code,
+            exc,
+        )
+    elif status >= 500:
         logger.error(
             "request failed: %s %s -> %d %s",
             request.method,

@@ -23,16 +23,17 @@ T = TypeVar("T")
 
 REPORT_ATTEMPTS = 5  # tries to record one outcome (or batch) before leaving it to reclaim
 _BACKOFF_START = 0.5  # seconds: first pause after a backend error
-_BACKOFF_CAP = 10.0  # seconds: longest pause between attempts
+RESUME_CAP = 2.0  # seconds: longest pause between attempts (resume within 5 s of a restore)
 
 
 def backoff_delay(failures: int) -> float:
     """Seconds to pause after ``failures`` consecutive backend errors (>= 1).
 
-    Exponential from 0.5 s, capped at 10 s, with up to 20 % jitter so that many workers do not
-    hammer a recovering backend in lockstep.
+    Exponential from 0.5 s, capped at ``RESUME_CAP`` (2 s) whatever the outage's length, so a
+    worker tries again at most 2 s after the backend returns; up to 20 % jitter below the base
+    so that many workers do not hammer a recovering backend in lockstep.
     """
-    base: float = min(_BACKOFF_CAP, _BACKOFF_START * 2.0 ** max(failures - 1, 0))
+    base: float = min(RESUME_CAP, _BACKOFF_START * 2.0 ** max(failures - 1, 0))
     return base * random.uniform(0.8, 1.0)
 
 
