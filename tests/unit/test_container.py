@@ -11,8 +11,9 @@ from dtq.adapters.memory.clock import FakeClock
 from dtq.adapters.memory.queue import InMemoryQueue
 from dtq.adapters.memory.store import InMemoryStore
 from dtq.application.commands import SubmitJob, TaskSpec
+from dtq.entrypoints.bundles import WorkerServices
 from dtq.entrypoints.config import ConfigError, Settings
-from dtq.entrypoints.container import build_container, open_services
+from dtq.entrypoints.container import build_container, open_services, open_worker_services
 
 
 def one_task_job(kind: str = "echo") -> SubmitJob:
@@ -171,3 +172,23 @@ async def test_a_worker_counts_as_alive_for_three_registry_heartbeat_intervals()
 
     assert within == {}
     assert beyond == {"default": 1}
+
+
+async def test_the_bundles_of_one_container_work_on_one_store_and_queue() -> None:
+    async with open_services(Settings(), backend="memory") as services:
+        result = await services.api.submit.submit_job(one_task_job())
+        task_id = result.task_ids["only"]
+        popped = await services.worker.queue.pop_many(["default"], timeout=0, max_count=1)
+        claims = await services.worker.execution.claim_many(popped, "w1")
+        await services.worker.execution.complete_many(claims)
+        view = await services.api.queries.get_task(task_id)
+
+    assert popped == [task_id]
+    assert view.task.status.value == "completed"
+
+
+async def test_a_worker_process_opens_only_the_worker_bundle() -> None:
+    async with open_worker_services(Settings(), backend="memory") as worker:
+        assert isinstance(worker, WorkerServices)
+        assert isinstance(worker.queue, InMemoryQueue)
+        assert await worker.queue.pop_many(["default"], timeout=0, max_count=1) == []
