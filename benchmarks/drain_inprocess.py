@@ -118,6 +118,11 @@ def make_runtime(args: argparse.Namespace) -> Runtime:
     return runtime
 
 
+def _part(services: Any, bundle: str) -> Any:
+    """The per-process bundle ``bundle`` of ``services`` (older trees: one flat bag)."""
+    return getattr(services, bundle, services)
+
+
 async def submit(services: Any, args: argparse.Namespace) -> float:
     """Submit ``--tasks`` no-op tasks split over ``--jobs`` jobs; return the seconds it took."""
     per_job = args.tasks // args.jobs
@@ -125,7 +130,7 @@ async def submit(services: Any, args: argparse.Namespace) -> float:
     for j in range(args.jobs):
         n = per_job if j < args.jobs - 1 else args.tasks - per_job * (args.jobs - 1)
         specs = tuple(TaskSpec(name=f"t{i}", kind=KIND) for i in range(n))
-        await services.submit.submit_job(SubmitJob(tasks=specs))
+        await _part(services, "api").submit.submit_job(SubmitJob(tasks=specs))
     return time.perf_counter() - started
 
 
@@ -142,7 +147,10 @@ async def run_until_drained(
     started = time.perf_counter()
     if hasattr(runtime, "configure"):  # a WorkerConfig resolved once (the worker wing)
         running = runtime.run(
-            services, runtime.configure(services.settings), stop=stop, metrics=metrics
+            _part(services, "worker"),
+            runtime.configure(services.settings),
+            stop=stop,
+            metrics=metrics,
         )
     else:  # older trees: the runtime read the settings from the services
         running = runtime.run(services, stop=stop, metrics=metrics)
@@ -187,9 +195,10 @@ async def drain_once(args: argparse.Namespace, dsn: str, prefix: str) -> dict[st
         retries.clear()
         # One call = one store transaction: claim/complete delegate to the batch methods when
         # the service has them (older code has only the single ones).
-        batch = hasattr(services.execution, "claim_many")
+        execution = _part(services, "worker").execution
+        batch = hasattr(execution, "claim_many")
         names = ("claim_many", "complete_many") if batch else ("claim", "complete")
-        calls = count_calls(services.execution, names)
+        calls = count_calls(execution, names)
         elapsed = await run_until_drained(runtime, services, metrics, args)
 
     with psycopg.connect(dsn) as conn:

@@ -22,8 +22,9 @@ from dtq.adapters.redis import RedisQueue
 from dtq.application.commands import Claim, ExecutionPolicy, SubmitJob, TaskSpec
 from dtq.domain.status import JobStatus, RunStatus, TaskStatus
 from dtq.entrypoints.api import create_app
+from dtq.entrypoints.bundles import Services
 from dtq.entrypoints.config import Settings
-from dtq.entrypoints.container import Services, build_container
+from dtq.entrypoints.container import build_container
 from dtq.entrypoints.metrics import OrchestratorMetrics, new_registry
 
 pytestmark = pytest.mark.integration
@@ -44,15 +45,11 @@ async def services(pg_store: CockroachStore, redis_client: Redis, redis_prefix: 
     c.policy.override(providers.Object(POLICY))
     return Services(
         settings=settings,
-        clock=c.clock(),
         store=c.store(),
         queue=c.queue(),
-        submit=c.submit(),
-        queries=c.queries(),
-        health=c.health(),
-        execution=c.execution(),
-        reconcile=c.reconcile(),
-        registry=c.registry(),
+        api=c.api_services(),
+        worker=c.worker_services(),
+        reconciler=c.reconciler_services(),
     )
 
 
@@ -63,16 +60,16 @@ async def drain(services: Services, worker: str, *, rounds: int = 200) -> list[C
         ids = await services.queue.pop_many(["default"], timeout=0.05, max_count=16)
         if not ids:
             return done
-        claims = await services.execution.claim_many(ids, worker)
-        await services.execution.complete_many(claims)
+        claims = await services.worker.execution.claim_many(ids, worker)
+        await services.worker.execution.complete_many(claims)
         done.extend(claims)
     return done
 
 
 async def test_api_round_trip_on_postgres_and_redis(services: Services) -> None:
     registry = new_registry()
-    app = create_app(services, services.settings, OrchestratorMetrics(registry), registry)
-    assert await services.health.check() == {"store": None, "queue": None}
+    app = create_app(services.api, services.settings, OrchestratorMetrics(registry), registry)
+    assert await services.api.health.check() == {"store": None, "queue": None}
     # httpx's ASGI transport runs the app on this test's event loop, where the pool and the
     # Redis client live (Litestar's test client would run it on a portal thread's loop).
     transport = httpx.ASGITransport(app=app)
@@ -99,14 +96,14 @@ async def test_api_round_trip_on_postgres_and_redis(services: Services) -> None:
 async def test_eight_concurrent_claimers_claim_each_of_200_tasks_exactly_once(
     services: Services,
 ) -> None:
-    result = await services.submit.submit_job(
+    result = await services.api.submit.submit_job(
         SubmitJob(tasks=tuple(TaskSpec(f"t{i}", "echo") for i in range(200)))
     )
     claimed: list[Claim] = []
 
     async def claimer(worker: str) -> None:
         while ids := await services.queue.pop_many(["default"], timeout=0.05, max_count=4):
-            claimed.extend(await services.execution.claim_many(ids, worker))
+            claimed.extend(await services.worker.execution.claim_many(ids, worker))
 
     await asyncio.gather(*(claimer(f"w{i}") for i in range(8)))
     counts = Counter(c.task.id for c in claimed)
@@ -118,7 +115,7 @@ async def test_eight_concurrent_claimers_claim_each_of_200_tasks_exactly_once(
 async def test_concurrent_completions_in_one_job_take_the_retry_path(
     services: Services, pg_store: CockroachStore
 ) -> None:
-    result = await services.submit.submit_job(
+    result = await services.api.submit.submit_job(
         SubmitJob(
             tasks=(
                 *(TaskSpec(f"t{i}", "echo") for i in range(40)),
@@ -127,16 +124,16 @@ async def test_concurrent_completions_in_one_job_take_the_retry_path(
         )
     )
     ids = await services.queue.pop_many(["default"], timeout=0, max_count=100)
-    claims = await services.execution.claim_many(ids, "w1")
+    claims = await services.worker.execution.claim_many(ids, "w1")
     assert len(claims) == 40
     before = pg_store.retries
     # eight workers report their batches of five at once; each batch probes the join's
     # dependencies, which the others are writing: SERIALIZABLE must make some of them retry
     batches = [claims[i : i + 5] for i in range(0, 40, 5)]
-    outcomes = await asyncio.gather(*(services.execution.complete_many(b) for b in batches))
+    outcomes = await asyncio.gather(*(services.worker.execution.complete_many(b) for b in batches))
     assert {o.value for batch in outcomes for o in batch} == {"recorded"}
     assert pg_store.retries > before, "no serialization retry was needed: the test proves nothing"
-    view = await services.queries.get_job(result.job_id)
+    view = await services.api.queries.get_job(result.job_id)
     status = {t.name: t.status for t in view.tasks}
     assert status["join"] is TaskStatus.QUEUED  # promoted exactly once all 40 completed
     assert await services.queue.pop(["default"], timeout=0) == result.task_ids["join"]
@@ -145,38 +142,44 @@ async def test_concurrent_completions_in_one_job_take_the_retry_path(
 async def test_redis_loss_mid_run_is_repaired_by_reconcile_and_reclaim(
     services: Services, redis_wipe: Callable[[], Awaitable[None]]
 ) -> None:
-    result = await services.submit.submit_job(
+    result = await services.api.submit.submit_job(
         SubmitJob(tasks=tuple(TaskSpec(f"t{i}", "echo") for i in range(30)))
     )
     ids = await services.queue.pop_many(["default"], timeout=0, max_count=10)
-    in_flight = await services.execution.claim_many(ids, "w-dead")  # this worker then dies
+    in_flight = await services.worker.execution.claim_many(ids, "w-dead")  # this worker then dies
     await redis_wipe()  # ready list, markers and leases are gone
-    assert await services.reconcile.reclaim_stale() == 0  # a pass notices: reclaims held back
+    assert (
+        await services.reconciler.reconcile.reclaim_stale() == 0
+    )  # a pass notices: reclaims held back
     await asyncio.sleep(max(POLICY.stale_running_after, POLICY.lease_ttl) + 0.2)
-    report = await services.reconcile.reconcile_once()
+    report = await services.reconciler.reconcile.reconcile_once()
     assert report.reclaimed == len(in_flight)  # each reclaimed task is pushed by the reclaim
     assert report.enqueued == 30 - len(in_flight)  # the never-claimed rest by enqueue_due
     await drain(services, "w-alive")
-    view = await services.queries.get_job(result.job_id)
+    view = await services.api.queries.get_job(result.job_id)
     assert view.job.status is JobStatus.COMPLETED
-    dead = [await services.queries.get_task(c.task.id) for c in in_flight]
+    dead = [await services.api.queries.get_task(c.task.id) for c in in_flight]
     for task_view in dead:
         assert [r.status for r in task_view.runs] == [RunStatus.DEAD, RunStatus.SUCCEEDED]
         assert task_view.runs[0].attempt_number == task_view.runs[1].attempt_number == 1
 
 
 async def test_stale_report_after_reclaim_is_refused_on_postgres(services: Services) -> None:
-    result = await services.submit.submit_job(SubmitJob(tasks=(TaskSpec("a", "echo"),)))
+    result = await services.api.submit.submit_job(SubmitJob(tasks=(TaskSpec("a", "echo"),)))
     task_id: UUID = result.task_ids["a"]
-    stale = await services.execution.claim(await services.queue.pop(["default"], timeout=0), "w1")  # type: ignore[arg-type]
+    stale = await services.worker.execution.claim(
+        await services.queue.pop(["default"], timeout=0), "w1"
+    )  # type: ignore[arg-type]
     assert stale is not None
     await services.queue.delete_lease(task_id, stale.run.id)
     await asyncio.sleep(POLICY.stale_running_after + 0.2)
-    assert await services.reconcile.reclaim_stale() == 1
-    fresh = await services.execution.claim(await services.queue.pop(["default"], timeout=0), "w2")  # type: ignore[arg-type]
+    assert await services.reconciler.reconcile.reclaim_stale() == 1
+    fresh = await services.worker.execution.claim(
+        await services.queue.pop(["default"], timeout=0), "w2"
+    )  # type: ignore[arg-type]
     assert fresh is not None
-    assert (await services.execution.complete(stale)).value == "stale"
-    assert (await services.execution.complete(fresh)).value == "recorded"
+    assert (await services.worker.execution.complete(stale)).value == "stale"
+    assert (await services.worker.execution.complete(fresh)).value == "recorded"
 
 
 async def test_batch_with_a_reclaimed_claim_records_the_others_on_postgres(
@@ -184,20 +187,20 @@ async def test_batch_with_a_reclaimed_claim_records_the_others_on_postgres(
 ) -> None:
     """The claim-time compare-and-set fails for the whole batch; the checked path, in the same
     transaction, records the live claims and refuses the stale one."""
-    await services.submit.submit_job(
+    await services.api.submit.submit_job(
         SubmitJob(tasks=tuple(TaskSpec(f"t{i}", "echo") for i in range(3)))
     )
     ids = await services.queue.pop_many(["default"], timeout=0, max_count=3)
-    claims = await services.execution.claim_many(ids, "w1")
+    claims = await services.worker.execution.claim_many(ids, "w1")
     assert len(claims) == 3
     stale = claims[1]
     await services.queue.delete_lease(stale.task.id, stale.run.id)
     await asyncio.sleep(POLICY.stale_running_after + 0.2)
-    assert await services.reconcile.reclaim_stale() == 1
-    outcomes = await services.execution.complete_many(claims)
+    assert await services.reconciler.reconcile.reclaim_stale() == 1
+    outcomes = await services.worker.execution.complete_many(claims)
     assert [o.value for o in outcomes] == ["recorded", "stale", "recorded"]
     for claim, status in zip(claims, ("completed", "queued", "completed"), strict=True):
-        view = await services.queries.get_task(claim.task.id)
+        view = await services.api.queries.get_task(claim.task.id)
         assert view.task.status.value == status
 
 
@@ -206,24 +209,24 @@ async def test_redis_loss_reclaims_no_healthy_run_on_postgres_and_redis(
 ) -> None:
     """Issue 12 bug 3 on the real services: a wipe of every key (what FLUSHDB does, limited to
     this test's prefix on the shared server) must not reclaim runs whose workers are alive."""
-    await services.submit.submit_job(
+    await services.api.submit.submit_job(
         SubmitJob(tasks=tuple(TaskSpec(f"t{i}", "echo") for i in range(4)))
     )
     ids = await services.queue.pop_many(["default"], timeout=0, max_count=4)
-    claims = await services.execution.claim_many(ids, "w-alive")
+    claims = await services.worker.execution.claim_many(ids, "w-alive")
     assert len(claims) == 4
     await asyncio.sleep(POLICY.stale_running_after + 0.2)  # long runs by the stale threshold
     await redis_wipe()
-    report = await services.reconcile.reconcile_once()
+    report = await services.reconciler.reconcile.reconcile_once()
     assert report.reclaimed == 0 and report.queue_reset and report.reclaim_deferred
     for claim in claims:  # the live workers' next heartbeat re-creates their leases
-        assert (await services.execution.heartbeat(claim)).value == "extended"
+        assert (await services.worker.execution.heartbeat(claim)).value == "extended"
     await asyncio.sleep(POLICY.lease_ttl + 0.2)
     for claim in claims:
-        await services.execution.heartbeat(claim)
-    report = await services.reconcile.reconcile_once()
+        await services.worker.execution.heartbeat(claim)
+    report = await services.reconciler.reconcile.reconcile_once()
     assert report.reclaimed == 0 and not report.reclaim_deferred
     for claim in claims:
-        view = await services.queries.get_task(claim.task.id)
+        view = await services.api.queries.get_task(claim.task.id)
         assert view.task.status is TaskStatus.RUNNING and view.task.reclaims == 0
         assert [r.status for r in view.runs] == [RunStatus.RUNNING]

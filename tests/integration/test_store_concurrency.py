@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from uuid import UUID, uuid4
@@ -68,6 +70,22 @@ async def job_exists(store: CockroachStore, job_id: UUID) -> bool:
         return await tx.jobs.get(job_id) is not None
 
     return await store.run(fn)
+
+
+@dataclass
+class Faults:
+    """A ``CommitHook`` raising what ``at`` / ``after`` raise at / after COMMIT (None: nothing)."""
+
+    at: Callable[[], None] | None = None
+    after: Callable[[], None] | None = None
+
+    def at_commit(self) -> None:
+        if self.at is not None:
+            self.at()
+
+    def after_commit(self) -> None:
+        if self.after is not None:
+            self.after()
 
 
 def recording_store(pool: Pool, **options: Any) -> tuple[CockroachStore, list[str]]:
@@ -243,7 +261,7 @@ async def test_a_40001_on_the_first_try_reruns_the_function(pg_pool: Pool) -> No
 
 
 async def test_a_40001_at_commit_reruns_the_function_and_applies_once(pg_pool: Pool) -> None:
-    store, reasons = recording_store(pg_pool)
+    store, reasons = recording_store(pg_pool, commit_hook=(hook := Faults()))
     now = await db_now(store)
     job = new_job(now)
     faults = [pg_errors.SerializationFailure("injected at COMMIT")]
@@ -253,7 +271,7 @@ async def test_a_40001_at_commit_reruns_the_function_and_applies_once(pg_pool: P
         if faults:
             raise faults.pop()
 
-    store._fault_on_commit = fault_on_commit
+    hook.at = fault_on_commit
 
     async def fn(tx: Transaction) -> None:
         nonlocal calls
@@ -316,7 +334,7 @@ async def test_retries_are_bounded_then_backend_unavailable(pg_pool: Pool) -> No
 
 
 async def test_a_connection_lost_during_commit_is_outcome_unknown(pg_pool: Pool) -> None:
-    store, reasons = recording_store(pg_pool)
+    store, reasons = recording_store(pg_pool, commit_hook=(hook := Faults()))
     now = await db_now(store)
     job = new_job(now)
     calls = 0
@@ -324,7 +342,7 @@ async def test_a_connection_lost_during_commit_is_outcome_unknown(pg_pool: Pool)
     def lost() -> None:
         raise psycopg.OperationalError("server closed the connection unexpectedly")
 
-    store._fault_on_commit = lost
+    hook.at = lost
 
     async def fn(tx: Transaction) -> None:
         nonlocal calls
@@ -337,7 +355,7 @@ async def test_a_connection_lost_during_commit_is_outcome_unknown(pg_pool: Pool)
 
 
 async def test_an_ambiguous_commit_that_applied_is_reported_not_rerun(pg_pool: Pool) -> None:
-    store, reasons = recording_store(pg_pool)
+    store, reasons = recording_store(pg_pool, commit_hook=(hook := Faults()))
     now = await db_now(store)
     job = new_job(now)
     calls = 0
@@ -345,7 +363,7 @@ async def test_an_ambiguous_commit_that_applied_is_reported_not_rerun(pg_pool: P
     def ack_lost() -> None:
         raise psycopg.OperationalError("connection lost while reading the COMMIT reply")
 
-    store._fault_after_commit = ack_lost
+    hook.after = ack_lost
 
     async def fn(tx: Transaction) -> None:
         nonlocal calls
@@ -354,7 +372,7 @@ async def test_an_ambiguous_commit_that_applied_is_reported_not_rerun(pg_pool: P
 
     with pytest.raises(CommitOutcomeUnknown):
         await store.run(fn)
-    store._fault_after_commit = None
+    hook.after = None
     assert (calls, reasons) == (1, [])
     assert await job_exists(store, job.id)  # applied exactly once; the caller re-reads
 

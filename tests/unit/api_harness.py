@@ -17,8 +17,9 @@ from dtq.adapters.memory.clock import FakeClock
 from dtq.adapters.memory.queue import InMemoryQueue
 from dtq.adapters.memory.store import InMemoryStore
 from dtq.entrypoints.api import create_app
+from dtq.entrypoints.bundles import Services
 from dtq.entrypoints.config import Settings
-from dtq.entrypoints.container import Services, build_container, open_services
+from dtq.entrypoints.container import build_container, open_services
 from dtq.entrypoints.metrics import OrchestratorMetrics, new_registry
 
 #: Small limits so the limit tests stay cheap.
@@ -63,15 +64,15 @@ async def running_api(settings: Settings = SETTINGS, **overrides: Any) -> AsyncI
 
     Args:
         settings: the limits the app enforces.
-        overrides: ``Services`` fields to replace (e.g. ``health=...``, ``queries=...``).
+        overrides: ``ApiServices`` fields to replace (e.g. ``health=...``, ``queries=...``).
     """
     clock = FakeClock()
     container = build_container(settings, backend="memory")
     container.clock.override(providers.Object(clock))
     async with open_services(settings, backend="memory", container=container) as opened:
-        services = replace(opened, **overrides) if overrides else opened
+        services = replace(opened, api=replace(opened.api, **overrides)) if overrides else opened
         registry = new_registry()
         metrics = OrchestratorMetrics(registry)
-        app = create_app(services, settings, metrics, registry)
+        app = create_app(services.api, settings, metrics, registry)
         async with AsyncTestClient(app) as client:
             yield Api(client, app, services, clock, metrics, registry)

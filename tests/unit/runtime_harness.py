@@ -17,7 +17,7 @@ from uuid import UUID
 
 from prometheus_client import CollectorRegistry
 
-from dtq.adapters.memory.clock import SystemClock
+from dtq.adapters.clock import SystemClock
 from dtq.adapters.memory.queue import InMemoryQueue
 from dtq.adapters.memory.store import InMemoryStore
 from dtq.application.commands import (
@@ -29,13 +29,13 @@ from dtq.application.commands import (
     TaskView,
 )
 from dtq.application.execution import ExecutionService
-from dtq.application.ports import Queue
 from dtq.application.queries import QueryService
 from dtq.application.reconcile import ReconcileService
 from dtq.application.registry import WorkerRegistryService
 from dtq.application.submit import SubmitService
 from dtq.domain.errors import BackendUnavailable
 from dtq.domain.status import TaskStatus
+from dtq.entrypoints.bundles import WorkerServices
 from dtq.entrypoints.config import Settings
 from dtq.entrypoints.metrics import WorkerMetrics
 from dtq.entrypoints.worker.config import WorkerConfig
@@ -61,15 +61,6 @@ SETTINGS = Settings(
 
 
 @dataclass
-class Services:
-    """What ``Runtime.run`` needs (the worker's part of ``container.Services``)."""
-
-    execution: ExecutionService
-    registry: WorkerRegistryService
-    queue: Queue
-
-
-@dataclass
 class Harness:
     """Services wired on memory adapters with a real clock."""
 
@@ -84,8 +75,8 @@ class Harness:
     metrics: WorkerMetrics = field(default_factory=lambda: WorkerMetrics(CollectorRegistry()))
 
     @property
-    def services(self) -> Services:
-        return Services(self.execution, self.registry, self.queue)
+    def services(self) -> WorkerServices:
+        return WorkerServices(self.execution, self.registry, self.queue)
 
     async def submit_tasks(self, *specs: TaskSpec) -> SubmitResult:
         return await self.submit.submit_job(SubmitJob(tasks=tuple(specs)))

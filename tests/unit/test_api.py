@@ -36,7 +36,7 @@ async def test_readme_task_body_creates_a_queued_one_task_job(api: Api) -> None:
     body = response.json()
     assert set(body) == {"task_id", "job_id"}
     task_id = UUID(body["task_id"])
-    view = await api.services.queries.get_task(task_id)
+    view = await api.services.api.queries.get_task(task_id)
     assert view.task.job_id == UUID(body["job_id"])
     assert view.task.name == view.task.kind == "echo"
     assert view.task.payload == {"msg": "hi"}
@@ -47,7 +47,7 @@ async def test_readme_task_body_creates_a_queued_one_task_job(api: Api) -> None:
 async def test_task_defaults_are_null_payload_three_attempts_default_priority(api: Api) -> None:
     response = await api.client.post("/v1/tasks", json={"kind": "noop"})
 
-    task = (await api.services.queries.get_task(UUID(response.json()["task_id"]))).task
+    task = (await api.services.api.queries.get_task(UUID(response.json()["task_id"]))).task
     assert (task.payload, task.max_attempts, task.priority) == (None, 3, "default")
 
 
@@ -58,7 +58,7 @@ async def test_task_options_are_applied(api: Api) -> None:
     )
 
     task_id = UUID(response.json()["task_id"])
-    task = (await api.services.queries.get_task(task_id)).task
+    task = (await api.services.api.queries.get_task(task_id)).task
     assert (task.kind, task.max_attempts, task.priority) == ("email.send:v2", 7, "high")
     assert api.queue.ready_ids("high") == [task_id]
 
@@ -116,7 +116,7 @@ async def test_readme_dag_body_queues_the_root_and_holds_the_dependent(api: Api)
     assert set(body) == {"job_id", "tasks"}
     assert set(body["tasks"]) == {"a", "b"}
     ids = {name: UUID(value) for name, value in body["tasks"].items()}
-    view = await api.services.queries.get_job(UUID(body["job_id"]))
+    view = await api.services.api.queries.get_job(UUID(body["job_id"]))
     status = {task.name: task.status for task in view.tasks}
     assert status == {"a": TaskStatus.QUEUED, "b": TaskStatus.PENDING}
     assert api.queue.ready_ids("default") == [ids["a"]]
@@ -132,7 +132,7 @@ async def test_job_name_and_metadata_are_stored(api: Api) -> None:
         },
     )
 
-    job = (await api.services.queries.get_job(UUID(response.json()["job_id"]))).job
+    job = (await api.services.api.queries.get_job(UUID(response.json()["job_id"]))).job
     assert job.name == "nightly report"
     assert job.metadata == {"team": "ops", "n": [1, 2]}
 
@@ -281,7 +281,7 @@ async def test_get_task_returns_every_documented_field(api: Api) -> None:
 async def test_get_task_lists_runs_in_start_order_with_their_status(api: Api) -> None:
     created = await api.client.post("/v1/tasks", json={"kind": "flaky"})
     task_id = UUID(created.json()["task_id"])
-    execution = api.services.execution
+    execution = api.services.worker.execution
     first = await execution.claim(task_id, "w1")
     assert first is not None
     await execution.fail(first, "boom")
@@ -330,9 +330,9 @@ async def test_get_job_returns_the_job_and_all_its_tasks_without_runs(api: Api) 
 
 async def test_get_job_shows_progress(api: Api) -> None:
     created = (await api.client.post("/v1/jobs", content=README_DAG, headers=JSON)).json()
-    claim = await api.services.execution.claim(UUID(created["tasks"]["a"]), "w1")
+    claim = await api.services.worker.execution.claim(UUID(created["tasks"]["a"]), "w1")
     assert claim is not None
-    await api.services.execution.complete(claim)
+    await api.services.worker.execution.complete(claim)
 
     body = (await api.client.get(f"/v1/jobs/{created['job_id']}")).json()
 

@@ -20,38 +20,27 @@ from hypothesis import HealthCheck, settings  # noqa: E402
 from litestar import Litestar  # noqa: E402
 from schemathesis.checks import not_a_server_error  # noqa: E402
 
-from dtq.adapters.memory.clock import SystemClock  # noqa: E402
+from dtq.adapters.clock import SystemClock  # noqa: E402
 from dtq.adapters.memory.queue import InMemoryQueue  # noqa: E402
 from dtq.adapters.memory.store import InMemoryStore  # noqa: E402
-from dtq.application.execution import ExecutionService  # noqa: E402
 from dtq.application.health import HealthService  # noqa: E402
 from dtq.application.queries import QueryService  # noqa: E402
-from dtq.application.reconcile import ReconcileService  # noqa: E402
-from dtq.application.registry import WorkerRegistryService  # noqa: E402
 from dtq.application.submit import SubmitService  # noqa: E402
 from dtq.entrypoints.api import create_app  # noqa: E402
-from dtq.entrypoints.container import Services  # noqa: E402
+from dtq.entrypoints.bundles import ApiServices  # noqa: E402
 from dtq.entrypoints.metrics import OrchestratorMetrics, new_registry  # noqa: E402
 from tests.unit.api_harness import SETTINGS  # noqa: E402
 
 
-def memory_services() -> Services:
-    """Services on fresh memory adapters, built without an event loop."""
+def memory_services() -> ApiServices:
+    """The API's services on fresh memory adapters, built without an event loop."""
     clock = SystemClock()
     store = InMemoryStore(clock)
     queue = InMemoryQueue(clock)
-    policy = SETTINGS.execution_policy()
-    return Services(
-        settings=SETTINGS,
-        clock=clock,
-        store=store,
-        queue=queue,
+    return ApiServices(
         submit=SubmitService(store=store, queue=queue),
         queries=QueryService(store=store),
         health=HealthService(store=store, queue=queue),
-        execution=ExecutionService(store=store, queue=queue, policy=policy),
-        reconcile=ReconcileService(store=store, queue=queue, policy=policy),
-        registry=WorkerRegistryService(store=store),
     )
 
 

@@ -142,9 +142,9 @@ def test_worker_metrics_live_beside_orchestrator_metrics_in_one_registry() -> No
 
 
 async def test_workers_lists_those_seen_within_the_default_two_minutes(api: Api) -> None:
-    await api.services.registry.heartbeat("old", "host-a", {})
+    await api.services.worker.registry.heartbeat("old", "host-a", {})
     api.clock.advance(150)
-    await api.services.registry.heartbeat("new", "host-b", {"kinds": ["echo"]})
+    await api.services.worker.registry.heartbeat("new", "host-b", {"kinds": ["echo"]})
 
     response = await api.client.get("/v1/workers")
 
@@ -160,9 +160,9 @@ async def test_workers_lists_those_seen_within_the_default_two_minutes(api: Api)
 async def test_active_since_widens_or_narrows_the_window(
     api: Api, window: str, expected: set[str]
 ) -> None:
-    await api.services.registry.heartbeat("old", None, {})
+    await api.services.worker.registry.heartbeat("old", None, {})
     api.clock.advance(150)
-    await api.services.registry.heartbeat("new", None, {})
+    await api.services.worker.registry.heartbeat("new", None, {})
 
     response = await api.client.get("/v1/workers", params={"active_since": window})
 

@@ -42,7 +42,9 @@ async def serving(body_timeout: float = 5.0, keep_alive: float = 5.0) -> AsyncIt
     """The app on the memory backend under uvicorn on 127.0.0.1, port chosen by the kernel."""
     async with open_services(SETTINGS, backend="memory") as services:
         metrics = OrchestratorMetrics(new_registry())
-        app = create_app(services, SETTINGS, metrics, metrics.registry, body_timeout=body_timeout)
+        app = create_app(
+            services.api, SETTINGS, metrics, metrics.registry, body_timeout=body_timeout
+        )
         config = uvicorn.Config(
             app,
             host="127.0.0.1",

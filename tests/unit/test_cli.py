@@ -14,6 +14,8 @@ import httpx
 import pytest
 
 from dtq.entrypoints import cli
+from dtq.entrypoints.cli import common as cli_common
+from dtq.entrypoints.cli.orchestrator import serve
 from dtq.entrypoints.config import Settings
 from dtq.entrypoints.worker.runtime import Runtime, demo_runtime
 
@@ -31,7 +33,7 @@ def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         }:
             monkeypatch.delenv(name)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(cli, "configure_logging", lambda fmt, level: None)
+    monkeypatch.setattr(cli_common, "configure_logging", lambda fmt, level: None)
 
 
 def one_error_line(err: str) -> str:
@@ -279,7 +281,7 @@ async def test_dev_serves_runs_a_task_and_stops_on_sigterm(
         reconcile_interval=1.0,
         promote_interval=0.05,
     )
-    server = asyncio.create_task(cli._serve(settings, backend="memory", runtime=demo_runtime()))
+    server = asyncio.create_task(serve(settings, backend="memory", runtime=demo_runtime()))
 
     async with asyncio.timeout(10.0):
         out = ""
@@ -311,20 +313,18 @@ def test_worker_exit_does_not_wait_for_a_lingering_handler_thread(
 ) -> None:
     import threading
 
-    from dtq.entrypoints import cli
-
     release = threading.Event()
     thread = threading.Thread(target=release.wait, name="sync-handler")
     thread.start()
     exits: list[int] = []
-    monkeypatch.setattr(cli.os, "_exit", exits.append)
+    monkeypatch.setattr(cli_common.os, "_exit", exits.append)
     try:
-        cli._exit_without_lingering_threads(0)
+        cli_common.exit_without_lingering_threads(0)
     finally:
         release.set()
         thread.join()
     assert exits == [0]
-    assert cli._exit_without_lingering_threads(3) == 3  # nothing lingers now: a normal return
+    assert cli_common.exit_without_lingering_threads(3) == 3  # nothing lingers now: a normal return
 
 
 def test_a_missing_env_file_named_on_the_command_line_is_an_error(
@@ -334,3 +334,15 @@ def test_a_missing_env_file_named_on_the_command_line_is_an_error(
 
     assert status == 2
     assert one_error_line(capsys.readouterr().err) == "dtq: --env-file: no such file: 'nowhere.env'"
+
+
+def test_migrate_with_the_database_down_is_one_line_naming_the_host_and_exits_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("CRDB_DSN", "postgresql://postgres@127.0.0.1:1/postgres")  # nothing there
+
+    status = cli.main(["migrate"])
+
+    assert status == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert line == "dtq: CRDB_DSN: cannot connect: connection refused at 127.0.0.1:1"

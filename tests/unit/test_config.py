@@ -9,6 +9,7 @@ import pytest
 
 from dtq.application.commands import ExecutionPolicy
 from dtq.entrypoints import cli, eventloop
+from dtq.entrypoints.cli import common as cli_common
 from dtq.entrypoints.config import (
     ENV_VARS,
     ConfigError,
@@ -427,7 +428,7 @@ def test_the_cli_refuses_bad_configuration_in_one_line_with_exit_2(
     for name in ENV_VARS:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(REPO / "tests")  # no .env there
-    monkeypatch.setattr(cli, "configure_logging", lambda fmt, level: None)
+    monkeypatch.setattr(cli_common, "configure_logging", lambda fmt, level: None)
     # A port nothing listens on: were the bad value accepted, the start would fail differently.
     monkeypatch.setenv("CRDB_DSN", "postgresql://postgres@127.0.0.1:1/postgres")
     monkeypatch.setenv("DB_ACQUIRE_TIMEOUT", "1s")

@@ -21,8 +21,9 @@ from dtq.application.commands import Claim, ReportOutcome
 from dtq.application.execution import ExecutionService
 from dtq.domain.errors import BackendUnavailable
 from dtq.domain.status import RunStatus, TaskStatus
+from dtq.entrypoints.bundles import WorkerServices
 from dtq.worker import Options, Runtime, Task
-from tests.unit.runtime_harness import POLICY, SETTINGS, Harness, Services, build_harness
+from tests.unit.runtime_harness import POLICY, SETTINGS, Harness, build_harness
 
 pytestmark = pytest.mark.timeout(20)
 
@@ -176,7 +177,7 @@ def _run_forever_with(handler_seconds: float, *signums: signal.Signals) -> tuple
         await asyncio.sleep(handler_seconds)
 
     @contextlib.asynccontextmanager
-    async def open_services() -> AsyncIterator[Services]:
+    async def open_services() -> AsyncIterator[WorkerServices]:
         await h.one("work")
         yield h.services
 

@@ -3,6 +3,10 @@
 Every method follows one rule: the transaction first, Redis after its commit (DESIGN §3). Every
 write that ends a run is fenced on the run still being the task's live run, so a worker whose
 run was reclaimed changes nothing (``ReportOutcome.STALE``).
+
+This module is over 400 lines on purpose: spec §5's claim flow (claim, report, lease, hand back)
+lives in one service so that no half of it sits in the worker; split it by use case (claim,
+report, lease) if it grows further.
 """
 
 from __future__ import annotations

@@ -8,9 +8,12 @@ queue come from one of two backends, chosen by the ``backend`` dependency:
 * ``real``: ``CockroachStore`` over a psycopg pool and ``RedisQueue`` over a redis-py client, as
   async ``providers.Resource``\\ s that close what they opened when the container shuts down.
 
-Nothing is built at import time. :func:`open_services` builds a container, resolves every service
-once into a :class:`Services` bundle and shuts the resources down on exit. Tests replace any
-provider with ``container.<name>.override(providers.Object(fake))`` and pass the container in.
+Nothing is built at import time. :func:`open_services` builds a container, resolves the
+per-process bundles of :mod:`dtq.entrypoints.bundles` (API, worker, reconciler) on one store and
+queue, and shuts the resources down on exit; :func:`open_worker_services` yields only the worker's
+bundle. :func:`migrate` applies the schema migrations, so the CLI never names an adapter. Tests
+replace any provider with ``container.<name>.override(providers.Object(fake))`` and pass the
+container in.
 """
 
 from __future__ import annotations
@@ -18,24 +21,24 @@ from __future__ import annotations
 import inspect
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import structlog
 from dependency_injector import containers, providers
 
-from dtq.adapters.memory.clock import SystemClock
+from dtq.adapters.clock import SystemClock
 from dtq.adapters.memory.queue import InMemoryQueue
 from dtq.adapters.memory.store import InMemoryStore
 from dtq.application.commands import ExecutionPolicy
 from dtq.application.execution import ExecutionService
 from dtq.application.health import HealthService
-from dtq.application.ports import Clock, Queue, Store
+from dtq.application.ports import Queue, Store
 from dtq.application.queries import QueryService
 from dtq.application.reconcile import ReconcileService
 from dtq.application.registry import WorkerRegistryService
 from dtq.application.submit import SubmitService
 from dtq.domain.errors import BackendUnavailable
+from dtq.entrypoints.bundles import ApiServices, ReconcilerServices, Services, WorkerServices
 from dtq.entrypoints.config import ConfigError, Settings
 
 Backend = Literal["memory", "real"]
@@ -90,6 +93,17 @@ def _policy(settings: Settings) -> ExecutionPolicy:
     return settings.execution_policy()
 
 
+#: A worker counts as alive for the reconciler's checks when its registry row was written within
+#: this many ``WORKER_HEARTBEAT_INTERVAL``\ s: two upserts may be missed before it looks gone.
+WORKER_ALIVE_HEARTBEATS = 3
+
+
+def worker_alive_within(settings: Settings) -> float:
+    """Seconds since a worker's last registry upsert within which the reconciler counts it
+    alive: ``WORKER_ALIVE_HEARTBEATS`` x ``WORKER_HEARTBEAT_INTERVAL``."""
+    return WORKER_ALIVE_HEARTBEATS * settings.worker_heartbeat_interval
+
+
 class Container(containers.DeclarativeContainer):
     """dtq's dependency graph. Provide ``settings`` and ``backend`` when constructing it.
 
@@ -102,7 +116,9 @@ class Container(containers.DeclarativeContainer):
         policy: the ``ExecutionPolicy`` derived from the settings.
         store, queue: selected by ``backend``; memory ones are singletons, real ones resources.
         submit, queries, health, execution, registry: stateless services (factories).
-        reconcile: the reconcile service; a singleton, since it keeps keyset cursors.
+        reconcile: the reconcile service; a singleton, since it keeps keyset cursors. Its
+            ``worker_alive_within`` is :func:`worker_alive_within` of the settings.
+        api_services, worker_services, reconciler_services: the per-process bundles.
     """
 
     settings = providers.Dependency(instance_of=Settings)
@@ -139,37 +155,20 @@ class Container(containers.DeclarativeContainer):
     execution = providers.Factory(
         ExecutionService, store=store, queue=queue, policy=policy, clock=clock
     )
-    reconcile = providers.Singleton(ReconcileService, store=store, queue=queue, policy=policy)
+    reconcile = providers.Singleton(
+        ReconcileService,
+        store=store,
+        queue=queue,
+        policy=policy,
+        worker_alive_within=providers.Callable(worker_alive_within, settings),
+    )
     registry = providers.Factory(WorkerRegistryService, store=store)
 
-
-@dataclass(frozen=True, slots=True)
-class Services:
-    """Everything a process needs, resolved once from the container.
-
-    Attributes:
-        settings: the process configuration.
-        clock: the host clock.
-        store: the system of record (``Store`` port).
-        queue: the fast path (``Queue`` port).
-        submit: job submission.
-        queries: read side (tasks, jobs, workers).
-        health: backend pings for ``/healthz``.
-        execution: what a worker calls (claim, complete, fail, heartbeat, hand back).
-        reconcile: the reconciler's passes.
-        registry: the worker registry heartbeat.
-    """
-
-    settings: Settings
-    clock: Clock
-    store: Store
-    queue: Queue
-    submit: SubmitService
-    queries: QueryService
-    health: HealthService
-    execution: ExecutionService
-    reconcile: ReconcileService
-    registry: WorkerRegistryService
+    api_services = providers.Factory(ApiServices, submit=submit, queries=queries, health=health)
+    worker_services = providers.Factory(
+        WorkerServices, execution=execution, registry=registry, queue=queue
+    )
+    reconciler_services = providers.Factory(ReconcilerServices, reconcile=reconcile)
 
 
 def build_container(settings: Settings, *, backend: Backend) -> Container:
@@ -221,7 +220,8 @@ async def open_services(
             SQLSTATE, ``concurrent_update`` or ``connection_lost``).
 
     Yields:
-        The resolved :class:`Services`.
+        The resolved :class:`~dtq.entrypoints.bundles.Services`: the three bundles on one store
+        and one queue.
 
     Raises:
         ValueError: ``container`` was built for another backend.
@@ -237,18 +237,59 @@ async def open_services(
     try:
         services = Services(
             settings=settings,
-            clock=await _resolve(container.clock),
             store=await _resolve(container.store),
             queue=await _resolve(container.queue),
-            submit=await _resolve(container.submit),
-            queries=await _resolve(container.queries),
-            health=await _resolve(container.health),
-            execution=await _resolve(container.execution),
-            reconcile=await _resolve(container.reconcile),
-            registry=await _resolve(container.registry),
+            api=await _resolve(container.api_services),
+            worker=await _resolve(container.worker_services),
+            reconciler=await _resolve(container.reconciler_services),
         )
         yield services
     finally:
         shutdown = container.shutdown_resources()
         if inspect.isawaitable(shutdown):
             await shutdown
+
+
+@asynccontextmanager
+async def open_worker_services(
+    settings: Settings, *, backend: Backend = "real", container: Container | None = None
+) -> AsyncIterator[WorkerServices]:
+    """Like :func:`open_services`, yielding only the worker's bundle (``dtq worker``).
+
+    Raises:
+        ValueError: ``container`` was built for another backend.
+        ConfigError: as :func:`open_services`.
+    """
+    async with open_services(settings, backend=backend, container=container) as services:
+        yield services.worker
+
+
+def migrate(settings: Settings) -> list[str]:
+    """Apply the schema migrations to ``CRDB_DSN`` (``dtq migrate``).
+
+    Returns:
+        The ids of the migrations this call applied, in order; empty when the schema is current.
+
+    Raises:
+        ConfigError: ``CRDB_DSN`` is unset, or names a database that cannot be reached (one
+            line with host, port and reason, as at the start of ``dtq orchestrator``).
+        BackendUnavailable: the database was reached but refused a migration, or the migration
+            lock stayed taken.
+    """
+    import psycopg
+
+    from dtq.adapters.cockroach import apply_migrations
+    from dtq.adapters.cockroach.pool import describe_connect_error
+
+    dsn = settings.require_dsn()
+    try:
+        return apply_migrations(dsn)
+    except BackendUnavailable as exc:
+        cause = exc.__cause__
+        # No SQLSTATE: libpq never got an answer from a server (refused, unresolvable, timed
+        # out, or the server refused the session itself, e.g. an unknown database).
+        if isinstance(cause, psycopg.OperationalError) and cause.sqlstate is None:
+            raise ConfigError(
+                "CRDB_DSN", f"cannot connect: {describe_connect_error(cause)}"
+            ) from exc
+        raise

@@ -1,10 +1,8 @@
 """Which asyncio event loop the dtq processes run on.
 
-The worker and the orchestrator spend much of their CPU in the event loop itself (socket
-readiness, callbacks, transports): ``benchmarks/PROFILE.md`` measured it. uvloop (libuv) does that
-work in C and raised the two-worker drain by about 8 % here, so it is used wherever it is
-installed (a dependency of dtq on CPython outside Windows). ``DTQ_EVENT_LOOP=asyncio`` forces the
-standard loop, e.g. to rule the loop out when chasing a bug.
+uvloop (libuv) is used wherever it is installed (a dependency of dtq on CPython outside
+Windows); why, with the figures, is in ARCHITECTURE.md ("Figures behind the hot-path choices").
+``DTQ_EVENT_LOOP=asyncio`` forces the standard loop, e.g. to rule the loop out when chasing a bug.
 """
 
 from __future__ import annotations

@@ -8,9 +8,12 @@ re-runs the function), ``DuplicateIdempotencyKey`` and ``InvalidPayload``.
 
 Every batch method issues one statement whatever the batch size (parallel typed arrays through
 ``unnest`` or ``= ANY``), and none for an empty batch. The single-row writes keep their own
-plain statements: a one-row batch statement measured about 0.2 ms slower per call (array
-encoding and the unnest join), so a batch method given one row uses the single-row statement
-(same guards, same errors): an idle worker's claim and report are one-row batches.
+plain statements, cheaper than a one-row batch statement (ARCHITECTURE.md, "Figures behind the
+hot-path choices"), so a batch method given one row uses the single-row statement (same guards,
+same errors): an idle worker's claim and report are one-row batches.
+
+This module is over 400 lines on purpose: the repositories share one connection, one row-mapping
+table and the transaction clock, and splitting them per entity would scatter that state.
 """
 
 from __future__ import annotations

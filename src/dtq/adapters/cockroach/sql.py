@@ -6,10 +6,9 @@ text and decoded with msgspec, ``INSERT ... ON CONFLICT`` (never ``UPSERT``), ke
 on indexed columns. The SELECT column lists below and the row mappers in ``repositories.py``
 agree by position.
 
-Array parameters use psycopg's binary placeholder (``%b::uuid[]``): encoding a 20-element
-timestamptz list as text costs about ten times the binary encoding, and it showed as ~0.4 ms
-of a 20-task claim transaction. psycopg still sends an empty or all-NULL list as text with an
-unknown type, which the explicit cast resolves. Scalars keep ``%s``.
+Array parameters use psycopg's binary placeholder (``%b::uuid[]``), far cheaper to encode than
+text (ARCHITECTURE.md, "Figures behind the hot-path choices"). psycopg still sends an empty or
+all-NULL list as text with an unknown type, which the explicit cast resolves. Scalars keep ``%s``.
 """
 
 from __future__ import annotations

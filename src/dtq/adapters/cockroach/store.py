@@ -23,7 +23,8 @@ its bounded waits, lives in :mod:`dtq.adapters.cockroach.pool`.
 
 "COMMIT phase" is real: a flag is set after ``fn`` returns and before the transaction context
 exits, and that exit is where psycopg sends COMMIT; any error seen with the flag set happened
-while committing.
+while committing. A :class:`CommitHook` passed to the store is called at both edges of that
+phase, so tests can inject failures there (CRDB.md "Making PostgreSQL catch CockroachDB bugs").
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import asyncio
 import contextlib
 import random
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import psycopg
 from psycopg import AsyncConnection
@@ -52,10 +53,27 @@ from dtq.domain.errors import (
 
 T = TypeVar("T")
 
-__all__ = ["CONCURRENT_UPDATE", "CockroachStore", "Pool", "open_pool"]
+__all__ = ["CONCURRENT_UPDATE", "CockroachStore", "CommitHook", "Pool", "open_pool"]
 
 #: Reason passed to ``on_retry`` when ``fn`` raised ``ConcurrentUpdate``.
 CONCURRENT_UPDATE = "concurrent_update"
+
+
+class CommitHook(Protocol):
+    """Called around COMMIT on every try; an exception it raises is handled as the database's.
+
+    For fault injection in tests: production passes none.
+    """
+
+    def at_commit(self) -> None:
+        """After ``fn`` returned, before COMMIT is sent: raising rolls the try back and is
+        handled as an error of COMMIT (a psycopg error here is classified like one at COMMIT)."""
+        ...
+
+    def after_commit(self) -> None:
+        """After COMMIT succeeded: raising simulates a lost acknowledgement (the write is
+        applied; the caller cannot know)."""
+        ...
 
 
 class _RetryableFailure(Exception):
@@ -78,6 +96,7 @@ class CockroachStore:
         max_backoff: upper bound of one backoff delay, in seconds.
         on_retry: metric hook called once per re-run with the reason: the SQLSTATE
             (``"40001"``, ``"40P01"``), ``"concurrent_update"`` or ``"connection_lost"``.
+        commit_hook: called around each COMMIT (:class:`CommitHook`); None in production.
 
     Attributes:
         retries: total re-runs since the store was built (all functions, all reasons).
@@ -91,6 +110,7 @@ class CockroachStore:
         base_backoff: float = 0.005,
         max_backoff: float = 0.5,
         on_retry: Callable[[str], None] | None = None,
+        commit_hook: CommitHook | None = None,
     ) -> None:
         if max_retries < 0:
             raise ValueError("max_retries must be >= 0")
@@ -101,12 +121,7 @@ class CockroachStore:
         self._on_retry = on_retry
         self.retries = 0
         self._pool_check: asyncio.Task[None] | None = None
-        # Test-only fault hooks. ``_fault_on_commit`` runs after ``fn`` returned, in the COMMIT
-        # phase but before COMMIT is sent: raising rolls the try back and is handled as an error
-        # of COMMIT. ``_fault_after_commit`` runs after COMMIT succeeded: raising simulates a
-        # lost acknowledgement (the write is applied, the client cannot know).
-        self._fault_on_commit: Callable[[], None] | None = None
-        self._fault_after_commit: Callable[[], None] | None = None
+        self._commit_hook = commit_hook
 
     async def run(self, fn: Callable[[Transaction], Awaitable[T]]) -> T:
         """Run ``fn`` in one transaction and commit; re-run it on retryable conflicts.
@@ -155,10 +170,10 @@ class CockroachStore:
                 async with conn.transaction():
                     result = await fn(PgTransaction(conn))
                     committing = True  # leaving this block sends COMMIT
-                    if self._fault_on_commit is not None:
-                        self._fault_on_commit()
-                if self._fault_after_commit is not None:
-                    self._fault_after_commit()
+                    if self._commit_hook is not None:
+                        self._commit_hook.at_commit()
+                if self._commit_hook is not None:
+                    self._commit_hook.after_commit()
                 return result
         except ConcurrentUpdate as exc:
             raise _RetryableFailure(CONCURRENT_UPDATE) from exc

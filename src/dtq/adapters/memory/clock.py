@@ -1,21 +1,9 @@
-"""Clocks: the system clock, and a fake one tests move by hand."""
+"""A fake ``Clock`` tests move by hand (the host clock is ``dtq.adapters.clock.SystemClock``)."""
 
 from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime, timedelta
-
-
-class SystemClock:
-    """The host's clock (aware UTC) and real ``asyncio.sleep``. Implements ``Clock``."""
-
-    def now(self) -> datetime:
-        """Current time, aware UTC."""
-        return datetime.now(UTC)
-
-    async def sleep(self, seconds: float) -> None:
-        """Sleep ``seconds`` of real time."""
-        await asyncio.sleep(seconds)
 
 
 class FakeClock:

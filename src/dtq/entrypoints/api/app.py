@@ -23,8 +23,8 @@ from dtq.entrypoints.api.middleware import BODY_TIMEOUT, CountingSubmit, install
 from dtq.entrypoints.api.openapi import StrictStructSchemaPlugin
 from dtq.entrypoints.api.tasks import TaskController
 from dtq.entrypoints.api.workers import WorkerController
+from dtq.entrypoints.bundles import ApiServices
 from dtq.entrypoints.config import Settings
-from dtq.entrypoints.container import Services
 from dtq.entrypoints.metrics import OrchestratorMetrics
 
 
@@ -36,7 +36,7 @@ def _package_version() -> str:
 
 
 def _dependencies(
-    services: Services,
+    services: ApiServices,
     settings: Settings,
     metrics: OrchestratorMetrics,
     registry: CollectorRegistry,
@@ -73,7 +73,7 @@ def _dependencies(
 
 
 def create_app(
-    services: Services,
+    services: ApiServices,
     settings: Settings,
     metrics: OrchestratorMetrics,
     registry: CollectorRegistry,
@@ -87,7 +87,7 @@ def create_app(
     document under ``/schema`` (``/schema/openapi.json``).
 
     Args:
-        services: the application services (``submit``, ``queries``, ``health`` are used).
+        services: the API's bundle (``submit``, ``queries``, ``health``).
         settings: limits: ``api_max_body_bytes`` (413 above it), ``api_max_tasks_per_job``,
             ``api_max_payload_bytes``.
         metrics: receives HTTP request metrics and submission counters.

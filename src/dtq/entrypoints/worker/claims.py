@@ -5,15 +5,13 @@ from __future__ import annotations
 import asyncio
 import enum
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from prometheus_client import Counter, Histogram
 from structlog.typing import FilteringBoundLogger
 
 from dtq.application.commands import Claim
 from dtq.application.execution import ExecutionService
-from dtq.application.ports import Queue
-from dtq.application.registry import WorkerRegistryService
 from dtq.entrypoints.metrics import WorkerMetrics
 from dtq.entrypoints.worker.config import WorkerConfig
 
@@ -23,25 +21,6 @@ HAND_BACK_REASON = "worker shutting down"
 LEASE_LOST = "lease lost"  # another run owns the task now
 LEASE_UNCONFIRMED = "lease unconfirmed"  # no renewal succeeded within the lease window
 SHUTDOWN = "shutdown"
-
-
-class WorkerServices(Protocol):
-    """The services a worker run uses (``container.Services`` has this shape)."""
-
-    @property
-    def execution(self) -> ExecutionService:
-        """Claim, report and lease renewal (spec §5 claim flow)."""
-        ...
-
-    @property
-    def registry(self) -> WorkerRegistryService:
-        """The ``workers`` registry heartbeat (spec §4)."""
-        ...
-
-    @property
-    def queue(self) -> Queue:
-        """The ready lists the fetch loop pops from."""
-        ...
 
 
 class Phase(enum.Enum):

@@ -22,9 +22,9 @@ from structlog.typing import FilteringBoundLogger
 
 from dtq.domain.errors import DuplicateKind
 from dtq.entrypoints import eventloop
+from dtq.entrypoints.bundles import WorkerServices
 from dtq.entrypoints.config import Settings, listen_address, load_settings
 from dtq.entrypoints.metrics import WorkerMetrics, new_registry
-from dtq.entrypoints.worker.claims import WorkerServices
 from dtq.entrypoints.worker.config import WorkerConfig
 from dtq.entrypoints.worker.session import Session
 from dtq.worker import Handler, Options, Task
@@ -41,7 +41,7 @@ __all__ = [
 H = TypeVar("H", bound=Handler)
 
 #: A zero-argument callable opening the services for the run, e.g.
-#: ``lambda: open_services(settings, backend="real")``.
+#: ``lambda: open_worker_services(settings)`` (``dtq.entrypoints.container``).
 ServicesFactory: TypeAlias = Callable[[], AbstractAsyncContextManager[WorkerServices]]
 
 _log: FilteringBoundLogger = structlog.get_logger("dtq.worker")
@@ -123,7 +123,7 @@ class Runtime:
         """Work until stopped, then shut down (hand unfinished tasks back, spec §6).
 
         Args:
-            services: execution, registry and queue (``container.Services`` has them).
+            services: the worker's bundle (execution, registry, queue).
             config: the resolved configuration (:meth:`configure`).
             stop: set it to stop gracefully (grace period, then hand back); None runs until
                 the task running this coroutine is cancelled.

@@ -20,6 +20,7 @@ from structlog.typing import FilteringBoundLogger
 from dtq.application.commands import Claim, ReportOutcome
 from dtq.application.execution import ExecutionService, FailOutcome
 from dtq.domain.entities import DEFAULT_PRIORITY
+from dtq.entrypoints.bundles import WorkerServices
 from dtq.entrypoints.metrics import WorkerMetrics
 from dtq.entrypoints.worker.claims import (
     HAND_BACK_REASON,
@@ -30,7 +31,6 @@ from dtq.entrypoints.worker.claims import (
     Meters,
     Phase,
     Shared,
-    WorkerServices,
 )
 from dtq.entrypoints.worker.completions import Completions, report
 from dtq.entrypoints.worker.config import WorkerConfig

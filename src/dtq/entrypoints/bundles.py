@@ -1,0 +1,89 @@
+"""What each process is given: one frozen bundle per process kind, built by the container.
+
+A process takes only its bundle, so its signature says what it may call:
+
+* :class:`ApiServices` — the HTTP API (``create_app``): submission, reads, health;
+* :class:`WorkerServices` — a worker runtime (``Runtime.run``): claim flow, registry, ready lists;
+* :class:`ReconcilerServices` — the reconciler loop: the reconcile passes.
+
+:class:`Services` is what :func:`dtq.entrypoints.container.open_services` yields: the three
+bundles built on one store and one queue (``dtq dev`` runs all three processes on them), plus that
+store and queue for inspection by tests and tools. The bundles name application types only, never
+an adapter, so any entrypoint may import this module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dtq.application.execution import ExecutionService
+from dtq.application.health import HealthService
+from dtq.application.ports import Queue, Store
+from dtq.application.queries import QueryService
+from dtq.application.reconcile import ReconcileService
+from dtq.application.registry import WorkerRegistryService
+from dtq.application.submit import SubmitService
+from dtq.entrypoints.config import Settings
+
+
+@dataclass(frozen=True, slots=True)
+class ApiServices:
+    """What the orchestrator API calls (spec §7).
+
+    Attributes:
+        submit: job and task submission.
+        queries: the read side (tasks, jobs, workers).
+        health: backend pings for ``/healthz``.
+    """
+
+    submit: SubmitService
+    queries: QueryService
+    health: HealthService
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerServices:
+    """What a worker runtime calls (spec §5 claim flow, §6 worker).
+
+    Attributes:
+        execution: claim, report, lease renewal and hand-back.
+        registry: the ``workers`` registry heartbeat (spec §4).
+        queue: the ready lists the fetch loop pops from.
+    """
+
+    execution: ExecutionService
+    registry: WorkerRegistryService
+    queue: Queue
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcilerServices:
+    """What the reconciler loop calls (spec §2, §5 reconciler).
+
+    Attributes:
+        reconcile: the passes (enqueue due, reclaim stale, promote scheduled); it keeps
+            keyset cursors, so one instance serves the whole process.
+    """
+
+    reconcile: ReconcileService
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    """The bundles of one container, sharing one store and one queue.
+
+    Attributes:
+        settings: the process configuration.
+        store: the system of record (``Store`` port); for tests and tools, not for processes.
+        queue: the fast path (``Queue`` port); likewise.
+        api: the API's bundle.
+        worker: the worker's bundle.
+        reconciler: the reconciler's bundle.
+    """
+
+    settings: Settings
+    store: Store
+    queue: Queue
+    api: ApiServices
+    worker: WorkerServices
+    reconciler: ReconcilerServices

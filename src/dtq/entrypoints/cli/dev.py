@@ -1,0 +1,78 @@
+"""``dtq dev``: API + reconciler + one worker in one process on the in-memory backend."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import uvicorn
+
+from dtq.entrypoints.cli.apps import load_runtime
+from dtq.entrypoints.cli.common import (
+    add_app_option,
+    cli_settings,
+    exit_without_lingering_threads,
+    port,
+    run,
+    say,
+)
+from dtq.entrypoints.config import listen_address
+
+#: Timings of ``dtq dev`` unless the environment sets them: fast feedback on one machine.
+DEV_DEFAULTS: Mapping[str, str] = {
+    "LEASE_DURATION": "10s",
+    "RECONCILE_INTERVAL": "1s",
+    "ORCHESTRATOR_LISTEN": "127.0.0.1:8080",
+}
+
+_CURL_EXAMPLE = (
+    "curl -sS -X POST http://{host}:{port}/v1/tasks -H 'Content-Type: application/json' "
+    """-d '{{"kind":"echo","payload":{{"msg":"hi"}}}}'"""
+)
+
+
+def add_parser(commands: Any, parents: Sequence[argparse.ArgumentParser]) -> None:
+    """Register ``dev`` on the ``commands`` subparsers."""
+    parser = commands.add_parser(
+        "dev", help="API + reconciler + worker in memory, one process", parents=list(parents)
+    )
+    add_app_option(parser)
+    parser.add_argument(
+        "--port", type=port, metavar="N", help="HTTP port (default 8080, 0 = any free port)"
+    )
+    parser.set_defaults(command=cmd_dev)
+
+
+def cmd_dev(args: argparse.Namespace) -> int:
+    """Run everything in memory until a signal (``DEV_DEFAULTS`` under the environment)."""
+    from dtq.entrypoints.cli.orchestrator import serve
+
+    settings = cli_settings(args, defaults=DEV_DEFAULTS)
+    if args.port is not None:
+        host, _ = listen_address(settings.orchestrator_listen)
+        settings = dataclasses.replace(settings, orchestrator_listen=f"[{host}]:{args.port}")
+    runtime = load_runtime(args.app)
+    return exit_without_lingering_threads(run(serve(settings, backend="memory", runtime=runtime)))
+
+
+async def announce(server: uvicorn.Server) -> None:
+    """Once the dev server listens, print where and a request to try."""
+    while not server.started:
+        if server.should_exit:
+            return
+        await asyncio.sleep(0.05)
+    host, bound = server.config.host, server.config.port
+    for listener in getattr(server, "servers", []):
+        for sock in listener.sockets:
+            bound = sock.getsockname()[1]
+            break
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    if ":" in shown:
+        shown = f"[{shown}]"
+    say(f"dtq dev: API on http://{shown}:{bound} (in-memory backend; worker in this process)")
+    say("try:")
+    say("  " + _CURL_EXAMPLE.format(host=shown, port=bound))
+    say(f"then: curl -sS http://{shown}:{bound}/v1/tasks/<task_id>")

@@ -1,0 +1,74 @@
+"""The ``dtq`` parser and the console entry points ``dtq``, ``dtq-worker``, ``dtq-orchestrator``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from dtq.domain.errors import BackendUnavailable
+from dtq.entrypoints.cli import dev, migrate, orchestrator, worker
+from dtq.entrypoints.cli.common import (
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    PROG,
+    UsageError,
+    fail,
+)
+from dtq.entrypoints.config import ConfigError
+
+#: The command groups, in ``--help`` order; each module has ``add_parser(commands, parents)``.
+COMMAND_GROUPS = (orchestrator, worker, migrate, dev)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``dtq``.
+
+    Args:
+        argv: the arguments after the program name; ``sys.argv[1:]`` when None.
+
+    Returns:
+        The exit status: 0 done, 1 a backend failed, 2 bad configuration or usage (a database
+        unreachable at start included), 130 interrupted before the command could install its
+        signal handlers.
+    """
+    args = parser().parse_args(argv)
+    command: Callable[[argparse.Namespace], int] = args.command
+    try:
+        return command(args)
+    except (ConfigError, UsageError) as exc:
+        fail(str(exc))
+        return EXIT_USAGE
+    except BackendUnavailable as exc:
+        fail(exc.detail)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
+def orchestrator_main() -> int:
+    """Console entry point ``dtq-orchestrator`` (same as ``dtq orchestrator``)."""
+    return main(["orchestrator", *sys.argv[1:]])
+
+
+def worker_main() -> int:
+    """Console entry point ``dtq-worker`` (same as ``dtq worker``)."""
+    return main(["worker", *sys.argv[1:]])
+
+
+def parser() -> argparse.ArgumentParser:
+    """The ``dtq`` argument parser with every command group registered."""
+    env_help = "dotenv file read under the real environment (default: .env; missing is fine)"
+    top = argparse.ArgumentParser(
+        prog=PROG, description="dtq: distributed task orchestrator (CockroachDB + Redis)."
+    )
+    top.add_argument("--env-file", default=".env", metavar="PATH", help=env_help)
+    # Accepted after the command too (``dtq-worker --env-file x``); SUPPRESS keeps the default
+    # above when it is not given there.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--env-file", default=argparse.SUPPRESS, metavar="PATH", help=env_help)
+    commands = top.add_subparsers(title="commands", metavar="COMMAND", required=True)
+    for group in COMMAND_GROUPS:
+        group.add_parser(commands, [common])
+    return top

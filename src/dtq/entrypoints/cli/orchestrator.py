@@ -1,0 +1,149 @@
+"""``dtq orchestrator`` (and ``dtq-orchestrator``): the HTTP API and the reconciler in one loop.
+
+:func:`serve` is also what ``dtq dev`` runs, with a worker added on the memory backend.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import uvicorn
+
+from dtq.domain.errors import BackendUnavailable
+from dtq.entrypoints.cli.common import EXIT_OK, cli_settings, run
+from dtq.entrypoints.config import Settings, listen_address
+
+if TYPE_CHECKING:
+    from dtq.entrypoints.container import Backend
+    from dtq.entrypoints.worker.runtime import Runtime
+
+#: Seconds the API keeps an idle keep-alive connection open: longer than the idle expiry of
+#: common clients, so a client normally drops an idle connection before the server does
+#: (ARCHITECTURE.md, "HTTP keep-alive").
+HTTP_KEEP_ALIVE = 65
+
+#: Seconds the API waits for in-flight requests when stopping; then they are cancelled.
+HTTP_SHUTDOWN_GRACE = 5
+
+
+def add_parser(commands: Any, parents: Sequence[argparse.ArgumentParser]) -> None:
+    """Register ``orchestrator`` on the ``commands`` subparsers."""
+    parser = commands.add_parser(
+        "orchestrator", help="HTTP API + reconciler", parents=list(parents)
+    )
+    parser.set_defaults(command=cmd_orchestrator)
+
+
+def cmd_orchestrator(args: argparse.Namespace) -> int:
+    """Serve the API and run the reconciler on the real backend until a signal."""
+    settings = cli_settings(args)
+    settings.require_dsn()
+    return run(serve(settings, backend="real", runtime=None))
+
+
+class _Server(uvicorn.Server):
+    """A uvicorn server that leaves signal handling to ``stop_on_signals``, which stops the API,
+    the reconciler and the dev worker together."""
+
+    @contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        """Install nothing (uvicorn would otherwise take SIGINT/SIGTERM for itself)."""
+        yield
+
+
+async def serve(settings: Settings, *, backend: Backend, runtime: Runtime | None) -> int:
+    """Serve the API and run the reconciler (and, given a ``runtime``, a worker) until a signal.
+
+    Each loop gets its own bundle (API, reconciler, worker) from one container, so in ``dtq dev``
+    all three share the memory store and queue.
+
+    Returns:
+        ``EXIT_OK`` once everything stopped.
+
+    Raises:
+        ConfigError: the database cannot be reached at start.
+        BackendUnavailable: the HTTP server could not start.
+    """
+    from dtq.entrypoints.api import create_app
+    from dtq.entrypoints.container import open_services
+    from dtq.entrypoints.metrics import OrchestratorMetrics, new_registry
+    from dtq.entrypoints.reconciler import Reconciler
+    from dtq.entrypoints.worker.runtime import stop_on_signals
+
+    host, port = listen_address(settings.orchestrator_listen)
+    metrics = OrchestratorMetrics(new_registry())
+    stop, stop_now = asyncio.Event(), asyncio.Event()
+
+    def count_retry(reason: str) -> None:
+        metrics.store_retries.labels(reason=reason).inc()
+
+    async with open_services(settings, backend=backend, on_store_retry=count_retry) as services:
+        app = create_app(services.api, settings, metrics, metrics.registry)
+        server = _Server(
+            uvicorn.Config(
+                app,
+                host=host,
+                port=port,
+                log_config=None,
+                lifespan="on",
+                timeout_keep_alive=HTTP_KEEP_ALIVE,
+                timeout_graceful_shutdown=HTTP_SHUTDOWN_GRACE,
+            )
+        )
+        reconciler = Reconciler(
+            services.reconciler.reconcile,
+            interval=settings.reconcile_interval,
+            promote_interval=settings.promote_interval,
+            batch=settings.reconcile_batch,
+            metrics=metrics,
+        )
+
+        def stop_gracefully() -> None:
+            stop.set()
+            server.should_exit = True
+
+        def stop_at_once() -> None:
+            # Not uvicorn's force_exit: it skips the app's lifespan shutdown, whose pending
+            # receive() is then cancelled at loop teardown and logged as an error traceback.
+            # In-flight requests are bounded by HTTP_SHUTDOWN_GRACE instead.
+            stop_gracefully()
+            stop_now.set()
+
+        with stop_on_signals(stop_gracefully, stop_at_once):
+            async with asyncio.TaskGroup() as group:
+                group.create_task(_serve_http(server, stop), name="dtq-http")
+                group.create_task(reconciler.run(stop), name="dtq-reconciler")
+                if runtime is not None:
+                    from dtq.entrypoints.cli.dev import announce
+
+                    group.create_task(
+                        runtime.run(
+                            services.worker,
+                            runtime.configure(settings),
+                            stop=stop,
+                            stop_now=stop_now,
+                        ),
+                        name="dtq-worker",
+                    )
+                    group.create_task(announce(server), name="dtq-announce")
+    return EXIT_OK
+
+
+async def _serve_http(server: uvicorn.Server, stop: asyncio.Event) -> None:
+    """Run uvicorn until it exits; then stop the other loops too.
+
+    Raises:
+        BackendUnavailable: the server could not start (port in use, app startup failed).
+    """
+    try:
+        await server.serve()
+    except SystemExit:  # uvicorn exits this way when it cannot bind or start the app
+        raise BackendUnavailable(
+            f"the HTTP server could not start on {server.config.host}:{server.config.port}"
+        ) from None
+    finally:
+        stop.set()
