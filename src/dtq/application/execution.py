@@ -237,10 +237,10 @@ class ExecutionService:
         try:
             task = await self._store.run(read)
         finally:
-            await self._queue.release_marker(task_id)
+            await self._queue.release_markers([task_id])
         if task is None or task.status is not TaskStatus.QUEUED:
             return False
-        return await self._queue.enqueue(task_id, task.priority)
+        return await self._queue.enqueue_many([(task_id, task.priority)]) == 1
 
     # -- outcomes ------------------------------------------------------------------------------
 
@@ -391,13 +391,13 @@ class ExecutionService:
                 followup = await self._store.run(lambda tx: tx_fn(tx, True))
         except StaleRun:
             return ReportOutcome.STALE
-        await self._queue.delete_lease(claim.task.id, claim.run.id)
+        await self._queue.delete_leases([(claim.task.id, claim.run.id)])
         if followup.schedule_at is not None:
             await self._queue.schedule(claim.task.id, claim.task.priority, followup.schedule_at)
         for task in followup.enqueue:
             if release_marker:
-                await self._queue.release_marker(task.id)
-            await self._queue.enqueue(task.id, task.priority)
+                await self._queue.release_markers([task.id])
+            await self._queue.enqueue_many([(task.id, task.priority)])
         return followup.outcome
 
     # -- lease ---------------------------------------------------------------------------------

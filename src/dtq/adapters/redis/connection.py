@@ -104,7 +104,7 @@ def connect_redis(addr: str) -> Redis:
 
     Returns:
         A ``redis.asyncio.Redis`` with a 5 s connect timeout, a 10 s socket read timeout
-        (``RedisQueue.pop`` keeps each BRPOP under it) and no command retries of its own
+        (``RedisQueue.pop_many`` keeps each BRPOP under it) and no command retries of its own
         (``RedisQueue`` re-sends only idempotent commands, see ``idempotent``), so an outage
         surfaces as ``BackendUnavailable`` within seconds. The caller closes it (``aclose()``).
 
