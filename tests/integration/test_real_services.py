@@ -25,6 +25,7 @@ from dtq.entrypoints.api import create_app
 from dtq.entrypoints.config import Settings
 from dtq.entrypoints.container import Services, build_container
 from dtq.entrypoints.metrics import OrchestratorMetrics, new_registry
+from tests.single import claim_one, complete_one, pop_one
 
 pytestmark = pytest.mark.integration
 
@@ -112,7 +113,7 @@ async def test_eight_concurrent_claimers_claim_each_of_200_tasks_exactly_once(
     counts = Counter(c.task.id for c in claimed)
     assert set(counts) == set(result.task_ids.values())
     assert set(counts.values()) == {1}
-    assert await services.queue.pop(["default"], timeout=0) is None
+    assert await pop_one(services.queue, ["default"], timeout=0) is None
 
 
 async def test_concurrent_completions_in_one_job_take_the_retry_path(
@@ -139,7 +140,7 @@ async def test_concurrent_completions_in_one_job_take_the_retry_path(
     view = await services.queries.get_job(result.job_id)
     status = {t.name: t.status for t in view.tasks}
     assert status["join"] is TaskStatus.QUEUED  # promoted exactly once all 40 completed
-    assert await services.queue.pop(["default"], timeout=0) == result.task_ids["join"]
+    assert await pop_one(services.queue, ["default"], timeout=0) == result.task_ids["join"]
 
 
 async def test_redis_loss_mid_run_is_repaired_by_reconcile_and_reclaim(
@@ -168,15 +169,19 @@ async def test_redis_loss_mid_run_is_repaired_by_reconcile_and_reclaim(
 async def test_stale_report_after_reclaim_is_refused_on_postgres(services: Services) -> None:
     result = await services.submit.submit_job(SubmitJob(tasks=(TaskSpec("a", "echo"),)))
     task_id: UUID = result.task_ids["a"]
-    stale = await services.execution.claim(await services.queue.pop(["default"], timeout=0), "w1")  # type: ignore[arg-type]
+    stale = await claim_one(
+        services.execution, await pop_one(services.queue, ["default"], timeout=0), "w1"
+    )  # type: ignore[arg-type]
     assert stale is not None
-    await services.queue.delete_lease(task_id, stale.run.id)
+    await services.queue.delete_leases([(task_id, stale.run.id)])
     await asyncio.sleep(POLICY.stale_running_after + 0.2)
     assert await services.reconcile.reclaim_stale() == 1
-    fresh = await services.execution.claim(await services.queue.pop(["default"], timeout=0), "w2")  # type: ignore[arg-type]
+    fresh = await claim_one(
+        services.execution, await pop_one(services.queue, ["default"], timeout=0), "w2"
+    )  # type: ignore[arg-type]
     assert fresh is not None
-    assert (await services.execution.complete(stale)).value == "stale"
-    assert (await services.execution.complete(fresh)).value == "recorded"
+    assert (await complete_one(services.execution, stale)).value == "stale"
+    assert (await complete_one(services.execution, fresh)).value == "recorded"
 
 
 async def test_batch_with_a_reclaimed_claim_records_the_others_on_postgres(
@@ -191,7 +196,7 @@ async def test_batch_with_a_reclaimed_claim_records_the_others_on_postgres(
     claims = await services.execution.claim_many(ids, "w1")
     assert len(claims) == 3
     stale = claims[1]
-    await services.queue.delete_lease(stale.task.id, stale.run.id)
+    await services.queue.delete_leases([(stale.task.id, stale.run.id)])
     await asyncio.sleep(POLICY.stale_running_after + 0.2)
     assert await services.reconcile.reclaim_stale() == 1
     outcomes = await services.execution.complete_many(claims)

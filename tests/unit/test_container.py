@@ -27,7 +27,7 @@ async def test_memory_services_share_one_store_and_one_queue() -> None:
         assert isinstance(services.store, InMemoryStore)
         assert isinstance(services.queue, InMemoryQueue)
         assert view.task.kind == "echo"
-        assert await services.queue.has_marker(view.task.id)
+        assert services.queue.has_marker(view.task.id)
         assert await services.health.check() == {"store": None, "queue": None}
 
 
@@ -40,9 +40,9 @@ async def test_the_pending_marker_ttl_comes_from_the_settings() -> None:
         result = await s.submit.submit_job(one_task_job())
         task_id = result.task_ids["only"]
         clock.advance(4.9)
-        assert await s.queue.has_marker(task_id)
+        assert s.queue.has_marker(task_id)
         clock.advance(0.2)
-        assert not await s.queue.has_marker(task_id)
+        assert not s.queue.has_marker(task_id)
 
 
 async def test_the_execution_policy_comes_from_the_settings() -> None:
