@@ -115,16 +115,6 @@ class ExecutionService:
 
     # -- claim ---------------------------------------------------------------------------------
 
-    async def claim(self, task_id: UUID, worker_id: str) -> Claim | None:
-        """Claim one popped task id; see :meth:`claim_many`.
-
-        Returns:
-            The claim, or None when the task was not claimable (already claimed by another
-            worker, finished, unknown, or not yet due).
-        """
-        claims = await self.claim_many([task_id], worker_id)
-        return claims[0] if claims else None
-
     async def claim_many(self, task_ids: Sequence[UUID], worker_id: str) -> list[Claim]:
         """Claim task ids popped from the ready lists, in one transaction (spec §5 claim flow).
 
@@ -243,10 +233,6 @@ class ExecutionService:
         return await self._queue.enqueue_many([(task_id, task.priority)]) == 1
 
     # -- outcomes ------------------------------------------------------------------------------
-
-    async def complete(self, claim: Claim) -> ReportOutcome:
-        """Record one handler success; see :meth:`complete_many`."""
-        return (await self.complete_many([claim]))[0]
 
     async def complete_many(self, claims: Sequence[Claim]) -> list[ReportOutcome]:
         """Record handler successes, in one transaction (spec §6 Success).
