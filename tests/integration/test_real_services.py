@@ -76,7 +76,7 @@ async def test_api_round_trip_on_postgres_and_redis(services: Services) -> None:
     assert await services.health.check() == {"store": None, "queue": None}
     # httpx's ASGI transport runs the app on this test's event loop, where the pool and the
     # Redis client live (Litestar's test client would run it on a portal thread's loop).
-    transport = httpx.ASGITransport(app=app)
+    transport = httpx.ASGITransport(app=app)  # type: ignore[arg-type]  # Litestar's scope types
     async with httpx.AsyncClient(transport=transport, base_url="http://dtq") as client:
         body = {
             "tasks": [
@@ -169,16 +169,16 @@ async def test_redis_loss_mid_run_is_repaired_by_reconcile_and_reclaim(
 async def test_stale_report_after_reclaim_is_refused_on_postgres(services: Services) -> None:
     result = await services.submit.submit_job(SubmitJob(tasks=(TaskSpec("a", "echo"),)))
     task_id: UUID = result.task_ids["a"]
-    stale = await claim_one(
-        services.execution, await pop_one(services.queue, ["default"], timeout=0), "w1"
-    )  # type: ignore[arg-type]
+    popped = await pop_one(services.queue, ["default"], timeout=0)
+    assert popped is not None
+    stale = await claim_one(services.execution, popped, "w1")
     assert stale is not None
     await services.queue.delete_leases([(task_id, stale.run.id)])
     await asyncio.sleep(POLICY.stale_running_after + 0.2)
     assert await services.reconcile.reclaim_stale() == 1
-    fresh = await claim_one(
-        services.execution, await pop_one(services.queue, ["default"], timeout=0), "w2"
-    )  # type: ignore[arg-type]
+    popped = await pop_one(services.queue, ["default"], timeout=0)
+    assert popped is not None
+    fresh = await claim_one(services.execution, popped, "w2")
     assert fresh is not None
     assert (await complete_one(services.execution, stale)).value == "stale"
     assert (await complete_one(services.execution, fresh)).value == "recorded"

@@ -188,6 +188,6 @@ async def test_heartbeat_on_redis_does_not_overwrite_a_lease_written_after_missi
         def __getattr__(self, attr: str) -> Any:
             return getattr(queue, attr)
 
-    racing = ExecutionService(store=store, queue=Racing(), policy=policy, clock=clock)  # type: ignore[arg-type]
+    racing = ExecutionService(store=store, queue=Racing(), policy=policy, clock=clock)
     assert await racing.heartbeat(claim) is LeaseState.LOST
     assert await redis_peek.get_lease(task_id) == rival

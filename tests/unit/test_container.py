@@ -39,10 +39,12 @@ async def test_the_pending_marker_ttl_comes_from_the_settings() -> None:
     async with open_services(container.settings(), backend="memory", container=container) as s:
         result = await s.submit.submit_job(one_task_job())
         task_id = result.task_ids["only"]
+        queue = s.queue
+        assert isinstance(queue, InMemoryQueue)
         clock.advance(4.9)
-        assert s.queue.has_marker(task_id)
+        assert queue.has_marker(task_id)
         clock.advance(0.2)
-        assert not s.queue.has_marker(task_id)
+        assert not queue.has_marker(task_id)
 
 
 async def test_the_execution_policy_comes_from_the_settings() -> None:

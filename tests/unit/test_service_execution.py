@@ -249,6 +249,9 @@ class _ReadCountingStore:
 
         return await self.inner.run(lambda tx: fn(cast(Transaction, _Tx(tx))))
 
+    async def ping(self) -> None:
+        await self.inner.ping()
+
 
 async def test_batch_success_is_written_from_the_claims_without_reading_them(app: App) -> None:
     result = await app.submit_tasks(*(TaskSpec(f"t{i}", "echo") for i in range(3)))
@@ -488,7 +491,7 @@ class _CountingStore:
 
     async def run(self, fn: Callable[[Transaction], Awaitable[T]]) -> T:
         self.transactions += 1
-        return await self.inner.run(fn)  # type: ignore[arg-type]
+        return await self.inner.run(fn)
 
     async def ping(self) -> None:
         await self.inner.ping()
