@@ -3,6 +3,9 @@
 Adapters implement these protocols structurally (no inheritance); mypy checks conformance where
 the composition root wires them. Every adapter wraps its driver's exceptions at the boundary:
 callers see only ``dtq.domain.errors`` types (``BackendUnavailable`` for infrastructure trouble).
+
+Over 400 lines on purpose: it is all declarations (protocols and their docstrings, no logic), and
+one file is the one place to read every contract the application depends on.
 """
 
 from __future__ import annotations
