@@ -2,7 +2,8 @@
 # integration; integration tests need PostgreSQL and Redis, which `.ci/run` starts).
 #
 #   make install   create .venv (python3 >= 3.11) and install dtq with its dev tools
-#   make lint      ruff check, ruff format --check, mypy --strict, import-linter
+#   make lint      ruff check, ruff format --check, mypy (--strict on src, relaxed on tests),
+#                  import-linter
 #   make test      install, lint, pytest
 #   make dev       run `dtq dev`: API + reconciler + worker in memory on :8080
 #

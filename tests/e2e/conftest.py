@@ -60,7 +60,7 @@ def database() -> Iterator[str]:
     info = psycopg.conninfo.conninfo_to_dict(ADMIN_DSN)
     info["dbname"] = name
     try:
-        yield psycopg.conninfo.make_conninfo(**info)
+        yield psycopg.conninfo.make_conninfo("", **info)
     finally:
         with psycopg.connect(ADMIN_DSN, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

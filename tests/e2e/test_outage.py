@@ -59,7 +59,7 @@ def proxied(cluster: Cluster) -> Iterator[tuple[Cluster, CuttableProxy]]:
     proxy = CuttableProxy(str(info.get("host") or "127.0.0.1"), int(info.get("port") or 5432))
     proxy.restore()
     info.update(host="127.0.0.1", port=str(proxy.port))
-    cluster.env["CRDB_DSN"] = psycopg.conninfo.make_conninfo(**info)
+    cluster.env["CRDB_DSN"] = psycopg.conninfo.make_conninfo("", **info)
     cluster.env["DB_ACQUIRE_TIMEOUT"] = f"{ACQUIRE_TIMEOUT:g}s"
     # The processes run this checkout's dtq even where the venv was installed from another one.
     cluster.env["PYTHONPATH"] = f"{SRC}{os.pathsep}{cluster.env['PYTHONPATH']}"
@@ -166,7 +166,7 @@ def test_database_outage_is_seen_fast_and_recovered_from_fast(
     )
     job_ids: list[str | None] = []
     submit_resume = since_restore(
-        lambda: bool(job_ids.append(submitted(cluster, "after")) or job_ids[-1])
+        lambda: bool(job_ids.append(submitted(cluster, "after")) or job_ids[-1])  # type: ignore[func-returns-value]
     )
     fresh = job_ids[-1]
     assert fresh is not None

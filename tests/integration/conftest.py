@@ -24,6 +24,7 @@ from redis.retry import Retry
 from dtq.adapters.cockroach.migrate import apply_migrations
 from dtq.adapters.cockroach.store import CockroachStore, Pool, open_pool
 from dtq.adapters.redis import connect_redis
+from dtq.application.ports import Lease
 
 # =================================================================================================
 # Redis
@@ -49,6 +50,43 @@ async def delete_prefix_keys(client: Redis, prefix: str) -> None:
             batch.clear()
     if batch:
         await client.delete(*batch)
+
+
+class RedisPeek:
+    """Reads of the Redis queue's keys that no service needs, for tests: is a task's pending
+    marker set, and what does its lease hash hold (the spec §5 key layout under ``prefix``)."""
+
+    def __init__(self, client: Redis, prefix: str) -> None:
+        self._client = client
+        self._prefix = prefix
+
+    async def has_marker(self, task_id: uuid.UUID) -> bool:
+        """True while ``{prefix}queue:pending:{task_id}`` exists."""
+        return bool(await self._client.exists(f"{self._prefix}queue:pending:{task_id}"))
+
+    async def get_lease(self, task_id: uuid.UUID) -> Lease | None:
+        """The lease hash ``{prefix}lease:task:{task_id}``; None when absent or incomplete."""
+        raw = await self._client.hgetall(f"{self._prefix}lease:task:{task_id}")
+        fields = {_text(name): _text(value) for name, value in raw.items()}
+        try:
+            return Lease(
+                task_id=task_id,
+                worker_id=fields["worker_id"],
+                run_id=uuid.UUID(fields["run_id"]),
+                deadline_ms=int(fields["deadline_ms"]),
+            )
+        except (KeyError, ValueError):
+            return None
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+@pytest.fixture
+def redis_peek(redis_client: Redis, redis_prefix: str) -> RedisPeek:
+    """``RedisPeek`` over this test's key prefix."""
+    return RedisPeek(redis_client, redis_prefix)
 
 
 @pytest.fixture(scope="session")

@@ -28,7 +28,7 @@ async def proxied_store(pg_dsn: str) -> AsyncIterator[tuple[CockroachStore, Cutt
     proxy = CuttableProxy(str(info.get("host") or "127.0.0.1"), int(info.get("port") or 5432))
     proxy.restore()
     info.update(host="127.0.0.1", port=str(proxy.port))
-    pool = await open_pool(psycopg.conninfo.make_conninfo(**info), min_size=2, max_size=4)
+    pool = await open_pool(psycopg.conninfo.make_conninfo("", **info), min_size=2, max_size=4)
     try:
         yield CockroachStore(pool, base_backoff=0.001), proxy
     finally:

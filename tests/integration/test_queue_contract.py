@@ -5,7 +5,8 @@ The same test bodies run on ``InMemoryQueue`` (driven by a ``FakeClock``) and on
 current time and the ``advance`` fixture sleeps for real *and* moves the fake clock by the same
 amount; TTLs in these tests are therefore short (a few tenths of a second).
 
-Redis-only checks (key layout, socket timeouts, error wrapping, helpers) follow the contract suite.
+Redis-only checks (key layout, socket timeouts, error wrapping, helpers) are in
+``test_redis_queue.py``.
 """
 
 from __future__ import annotations
@@ -15,23 +16,17 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Protocol
 from uuid import UUID
 
 import pytest
 from redis.asyncio import Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
 
 from dtq.adapters.memory.clock import FakeClock
 from dtq.adapters.memory.queue import InMemoryQueue
-from dtq.adapters.redis import RedisQueue, check_eviction_policy, connect_redis
+from dtq.adapters.redis import RedisQueue
 from dtq.application.ports import Lease, LeaseState, Queue
-from dtq.domain.errors import BackendUnavailable
-
-from .conftest import REDIS_URL
+from tests.single import enqueue_one, pop_one
 
 Advance = Callable[[float], Awaitable[None]]
 Flush = Callable[[], Awaitable[None]]
@@ -103,6 +98,39 @@ def flush(request: pytest.FixtureRequest, queue: Queue) -> Flush:
     return flush
 
 
+class QueuePeek(Protocol):
+    """The reads of the queue's state that no service needs (the fakes' inspection helpers)."""
+
+    async def has_marker(self, task_id: UUID) -> bool: ...
+
+    async def get_lease(self, task_id: UUID) -> Lease | None: ...
+
+
+class MemoryPeek:
+    """``QueuePeek`` over ``InMemoryQueue``'s plain inspection methods."""
+
+    def __init__(self, queue: InMemoryQueue) -> None:
+        self._queue = queue
+
+    async def has_marker(self, task_id: UUID) -> bool:
+        return self._queue.has_marker(task_id)
+
+    async def get_lease(self, task_id: UUID) -> Lease | None:
+        return self._queue.get_lease(task_id)
+
+
+@pytest.fixture
+def memory_peek(memory_queue: InMemoryQueue) -> QueuePeek:
+    return MemoryPeek(memory_queue)
+
+
+@pytest.fixture
+def peek(request: pytest.FixtureRequest, queue: Queue) -> QueuePeek:
+    """Inspection of the queue under test: markers and lease hashes."""
+    peek: QueuePeek = request.getfixturevalue(f"{request.node.callspec.params['queue']}_peek")
+    return peek
+
+
 @pytest.fixture
 def advance(fake_clock: FakeClock) -> Advance:
     """Let ``seconds`` pass on both clocks: real sleep (Redis) and fake advance (memory)."""
@@ -133,95 +161,97 @@ def lease_for(task_id: UUID, *, run_id: UUID | None = None, deadline_ms: int = 1
 # --- pending marker + enqueue -----------------------------------------------------------------
 
 
-async def test_enqueue_sets_marker_and_pushes_once(queue: Queue) -> None:
+async def test_enqueue_sets_marker_and_pushes_once(queue: Queue, peek: QueuePeek) -> None:
     task_id = new_id()
 
-    assert await queue.enqueue(task_id, "default") is True
-    assert await queue.has_marker(task_id) is True
-    assert await queue.enqueue(task_id, "default") is False
+    assert await enqueue_one(queue, task_id, "default") is True
+    assert await peek.has_marker(task_id) is True
+    assert await enqueue_one(queue, task_id, "default") is False
 
-    assert await queue.pop(["default"], 0) == task_id
-    assert await queue.pop(["default"], 0) is None
+    assert await pop_one(queue, ["default"], 0) == task_id
+    assert await pop_one(queue, ["default"], 0) is None
 
 
 async def test_enqueue_refused_while_marker_lives_even_on_another_tier(queue: Queue) -> None:
     task_id = new_id()
-    await queue.enqueue(task_id, "default")
+    await enqueue_one(queue, task_id, "default")
 
-    assert await queue.enqueue(task_id, "high") is False
-    assert await queue.pop(["high"], 0) is None
+    assert await enqueue_one(queue, task_id, "high") is False
+    assert await pop_one(queue, ["high"], 0) is None
 
 
-async def test_release_marker_allows_enqueue_again(queue: Queue) -> None:
+async def test_release_marker_allows_enqueue_again(queue: Queue, peek: QueuePeek) -> None:
     task_id = new_id()
-    await queue.enqueue(task_id, "default")
-    assert await queue.pop(["default"], 0) == task_id
+    await enqueue_one(queue, task_id, "default")
+    assert await pop_one(queue, ["default"], 0) == task_id
 
-    await queue.release_marker(task_id)
+    await queue.release_markers([task_id])
 
-    assert await queue.has_marker(task_id) is False
-    assert await queue.enqueue(task_id, "default") is True
-    assert await queue.pop(["default"], 0) == task_id
+    assert await peek.has_marker(task_id) is False
+    assert await enqueue_one(queue, task_id, "default") is True
+    assert await pop_one(queue, ["default"], 0) == task_id
 
 
-async def test_release_marker_is_idempotent(queue: Queue) -> None:
+async def test_release_marker_is_idempotent(queue: Queue, peek: QueuePeek) -> None:
     task_id = new_id()
-    await queue.release_marker(task_id)
-    await queue.enqueue(task_id, "default")
-    await queue.release_marker(task_id)
-    await queue.release_marker(task_id)
-    assert await queue.has_marker(task_id) is False
+    await queue.release_markers([task_id])
+    await enqueue_one(queue, task_id, "default")
+    await queue.release_markers([task_id])
+    await queue.release_markers([task_id])
+    assert await peek.has_marker(task_id) is False
 
 
-async def test_enqueue_many_pushes_each_id_and_counts(queue: Queue) -> None:
+async def test_enqueue_many_pushes_each_id_and_counts(queue: Queue, peek: QueuePeek) -> None:
     low, high1, high2 = new_id(), new_id(), new_id()
 
     assert await queue.enqueue_many([(high1, "high"), (low, "low"), (high2, "high")]) == 3
 
     for task_id in (low, high1, high2):
-        assert await queue.has_marker(task_id) is True
-    assert await queue.pop(["high", "low"], 0) == high1
-    assert await queue.pop(["high", "low"], 0) == high2
-    assert await queue.pop(["high", "low"], 0) == low
-    assert await queue.pop(["high", "low"], 0) is None
+        assert await peek.has_marker(task_id) is True
+    assert await pop_one(queue, ["high", "low"], 0) == high1
+    assert await pop_one(queue, ["high", "low"], 0) == high2
+    assert await pop_one(queue, ["high", "low"], 0) == low
+    assert await pop_one(queue, ["high", "low"], 0) is None
 
 
 async def test_enqueue_many_skips_ids_whose_marker_lives(queue: Queue) -> None:
     in_flight, fresh = new_id(), new_id()
-    await queue.enqueue(in_flight, "default")
-    assert await queue.pop(["default"], 0) == in_flight  # popped, marker still held
+    await enqueue_one(queue, in_flight, "default")
+    assert await pop_one(queue, ["default"], 0) == in_flight  # popped, marker still held
 
     # The live marker blocks its id; a repeat within the batch finds the marker set just before.
     items = [(in_flight, "default"), (fresh, "default"), (fresh, "high")]
     assert await queue.enqueue_many(items) == 1
 
-    assert await queue.pop(["high", "default"], 0) == fresh
-    assert await queue.pop(["high", "default"], 0) is None
+    assert await pop_one(queue, ["high", "default"], 0) == fresh
+    assert await pop_one(queue, ["high", "default"], 0) is None
 
 
 async def test_enqueue_many_of_nothing_pushes_nothing(queue: Queue) -> None:
     assert await queue.enqueue_many([]) == 0
-    assert await queue.pop(["default"], 0) is None
+    assert await pop_one(queue, ["default"], 0) is None
 
 
-async def test_enqueue_unlisted_does_not_push_an_id_still_waiting(queue: Queue) -> None:
+async def test_enqueue_unlisted_does_not_push_an_id_still_waiting(
+    queue: Queue, peek: QueuePeek
+) -> None:
     taken, waiting, lost = new_id(), new_id(), new_id()
     await queue.enqueue_many([(taken, "default"), (waiting, "default")])
-    assert await queue.pop(["default"], 0) == taken  # oldest first: `waiting` stays listed
+    assert await pop_one(queue, ["default"], 0) == taken  # oldest first: `waiting` stays listed
     await queue.release_markers([taken, waiting])  # both markers gone (e.g. expired)
 
     items = [(waiting, "default"), (lost, "default"), (taken, "default")]
     assert await queue.enqueue_unlisted(items) == 2  # `lost` and `taken` are pushed
 
     for task_id in (waiting, lost, taken):
-        assert await queue.has_marker(task_id) is True  # the waiting id got its marker back
+        assert await peek.has_marker(task_id) is True  # the waiting id got its marker back
     assert await queue.pop_many(["default"], 0, 10) == [waiting, lost, taken]
     assert await queue.enqueue_unlisted([]) == 0
 
 
 @pytest.mark.parametrize("listed_scan_limit", [2_500])
 async def test_enqueue_unlisted_searches_a_long_list_down_to_the_scan_limit(
-    queue: Queue, listed_scan_limit: int
+    queue: Queue, peek: QueuePeek, listed_scan_limit: int
 ) -> None:
     backlog = [new_id() for _ in range(3_000)]  # backlog[0] is the oldest entry
     await queue.enqueue_many([(task_id, "default") for task_id in backlog])
@@ -232,52 +262,52 @@ async def test_enqueue_unlisted_searches_a_long_list_down_to_the_scan_limit(
     assert await queue.enqueue_unlisted(items) == 1  # only the id past the limit again
 
     for task_id in (shallow, deep, beyond):
-        assert await queue.has_marker(task_id) is True
+        assert await peek.has_marker(task_id) is True
     popped = await queue.pop_many(["default"], 0, 3_001)
     assert len(popped) == 3_001 and popped[-1] == beyond
 
 
 async def test_enqueue_unlisted_respects_a_live_marker(queue: Queue) -> None:
     task_id = new_id()
-    await queue.enqueue(task_id, "default")
-    await queue.pop(["default"], 0)  # popped, marker still held: in flight
+    await enqueue_one(queue, task_id, "default")
+    await pop_one(queue, ["default"], 0)  # popped, marker still held: in flight
     assert await queue.enqueue_unlisted([(task_id, "default")]) == 0
-    assert await queue.pop(["default"], 0) is None
+    assert await pop_one(queue, ["default"], 0) is None
 
 
-async def test_release_markers_frees_each_listed_id_only(queue: Queue) -> None:
+async def test_release_markers_frees_each_listed_id_only(queue: Queue, peek: QueuePeek) -> None:
     first, second, kept, never = new_id(), new_id(), new_id(), new_id()
     await queue.enqueue_many([(first, "default"), (second, "default"), (kept, "default")])
 
     await queue.release_markers([first, second, never, first])
 
-    assert await queue.has_marker(first) is False
-    assert await queue.has_marker(second) is False
-    assert await queue.has_marker(kept) is True
+    assert await peek.has_marker(first) is False
+    assert await peek.has_marker(second) is False
+    assert await peek.has_marker(kept) is True
     assert await queue.enqueue_many([(first, "default"), (kept, "default")]) == 1
     await queue.release_markers([])  # idempotent, and nothing to do
     await queue.release_markers([first, second])
-    assert await queue.has_marker(first) is False
+    assert await peek.has_marker(first) is False
 
 
 @pytest.mark.parametrize("marker_ttl", [SHORT_TTL])
 async def test_leaked_marker_stalls_enqueue_until_its_ttl(
-    queue: Queue, advance: Advance, marker_ttl: float
+    queue: Queue, peek: QueuePeek, advance: Advance, marker_ttl: float
 ) -> None:
     # Given a delivery whose worker died between pop and claim: the marker is never released.
     task_id = new_id()
-    await queue.enqueue(task_id, "default")
-    assert await queue.pop(["default"], 0) == task_id
+    await enqueue_one(queue, task_id, "default")
+    assert await pop_one(queue, ["default"], 0) == task_id
 
     # Then the task cannot be enqueued again while the marker lives...
     await advance(marker_ttl / 2)
-    assert await queue.enqueue(task_id, "default") is False
+    assert await enqueue_one(queue, task_id, "default") is False
 
     # ...and can once the TTL has run out.
     await advance(marker_ttl / 2 + 0.1)
-    assert await queue.has_marker(task_id) is False
-    assert await queue.enqueue(task_id, "default") is True
-    assert await queue.pop(["default"], 0) == task_id
+    assert await peek.has_marker(task_id) is False
+    assert await enqueue_one(queue, task_id, "default") is True
+    assert await pop_one(queue, ["default"], 0) == task_id
 
 
 # --- pop --------------------------------------------------------------------------------------
@@ -286,9 +316,9 @@ async def test_leaked_marker_stalls_enqueue_until_its_ttl(
 async def test_pop_is_fifo_within_a_tier(queue: Queue) -> None:
     ids = [new_id() for _ in range(5)]
     for task_id in ids:
-        await queue.enqueue(task_id, "default")
+        await enqueue_one(queue, task_id, "default")
 
-    popped = [await queue.pop(["default"], 0) for _ in ids]
+    popped = [await pop_one(queue, ["default"], 0) for _ in ids]
 
     assert popped == ids
 
@@ -296,40 +326,40 @@ async def test_pop_is_fifo_within_a_tier(queue: Queue) -> None:
 async def test_pop_tries_tiers_in_the_given_order(queue: Queue) -> None:
     low1, high1, low2, high2 = (new_id() for _ in range(4))
     for task_id, tier in [(low1, "low"), (high1, "high"), (low2, "low"), (high2, "high")]:
-        await queue.enqueue(task_id, tier)
+        await enqueue_one(queue, task_id, tier)
 
-    assert await queue.pop(["high", "low"], 0) == high1
-    assert await queue.pop(["low", "high"], 0) == low1
-    assert await queue.pop(["high", "low"], 0) == high2
-    assert await queue.pop(["high", "low"], 0) == low2
-    assert await queue.pop(["high", "low"], 0) is None
+    assert await pop_one(queue, ["high", "low"], 0) == high1
+    assert await pop_one(queue, ["low", "high"], 0) == low1
+    assert await pop_one(queue, ["high", "low"], 0) == high2
+    assert await pop_one(queue, ["high", "low"], 0) == low2
+    assert await pop_one(queue, ["high", "low"], 0) is None
 
 
 async def test_pop_ignores_tiers_not_asked_for(queue: Queue) -> None:
-    await queue.enqueue(new_id(), "other")
-    assert await queue.pop(["default"], 0) is None
+    await enqueue_one(queue, new_id(), "other")
+    assert await pop_one(queue, ["default"], 0) is None
 
 
 async def test_pop_without_timeout_returns_none_at_once_on_empty(queue: Queue) -> None:
     started = time.monotonic()
-    assert await queue.pop(["default", "low"], 0) is None
+    assert await pop_one(queue, ["default", "low"], 0) is None
     assert time.monotonic() - started < 0.1
 
 
 async def test_pop_with_timeout_returns_none_after_waiting(queue: Queue) -> None:
     started = time.monotonic()
-    assert await queue.pop(["default"], 0.2) is None
+    assert await pop_one(queue, ["default"], 0.2) is None
     assert 0.15 <= time.monotonic() - started < 1.0
 
 
 async def test_blocking_pop_wakes_when_another_coroutine_enqueues(queue: Queue) -> None:
     task_id = new_id()
-    popper = asyncio.create_task(queue.pop(["high", "default"], 5.0))
+    popper = asyncio.create_task(pop_one(queue, ["high", "default"], 5.0))
     await asyncio.sleep(0.05)
     assert not popper.done()
 
     started = time.monotonic()
-    await queue.enqueue(task_id, "default")
+    await enqueue_one(queue, task_id, "default")
 
     assert await asyncio.wait_for(popper, 2.0) == task_id
     assert time.monotonic() - started < 1.0
@@ -337,7 +367,7 @@ async def test_blocking_pop_wakes_when_another_coroutine_enqueues(queue: Queue) 
 
 async def test_pop_refuses_an_empty_tier_list(queue: Queue) -> None:
     with pytest.raises(ValueError, match="priorities"):
-        await queue.pop([], 0)
+        await pop_one(queue, [], 0)
 
 
 async def test_pop_many_is_fifo_within_a_tier_and_respects_max_count(queue: Queue) -> None:
@@ -362,7 +392,7 @@ async def test_pop_many_takes_tiers_in_the_given_order(queue: Queue) -> None:
 
 
 async def test_pop_many_ignores_tiers_not_asked_for(queue: Queue) -> None:
-    await queue.enqueue(new_id(), "other")
+    await enqueue_one(queue, new_id(), "other")
     assert await queue.pop_many(["default", "high"], 0, 10) == []
 
 
@@ -403,21 +433,21 @@ async def test_pop_many_refuses_a_bad_count_or_tier_list(queue: Queue) -> None:
 
 
 async def test_promote_due_moves_only_due_entries(
-    queue: Queue, now: Callable[[], datetime], advance: Advance
+    queue: Queue, peek: QueuePeek, now: Callable[[], datetime], advance: Advance
 ) -> None:
     due, later = new_id(), new_id()
     await queue.schedule(due, "default", now() - timedelta(seconds=1))
     await queue.schedule(later, "default", now() + timedelta(seconds=0.3))
 
     assert await queue.promote_due(100) == 1
-    assert await queue.has_marker(due) is True
-    assert await queue.has_marker(later) is False
-    assert await queue.pop(["default"], 0) == due
-    assert await queue.pop(["default"], 0) is None
+    assert await peek.has_marker(due) is True
+    assert await peek.has_marker(later) is False
+    assert await pop_one(queue, ["default"], 0) == due
+    assert await pop_one(queue, ["default"], 0) is None
 
     await advance(0.4)
     assert await queue.promote_due(100) == 1
-    assert await queue.pop(["default"], 0) == later
+    assert await pop_one(queue, ["default"], 0) == later
     assert await queue.promote_due(100) == 0
 
 
@@ -425,16 +455,16 @@ async def test_promote_due_drops_an_entry_whose_marker_is_set(
     queue: Queue, now: Callable[[], datetime]
 ) -> None:
     task_id = new_id()
-    await queue.enqueue(task_id, "default")  # a delivery is already in flight
+    await enqueue_one(queue, task_id, "default")  # a delivery is already in flight
     await queue.schedule(task_id, "default", now() - timedelta(seconds=1))
 
     assert await queue.promote_due(100) == 0
 
     # The entry was dropped, not kept for later.
-    await queue.release_marker(task_id)
+    await queue.release_markers([task_id])
     assert await queue.promote_due(100) == 0
-    assert await queue.pop(["default"], 0) == task_id
-    assert await queue.pop(["default"], 0) is None
+    assert await pop_one(queue, ["default"], 0) == task_id
+    assert await pop_one(queue, ["default"], 0) is None
 
 
 async def test_promote_due_respects_limit_and_due_order(
@@ -447,7 +477,7 @@ async def test_promote_due_respects_limit_and_due_order(
 
     assert await queue.promote_due(2) == 2
     assert await queue.promote_due(10) == 3
-    assert [await queue.pop(["default"], 0) for _ in ids] == ids
+    assert [await pop_one(queue, ["default"], 0) for _ in ids] == ids
 
 
 async def test_promote_due_pushes_onto_the_entry_priority(
@@ -457,17 +487,19 @@ async def test_promote_due_pushes_onto_the_entry_priority(
     await queue.schedule(task_id, "high", now() - timedelta(seconds=1))
 
     assert await queue.promote_due(10) == 1
-    assert await queue.pop(["default"], 0) is None
-    assert await queue.pop(["high"], 0) == task_id
+    assert await pop_one(queue, ["default"], 0) is None
+    assert await pop_one(queue, ["high"], 0) == task_id
 
 
-async def test_schedule_again_moves_the_due_time(queue: Queue, now: Callable[[], datetime]) -> None:
+async def test_schedule_again_moves_the_due_time(
+    queue: Queue, peek: QueuePeek, now: Callable[[], datetime]
+) -> None:
     task_id = new_id()
     await queue.schedule(task_id, "default", now() - timedelta(seconds=1))
     await queue.schedule(task_id, "default", now() + timedelta(seconds=60))
 
     assert await queue.promote_due(10) == 0
-    assert await queue.has_marker(task_id) is False
+    assert await peek.has_marker(task_id) is False
 
 
 async def test_promote_due_with_no_room_moves_nothing(
@@ -486,63 +518,65 @@ async def test_schedule_refuses_a_naive_due_time(queue: Queue) -> None:
 # --- leases -----------------------------------------------------------------------------------
 
 
-async def test_get_lease_round_trips_fields(queue: Queue) -> None:
+async def test_get_lease_round_trips_fields(queue: Queue, peek: QueuePeek) -> None:
     lease = Lease(
         task_id=new_id(), worker_id="worker-7", run_id=new_id(), deadline_ms=1_767_225_600_123
     )
-    await queue.set_lease(lease, 30.0)
-    assert await queue.get_lease(lease.task_id) == lease
+    await queue.set_leases([lease], 30.0)
+    assert await peek.get_lease(lease.task_id) == lease
 
 
-async def test_get_lease_of_unknown_task_is_none(queue: Queue) -> None:
-    assert await queue.get_lease(new_id()) is None
+async def test_get_lease_of_unknown_task_is_none(queue: Queue, peek: QueuePeek) -> None:
+    assert await peek.get_lease(new_id()) is None
 
 
-async def test_set_lease_overwrites_another_runs_lease(queue: Queue) -> None:
+async def test_set_lease_overwrites_another_runs_lease(queue: Queue, peek: QueuePeek) -> None:
     task_id = new_id()
-    await queue.set_lease(lease_for(task_id), 30.0)
+    await queue.set_leases([lease_for(task_id)], 30.0)
     newer = Lease(task_id=task_id, worker_id="w-2", run_id=new_id(), deadline_ms=5)
 
-    await queue.set_lease(newer, 30.0)
+    await queue.set_leases([newer], 30.0)
 
-    assert await queue.get_lease(task_id) == newer
+    assert await peek.get_lease(task_id) == newer
 
 
 async def test_extend_lease_by_its_run_extends_ttl_and_deadline(
-    queue: Queue, advance: Advance
+    queue: Queue, peek: QueuePeek, advance: Advance
 ) -> None:
     lease = lease_for(new_id(), deadline_ms=1_000)
-    await queue.set_lease(lease, SHORT_TTL)
+    await queue.set_leases([lease], SHORT_TTL)
     await advance(0.2)
 
     renewed = Lease(lease.task_id, lease.worker_id, lease.run_id, deadline_ms=2_000)
     assert await queue.extend_lease(renewed, SHORT_TTL) is LeaseState.EXTENDED
 
     await advance(0.2)  # 0.4 s after set_lease: alive only because it was extended
-    assert await queue.get_lease(lease.task_id) == renewed
+    assert await peek.get_lease(lease.task_id) == renewed
 
 
 async def test_extend_lease_by_another_run_is_lost_and_changes_nothing(
-    queue: Queue, advance: Advance
+    queue: Queue, peek: QueuePeek, advance: Advance
 ) -> None:
     lease = lease_for(new_id())
-    await queue.set_lease(lease, SHORT_TTL)
+    await queue.set_leases([lease], SHORT_TTL)
     intruder = Lease(lease.task_id, "w-2", new_id(), deadline_ms=99_999)
 
     assert await queue.extend_lease(intruder, 30.0) is LeaseState.LOST
-    assert await queue.get_lease(lease.task_id) == lease
+    assert await peek.get_lease(lease.task_id) == lease
 
     await advance(SHORT_TTL + 0.1)  # the TTL was not extended either
-    assert await queue.get_lease(lease.task_id) is None
+    assert await peek.get_lease(lease.task_id) is None
 
 
-async def test_extend_lease_after_expiry_is_missing(queue: Queue, advance: Advance) -> None:
+async def test_extend_lease_after_expiry_is_missing(
+    queue: Queue, peek: QueuePeek, advance: Advance
+) -> None:
     lease = lease_for(new_id())
-    await queue.set_lease(lease, 0.2)
+    await queue.set_leases([lease], 0.2)
     await advance(0.3)
 
     assert await queue.extend_lease(lease, 30.0) is LeaseState.MISSING
-    assert await queue.get_lease(lease.task_id) is None
+    assert await peek.get_lease(lease.task_id) is None
 
 
 async def test_extend_lease_never_set_is_missing(queue: Queue) -> None:
@@ -550,34 +584,36 @@ async def test_extend_lease_never_set_is_missing(queue: Queue) -> None:
 
 
 async def test_recreate_lease_creates_a_missing_lease_with_its_ttl(
-    queue: Queue, advance: Advance
+    queue: Queue, peek: QueuePeek, advance: Advance
 ) -> None:
     lease = lease_for(new_id(), deadline_ms=4_000)
 
     assert await queue.recreate_lease(lease, SHORT_TTL) is LeaseState.EXTENDED
-    assert await queue.get_lease(lease.task_id) == lease
+    assert await peek.get_lease(lease.task_id) == lease
 
     await advance(SHORT_TTL + 0.1)
-    assert await queue.get_lease(lease.task_id) is None
+    assert await peek.get_lease(lease.task_id) is None
 
 
 async def test_recreate_lease_never_overwrites_another_runs_lease(
-    queue: Queue, advance: Advance
+    queue: Queue, peek: QueuePeek, advance: Advance
 ) -> None:
     theirs = lease_for(new_id())
-    await queue.set_lease(theirs, SHORT_TTL)
+    await queue.set_leases([theirs], SHORT_TTL)
     mine = Lease(theirs.task_id, "w-2", new_id(), deadline_ms=99_999)
 
     assert await queue.recreate_lease(mine, 30.0) is LeaseState.LOST
-    assert await queue.get_lease(theirs.task_id) == theirs
+    assert await peek.get_lease(theirs.task_id) == theirs
 
     await advance(SHORT_TTL + 0.1)  # nor was its TTL moved
-    assert await queue.get_lease(theirs.task_id) is None
+    assert await peek.get_lease(theirs.task_id) is None
 
 
-async def test_recreate_lease_of_our_own_lease_extends_it(queue: Queue, advance: Advance) -> None:
+async def test_recreate_lease_of_our_own_lease_extends_it(
+    queue: Queue, peek: QueuePeek, advance: Advance
+) -> None:
     lease = lease_for(new_id(), deadline_ms=1_000)
-    await queue.set_lease(lease, SHORT_TTL)
+    await queue.set_leases([lease], SHORT_TTL)
     await advance(0.2)
     renewed = Lease(lease.task_id, lease.worker_id, lease.run_id, deadline_ms=2_000)
 
@@ -585,7 +621,7 @@ async def test_recreate_lease_of_our_own_lease_extends_it(queue: Queue, advance:
     assert await queue.recreate_lease(renewed, SHORT_TTL) is LeaseState.EXTENDED  # a replay
 
     await advance(0.2)  # 0.4 s after set_lease: alive only because it was extended
-    assert await queue.get_lease(lease.task_id) == renewed
+    assert await peek.get_lease(lease.task_id) == renewed
 
 
 async def test_recreate_lease_refuses_a_non_positive_ttl(queue: Queue) -> None:
@@ -593,22 +629,22 @@ async def test_recreate_lease_refuses_a_non_positive_ttl(queue: Queue) -> None:
         await queue.recreate_lease(lease_for(new_id()), 0)
 
 
-async def test_delete_lease_only_by_its_run(queue: Queue) -> None:
+async def test_delete_lease_only_by_its_run(queue: Queue, peek: QueuePeek) -> None:
     lease = lease_for(new_id())
-    await queue.set_lease(lease, 30.0)
+    await queue.set_leases([lease], 30.0)
 
-    await queue.delete_lease(lease.task_id, new_id())
-    assert await queue.get_lease(lease.task_id) == lease
+    await queue.delete_leases([(lease.task_id, new_id())])
+    assert await peek.get_lease(lease.task_id) == lease
 
-    await queue.delete_lease(lease.task_id, lease.run_id)
-    assert await queue.get_lease(lease.task_id) is None
-    await queue.delete_lease(lease.task_id, lease.run_id)  # idempotent
+    await queue.delete_leases([(lease.task_id, lease.run_id)])
+    assert await peek.get_lease(lease.task_id) is None
+    await queue.delete_leases([(lease.task_id, lease.run_id)])  # idempotent
 
 
 async def test_leases_present_lists_live_leases_only(queue: Queue, advance: Advance) -> None:
     held, expiring, never = new_id(), new_id(), new_id()
-    await queue.set_lease(lease_for(held), 30.0)
-    await queue.set_lease(lease_for(expiring), 0.2)
+    await queue.set_leases([lease_for(held)], 30.0)
+    await queue.set_leases([lease_for(expiring)], 0.2)
     await advance(0.3)
 
     assert await queue.leases_present([held, expiring, never]) == {held}
@@ -617,19 +653,19 @@ async def test_leases_present_lists_live_leases_only(queue: Queue, advance: Adva
 
 async def test_set_lease_refuses_a_non_positive_ttl(queue: Queue) -> None:
     with pytest.raises(ValueError, match="ttl"):
-        await queue.set_lease(lease_for(new_id()), 0)
+        await queue.set_leases([lease_for(new_id())], 0)
 
 
-async def test_set_leases_creates_or_overwrites_each_lease(queue: Queue) -> None:
+async def test_set_leases_creates_or_overwrites_each_lease(queue: Queue, peek: QueuePeek) -> None:
     fresh_task, taken_task = new_id(), new_id()
-    await queue.set_lease(lease_for(taken_task), 30.0)
+    await queue.set_leases([lease_for(taken_task)], 30.0)
     fresh = lease_for(fresh_task, deadline_ms=7)
     newer = Lease(task_id=taken_task, worker_id="w-2", run_id=new_id(), deadline_ms=9)
 
     await queue.set_leases([fresh, newer], 30.0)
 
-    assert await queue.get_lease(fresh_task) == fresh
-    assert await queue.get_lease(taken_task) == newer
+    assert await peek.get_lease(fresh_task) == fresh
+    assert await peek.get_lease(taken_task) == newer
     assert await queue.leases_present([fresh_task, taken_task]) == {fresh_task, taken_task}
 
 
@@ -650,7 +686,9 @@ async def test_set_leases_refuses_a_non_positive_ttl(queue: Queue) -> None:
         await queue.set_leases([lease_for(new_id())], 0)
 
 
-async def test_delete_leases_deletes_only_the_leases_of_the_named_runs(queue: Queue) -> None:
+async def test_delete_leases_deletes_only_the_leases_of_the_named_runs(
+    queue: Queue, peek: QueuePeek
+) -> None:
     ours, theirs = lease_for(new_id()), lease_for(new_id())
     await queue.set_leases([ours, theirs], 30.0)
     never = new_id()
@@ -659,294 +697,37 @@ async def test_delete_leases_deletes_only_the_leases_of_the_named_runs(queue: Qu
         [(ours.task_id, ours.run_id), (theirs.task_id, new_id()), (never, new_id())]
     )
 
-    assert await queue.get_lease(ours.task_id) is None
-    assert await queue.get_lease(theirs.task_id) == theirs
+    assert await peek.get_lease(ours.task_id) is None
+    assert await peek.get_lease(theirs.task_id) == theirs
     await queue.delete_leases([(ours.task_id, ours.run_id)])  # idempotent
     await queue.delete_leases([])
     await queue.delete_leases([(theirs.task_id, theirs.run_id)])
-    assert await queue.get_lease(theirs.task_id) is None
+    assert await peek.get_lease(theirs.task_id) is None
 
 
 # --- losing the queue's data ------------------------------------------------------------------
 
 
 async def test_flush_loses_markers_leases_lists_and_schedule(
-    queue: Queue, flush: Flush, now: Callable[[], datetime]
+    queue: Queue, peek: QueuePeek, flush: Flush, now: Callable[[], datetime]
 ) -> None:
     queued, leased, scheduled = new_id(), new_id(), new_id()
-    await queue.enqueue(queued, "default")
-    await queue.set_lease(lease_for(leased), 30.0)
+    await enqueue_one(queue, queued, "default")
+    await queue.set_leases([lease_for(leased)], 30.0)
     await queue.schedule(scheduled, "default", now() - timedelta(seconds=1))
 
     await flush()
 
-    assert await queue.has_marker(queued) is False
-    assert await queue.get_lease(leased) is None
+    assert await peek.has_marker(queued) is False
+    assert await peek.get_lease(leased) is None
     assert await queue.leases_present([leased]) == set()
-    assert await queue.pop(["default"], 0) is None
+    assert await pop_one(queue, ["default"], 0) is None
     assert await queue.promote_due(10) == 0
-    assert await queue.enqueue(queued, "default") is True  # the reconciler can repair
+    assert await enqueue_one(queue, queued, "default") is True  # the reconciler can repair
 
 
 async def test_ping_succeeds(queue: Queue) -> None:
     await queue.ping()
-
-
-# --- Redis only -------------------------------------------------------------------------------
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
-@pytest.mark.integration
-async def test_redis_keys_follow_spec_layout_under_the_prefix(
-    redis_client: Redis, redis_prefix: str
-) -> None:
-    queue = RedisQueue(redis_client, prefix=redis_prefix, marker_ttl=30.0)
-    queued, leased, scheduled = new_id(), new_id(), new_id()
-    lease = lease_for(leased, deadline_ms=123)
-    await queue.enqueue(queued, "high")
-    await queue.set_lease(lease, 30.0)
-    await queue.schedule(scheduled, "low|tier", datetime(2030, 1, 1, tzinfo=UTC))
-
-    keys = {_text(key) async for key in redis_client.scan_iter(match=f"{redis_prefix}*")}
-    assert keys == {
-        f"{redis_prefix}queue:ready:high",
-        f"{redis_prefix}queue:pending:{queued}",
-        f"{redis_prefix}lease:task:{leased}",
-        f"{redis_prefix}queue:scheduled",
-    }
-    for task_id in (queued, leased, scheduled):
-        anywhere = [_text(k) async for k in redis_client.scan_iter(match=f"*{task_id}*")]
-        assert all(key.startswith(redis_prefix) for key in anywhere)
-
-    assert await redis_client.lrange(f"{redis_prefix}queue:ready:high", 0, -1) == [
-        str(queued).encode()
-    ]
-    assert 0 < await redis_client.pttl(f"{redis_prefix}queue:pending:{queued}") <= 30_000
-    assert 0 < await redis_client.pttl(f"{redis_prefix}lease:task:{leased}") <= 30_000
-    assert await redis_client.hgetall(f"{redis_prefix}lease:task:{leased}") == {
-        b"worker_id": b"w-1",
-        b"run_id": str(lease.run_id).encode(),
-        b"deadline_ms": b"123",
-    }
-    members = await redis_client.zrange(f"{redis_prefix}queue:scheduled", 0, -1, withscores=True)
-    assert members == [(f"low|tier|{scheduled}".encode(), 1_893_456_000_000.0)]
-
-    # A priority containing "|" survives promotion (the member is split at the last "|").
-    await queue.schedule(scheduled, "low|tier", datetime(2020, 1, 1, tzinfo=UTC))
-    assert await queue.promote_due(10) == 1
-    assert await queue.pop(["low|tier"], 0) == scheduled
-
-
-@pytest.mark.integration
-async def test_redis_pop_waits_longer_than_the_socket_timeout(redis_prefix: str) -> None:
-    client: Redis = Redis.from_url(REDIS_URL, socket_timeout=0.4)
-    try:
-        queue = RedisQueue(client, prefix=redis_prefix)
-        started = time.monotonic()
-        assert await queue.pop(["default"], 1.0) is None
-        assert 0.9 <= time.monotonic() - started < 2.0
-
-        task_id = new_id()
-        popper = asyncio.create_task(queue.pop(["default"], 2.0))
-        await asyncio.sleep(0.6)  # past the first BRPOP slice
-        await queue.enqueue(task_id, "default")
-        assert await asyncio.wait_for(popper, 2.0) == task_id
-
-        started = time.monotonic()
-        assert await queue.pop_many(["default"], 1.0, 8) == []
-        assert 0.9 <= time.monotonic() - started < 2.0
-    finally:
-        await client.aclose()
-
-
-@pytest.mark.integration
-async def test_redis_pop_discards_malformed_entries(redis_client: Redis, redis_prefix: str) -> None:
-    queue = RedisQueue(redis_client, prefix=redis_prefix)
-    task_id = new_id()
-    await redis_client.lpush(f"{redis_prefix}queue:ready:default", "not-a-uuid")
-    await queue.enqueue(task_id, "default")
-
-    assert await queue.pop(["default"], 0.5) == task_id
-
-
-@pytest.mark.integration
-async def test_redis_pop_many_discards_malformed_entries(
-    redis_client: Redis, redis_prefix: str
-) -> None:
-    queue = RedisQueue(redis_client, prefix=redis_prefix)
-    first, second = new_id(), new_id()
-    ready = f"{redis_prefix}queue:ready:default"
-    await redis_client.lpush(ready, "not-a-uuid")
-    await queue.enqueue(first, "default")
-    await redis_client.lpush(ready, "")
-    await queue.enqueue(second, "default")
-
-    assert await queue.pop_many(["default"], 0, 10) == [first, second]
-    assert await redis_client.llen(ready) == 0
-
-
-@pytest.mark.integration
-async def test_redis_batch_writes_follow_the_single_id_layout(
-    redis_client: Redis, redis_prefix: str
-) -> None:
-    queue = RedisQueue(redis_client, prefix=redis_prefix, marker_ttl=30.0)
-    queued, leased = new_id(), new_id()
-    lease = lease_for(leased, deadline_ms=123)
-    await queue.enqueue_many([(queued, "high")])
-    await queue.set_leases([lease], 20.0)
-
-    keys = {_text(key) async for key in redis_client.scan_iter(match=f"{redis_prefix}*")}
-    assert keys == {
-        f"{redis_prefix}queue:ready:high",
-        f"{redis_prefix}queue:pending:{queued}",
-        f"{redis_prefix}lease:task:{leased}",
-    }
-    assert await redis_client.get(f"{redis_prefix}queue:pending:{queued}") == b"1"
-    assert 20_000 < await redis_client.pttl(f"{redis_prefix}queue:pending:{queued}") <= 30_000
-    assert 0 < await redis_client.pttl(f"{redis_prefix}lease:task:{leased}") <= 20_000
-    assert await redis_client.hgetall(f"{redis_prefix}lease:task:{leased}") == {
-        b"worker_id": b"w-1",
-        b"run_id": str(lease.run_id).encode(),
-        b"deadline_ms": b"123",
-    }
-
-
-@pytest.mark.integration
-async def test_redis_pop_many_keeps_the_popped_id_when_the_follow_up_fails(
-    redis_client: Redis, redis_prefix: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Given a pop_many blocked in BRPOP, whose non-blocking follow-up will fail...
-    queue = RedisQueue(redis_client, prefix=redis_prefix)
-    script = queue._pop_now
-    calls = 0
-
-    async def flaky(**kwargs: Any) -> Any:
-        nonlocal calls
-        calls += 1
-        if calls > 1:
-            raise RedisConnectionError("lost after BRPOP")
-        return await script(**kwargs)
-
-    monkeypatch.setattr(queue, "_pop_now", flaky)
-    task_id, other = new_id(), new_id()
-    popper = asyncio.create_task(queue.pop_many(["default"], 5.0, 10))
-    await asyncio.sleep(0.05)
-    await queue.enqueue_many([(task_id, "default"), (other, "default")])
-
-    # ...then the id BRPOP already took is returned rather than lost; the rest stays queued.
-    assert await asyncio.wait_for(popper, 2.0) == [task_id]
-    assert calls == 2
-    ready = f"{redis_prefix}queue:ready:default"
-    assert await redis_client.lrange(ready, 0, -1) == [str(other).encode()]
-
-
-async def test_redis_batch_methods_make_no_round_trip_for_empty_input() -> None:
-    client = Redis(
-        host="127.0.0.1", port=1, socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0)
-    )
-    queue = RedisQueue(client, prefix="dtqtest:down:")
-    try:
-        assert await queue.enqueue_many([]) == 0
-        await queue.release_markers([])
-        await queue.set_leases([], 30.0)
-        await queue.delete_leases([])
-        assert await queue.leases_present([]) == set()
-    finally:
-        await client.aclose()
-
-
-async def test_redis_errors_become_backend_unavailable() -> None:
-    client = Redis(
-        host="127.0.0.1", port=1, socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0)
-    )
-    queue = RedisQueue(client, prefix="dtqtest:down:")
-    try:
-        with pytest.raises(BackendUnavailable) as caught:
-            await queue.ping()
-        assert caught.value.__cause__ is not None
-        with pytest.raises(BackendUnavailable):
-            await queue.enqueue(new_id(), "default")
-        with pytest.raises(BackendUnavailable):
-            await queue.pop(["default"], 0.1)
-        with pytest.raises(BackendUnavailable):
-            await queue.leases_present([new_id()])
-        with pytest.raises(BackendUnavailable):
-            await queue.enqueue_many([(new_id(), "default")])
-        with pytest.raises(BackendUnavailable):
-            await queue.release_markers([new_id()])
-        with pytest.raises(BackendUnavailable):
-            await queue.pop_many(["default"], 0, 5)
-        with pytest.raises(BackendUnavailable):
-            await queue.pop_many(["default"], 0.1, 5)
-        with pytest.raises(BackendUnavailable):
-            await queue.set_leases([lease_for(new_id())], 30.0)
-        with pytest.raises(BackendUnavailable):
-            await queue.delete_leases([(new_id(), new_id())])
-    finally:
-        await client.aclose()
-
-
-@pytest.mark.parametrize(
-    ("addr", "host", "port"),
-    [
-        ("127.0.0.1:6379", "127.0.0.1", 6379),
-        ("redis.internal:6380", "redis.internal", 6380),
-        ("localhost", "localhost", 6379),
-        ("[::1]:6381", "::1", 6381),
-        ("redis://cache:6390/2", "cache", 6390),
-    ],
-)
-async def test_connect_redis_parses_addresses(addr: str, host: str, port: int) -> None:
-    client = connect_redis(addr)
-    try:
-        options = client.connection_pool.connection_kwargs
-        assert (options["host"], options["port"]) == (host, port)
-        assert options.get("decode_responses", False) is False
-    finally:
-        await client.aclose()
-
-
-@pytest.mark.parametrize("addr", ["host:notaport", "host:6379/0", ""])
-def test_connect_redis_rejects_bad_addresses(addr: str) -> None:
-    with pytest.raises(ValueError, match="Redis address"):
-        connect_redis(addr)
-
-
-class _ConfigStub:
-    """Stands in for a client in ``check_eviction_policy`` (the shared server is not touched)."""
-
-    def __init__(self, reply: dict[str, str] | Exception) -> None:
-        self._reply = reply
-
-    async def config_get(self, pattern: str) -> dict[str, str]:
-        if isinstance(self._reply, Exception):
-            raise self._reply
-        return self._reply
-
-
-@pytest.mark.parametrize(
-    ("reply", "warns"),
-    [
-        ({"maxmemory-policy": "noeviction"}, False),
-        ({"maxmemory-policy": "allkeys-lru"}, True),
-        (ResponseError("unknown command 'CONFIG'"), True),
-    ],
-)
-async def test_check_eviction_policy_warns_unless_noeviction(reply: Any, warns: bool) -> None:
-    warning = await check_eviction_policy(_ConfigStub(reply))  # type: ignore[arg-type]
-    assert (warning is not None) is warns
-    if warns:
-        assert "maxmemory-policy" in warning
-
-
-@pytest.mark.integration
-async def test_check_eviction_policy_agrees_with_the_server(redis_client: Redis) -> None:
-    policy = _text(next(iter((await redis_client.config_get("maxmemory-policy")).values())))
-    warning = await check_eviction_policy(redis_client)
-    assert (warning is None) is (policy == "noeviction")
 
 
 # --- reconciler safety: queue epoch and server clock (issue 12 bugs 3 and 7) -----------------

@@ -26,6 +26,7 @@ from dtq.entrypoints.bundles import Services
 from dtq.entrypoints.config import Settings
 from dtq.entrypoints.container import build_container
 from dtq.entrypoints.metrics import OrchestratorMetrics, new_registry
+from tests.single import claim_one, complete_one, pop_one
 
 pytestmark = pytest.mark.integration
 
@@ -72,7 +73,7 @@ async def test_api_round_trip_on_postgres_and_redis(services: Services) -> None:
     assert await services.api.health.check() == {"store": None, "queue": None}
     # httpx's ASGI transport runs the app on this test's event loop, where the pool and the
     # Redis client live (Litestar's test client would run it on a portal thread's loop).
-    transport = httpx.ASGITransport(app=app)
+    transport = httpx.ASGITransport(app=app)  # type: ignore[arg-type]  # Litestar's scope types
     async with httpx.AsyncClient(transport=transport, base_url="http://dtq") as client:
         body = {
             "tasks": [
@@ -109,7 +110,7 @@ async def test_eight_concurrent_claimers_claim_each_of_200_tasks_exactly_once(
     counts = Counter(c.task.id for c in claimed)
     assert set(counts) == set(result.task_ids.values())
     assert set(counts.values()) == {1}
-    assert await services.queue.pop(["default"], timeout=0) is None
+    assert await pop_one(services.queue, ["default"], timeout=0) is None
 
 
 async def test_concurrent_completions_in_one_job_take_the_retry_path(
@@ -136,7 +137,7 @@ async def test_concurrent_completions_in_one_job_take_the_retry_path(
     view = await services.api.queries.get_job(result.job_id)
     status = {t.name: t.status for t in view.tasks}
     assert status["join"] is TaskStatus.QUEUED  # promoted exactly once all 40 completed
-    assert await services.queue.pop(["default"], timeout=0) == result.task_ids["join"]
+    assert await pop_one(services.queue, ["default"], timeout=0) == result.task_ids["join"]
 
 
 async def test_redis_loss_mid_run_is_repaired_by_reconcile_and_reclaim(
@@ -167,19 +168,19 @@ async def test_redis_loss_mid_run_is_repaired_by_reconcile_and_reclaim(
 async def test_stale_report_after_reclaim_is_refused_on_postgres(services: Services) -> None:
     result = await services.api.submit.submit_job(SubmitJob(tasks=(TaskSpec("a", "echo"),)))
     task_id: UUID = result.task_ids["a"]
-    stale = await services.worker.execution.claim(
-        await services.queue.pop(["default"], timeout=0), "w1"
-    )  # type: ignore[arg-type]
+    popped = await pop_one(services.queue, ["default"], timeout=0)
+    assert popped is not None
+    stale = await claim_one(services.worker.execution, popped, "w1")
     assert stale is not None
-    await services.queue.delete_lease(task_id, stale.run.id)
+    await services.queue.delete_leases([(task_id, stale.run.id)])
     await asyncio.sleep(POLICY.stale_running_after + 0.2)
     assert await services.reconciler.reconcile.reclaim_stale() == 1
-    fresh = await services.worker.execution.claim(
-        await services.queue.pop(["default"], timeout=0), "w2"
-    )  # type: ignore[arg-type]
+    popped = await pop_one(services.queue, ["default"], timeout=0)
+    assert popped is not None
+    fresh = await claim_one(services.worker.execution, popped, "w2")
     assert fresh is not None
-    assert (await services.worker.execution.complete(stale)).value == "stale"
-    assert (await services.worker.execution.complete(fresh)).value == "recorded"
+    assert (await complete_one(services.worker.execution, stale)).value == "stale"
+    assert (await complete_one(services.worker.execution, fresh)).value == "recorded"
 
 
 async def test_batch_with_a_reclaimed_claim_records_the_others_on_postgres(
@@ -194,7 +195,7 @@ async def test_batch_with_a_reclaimed_claim_records_the_others_on_postgres(
     claims = await services.worker.execution.claim_many(ids, "w1")
     assert len(claims) == 3
     stale = claims[1]
-    await services.queue.delete_lease(stale.task.id, stale.run.id)
+    await services.queue.delete_leases([(stale.task.id, stale.run.id)])
     await asyncio.sleep(POLICY.stale_running_after + 0.2)
     assert await services.reconciler.reconcile.reclaim_stale() == 1
     outcomes = await services.worker.execution.complete_many(claims)

@@ -60,8 +60,10 @@ Call = Callable[[RedisQueue], Awaitable[Any]]
 @pytest.mark.parametrize(
     "call",
     [
-        pytest.param(lambda q: q.enqueue(uuid.uuid4(), "default"), id="enqueue-idempotent"),
-        pytest.param(lambda q: q.pop(["default"], 30.0), id="blocking-pop"),
+        pytest.param(
+            lambda q: q.enqueue_many([(uuid.uuid4(), "default")]), id="enqueue-idempotent"
+        ),
+        pytest.param(lambda q: q.pop_many(["default"], 30.0, 1), id="blocking-pop"),
         pytest.param(lambda q: q.pop_many(["default"], 0, 4), id="pop-script"),
         pytest.param(lambda q: q.ping(), id="ping"),
     ],
@@ -78,7 +80,7 @@ async def test_a_stalled_redis_fails_a_call_within_seconds_and_then_works_again(
     assert took < REDIS_STALL_BOUND
     await asyncio.to_thread(proxy.restore)
     started = time.monotonic()
-    assert await queue.enqueue(uuid.uuid4(), "default")
+    assert await queue.enqueue_many([(uuid.uuid4(), "default")]) == 1
     assert time.monotonic() - started < 1.0
 
 
@@ -88,8 +90,8 @@ async def test_a_refused_redis_fails_at_once_and_the_client_reconnects_after(
     queue, proxy = through_proxy
     await asyncio.to_thread(proxy.cut)
 
-    took = await _timed_failure(lambda: queue.enqueue(uuid.uuid4(), "default"))
+    took = await _timed_failure(lambda: queue.enqueue_many([(uuid.uuid4(), "default")]))
 
     assert took < 1.5
     await asyncio.to_thread(proxy.restore)
-    assert await queue.enqueue(uuid.uuid4(), "default")
+    assert await queue.enqueue_many([(uuid.uuid4(), "default")]) == 1

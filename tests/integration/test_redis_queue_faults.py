@@ -21,13 +21,15 @@ from redis.asyncio import Redis
 from dtq.adapters.memory.clock import FakeClock
 from dtq.adapters.memory.store import InMemoryStore
 from dtq.adapters.redis import RedisQueue, connect_redis
+from dtq.adapters.redis.connection import wrap_errors
 from dtq.application.commands import ExecutionPolicy, SubmitJob, TaskSpec
 from dtq.application.execution import ExecutionService
 from dtq.application.ports import Lease, LeaseState
 from dtq.application.submit import SubmitService
 from dtq.domain.errors import BackendUnavailable
+from tests.single import claim_one
 
-from .conftest import REDIS_URL
+from .conftest import REDIS_URL, RedisPeek
 
 pytestmark = pytest.mark.integration
 
@@ -111,10 +113,18 @@ def new_id() -> uuid.UUID:
 Pop = Callable[[RedisQueue], Awaitable[Any]]
 
 
+async def _brpop(queue: RedisQueue) -> Any:
+    """The adapter's BRPOP loop itself: ``pop_many`` runs its pop script first when ids wait,
+    so the blocking command is reached here through the adapter's private step."""
+    with wrap_errors("pop"):
+        deadline = asyncio.get_running_loop().time() + 1.0
+        return await queue._pop_one(queue._ready_keys(["default"]), deadline)
+
+
 @pytest.mark.parametrize(
     "pop",
     [
-        pytest.param(lambda q: q.pop(["default"], 1.0), id="brpop"),
+        pytest.param(_brpop, id="brpop"),
         pytest.param(lambda q: q.pop_many(["default"], 0, 1), id="pop-script"),
         pytest.param(lambda q: q.pop_many(["default"], 1.0, 1), id="pop-many-script"),
     ],
@@ -137,7 +147,7 @@ async def test_a_pop_whose_reply_was_lost_is_not_sent_again(
 
 
 async def test_an_idempotent_command_whose_reply_was_lost_is_sent_again(
-    proxied: tuple[RedisQueue, ReplyDropper], redis_client: Redis, redis_prefix: str
+    proxied: tuple[RedisQueue, ReplyDropper], redis_peek: RedisPeek
 ) -> None:
     queue, proxy = proxied
     task_id = new_id()
@@ -147,11 +157,11 @@ async def test_an_idempotent_command_whose_reply_was_lost_is_sent_again(
     await queue.set_leases([lease], 30.0)  # re-sent after the lost reply: no error
 
     assert proxy.dropped == 1
-    assert await queue.get_lease(task_id) == lease
+    assert await redis_peek.get_lease(task_id) == lease
 
 
 async def test_heartbeat_on_redis_does_not_overwrite_a_lease_written_after_missing(
-    redis_client: Redis, redis_prefix: str
+    redis_client: Redis, redis_prefix: str, redis_peek: RedisPeek
 ) -> None:
     # Stages bug 1 on real Redis: A's extend answers MISSING, B's lease lands, A re-creates.
     clock = FakeClock()
@@ -162,7 +172,9 @@ async def test_heartbeat_on_redis_does_not_overwrite_a_lease_written_after_missi
         SubmitJob(tasks=(TaskSpec("a", "echo"),))
     )
     task_id = submitted.task_ids["a"]
-    claim = await ExecutionService(store=store, queue=queue, policy=policy).claim(task_id, "w-a")
+    claim = await claim_one(
+        ExecutionService(store=store, queue=queue, policy=policy), task_id, "w-a"
+    )
     assert claim is not None
     await redis_client.delete(f"{redis_prefix}lease:task:{task_id}")  # Redis lost A's lease
     rival = Lease(task_id=task_id, worker_id="w-b", run_id=new_id(), deadline_ms=1)
@@ -170,12 +182,12 @@ async def test_heartbeat_on_redis_does_not_overwrite_a_lease_written_after_missi
     class Racing:
         async def extend_lease(self, lease: Lease, ttl: float) -> LeaseState:
             state = await queue.extend_lease(lease, ttl)
-            await queue.set_lease(rival, ttl)  # B's claim lands between the read and the write
+            await queue.set_leases([rival], ttl)  # B's claim lands between the read and the write
             return state
 
         def __getattr__(self, attr: str) -> Any:
             return getattr(queue, attr)
 
-    racing = ExecutionService(store=store, queue=Racing(), policy=policy, clock=clock)  # type: ignore[arg-type]
+    racing = ExecutionService(store=store, queue=Racing(), policy=policy, clock=clock)
     assert await racing.heartbeat(claim) is LeaseState.LOST
-    assert await queue.get_lease(task_id) == rival
+    assert await redis_peek.get_lease(task_id) == rival

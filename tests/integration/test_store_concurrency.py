@@ -125,7 +125,7 @@ async def test_concurrent_claims_take_every_task_exactly_once(pg_pool: Pool) -> 
         task = queued[0]  # everybody goes for the same task: maximal contention
         run = task.claim(run_id=uuid4(), worker_id=worker, at=at)
         await tx.tasks.save(task)
-        await tx.runs.add(run)
+        await tx.runs.add_many([run])
         shared.set_status(JobStatus.RUNNING, at=at)
         shared.updated_at = at
         await tx.jobs.save(shared)

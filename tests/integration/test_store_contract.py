@@ -15,6 +15,7 @@ from uuid import UUID, uuid4
 import pytest
 
 from dtq.adapters.memory.clock import FakeClock
+from dtq.adapters.memory.store import InMemoryStore
 from dtq.application.ports import DueTask, RunningTask, Store, Transaction
 from dtq.domain.entities import Job, Task, TaskRun, Worker
 from dtq.domain.errors import (
@@ -37,9 +38,7 @@ PAYLOADS: list[Any] = [
 @pytest.fixture
 def memory_store() -> Store:
     """The in-memory fake (``dtq.adapters.memory.store.InMemoryStore``) on a fake clock."""
-    module = pytest.importorskip("dtq.adapters.memory.store")
-    store: Store = module.InMemoryStore(FakeClock())
-    return store
+    return InMemoryStore(FakeClock())
 
 
 @pytest.fixture(params=["memory", pytest.param("postgres", marks=pytest.mark.integration)])
@@ -471,11 +470,11 @@ async def test_runs_are_listed_by_started_at_even_when_attempt_numbers_repeat(
         current = await tx.tasks.get(task.id)
         assert current is not None
         first = current.claim(run_id=uuid4(), worker_id="w1", at=now - timedelta(seconds=30))
-        await tx.runs.add(replace(first))
+        await tx.runs.add_many([replace(first)])
         current.reclaim(first, reason="lease lost", max_reclaims=5, at=now - timedelta(seconds=20))
         await tx.runs.save(first)
         second = current.claim(run_id=uuid4(), worker_id="w2", at=now - timedelta(seconds=10))
-        await tx.runs.add(second)
+        await tx.runs.add_many([second])
         await tx.tasks.save(current)
         return [first, second]
 
@@ -499,7 +498,7 @@ async def test_run_save_is_guarded_on_the_stored_run_still_running(store: Store)
     await add(store, job, [task])
 
     async def fn(tx: Transaction) -> list[str]:
-        await tx.runs.add(replace(run))
+        await tx.runs.add_many([replace(run)])
         winner, loser = replace(run), replace(run)
         winner._end(RunStatus.SUCCEEDED, at=now)
         await tx.runs.save(winner)

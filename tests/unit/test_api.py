@@ -10,6 +10,7 @@ import pytest
 from dtq.domain.status import JobStatus, RunStatus, TaskStatus
 from dtq.entrypoints.api.commands import request_hash
 from dtq.entrypoints.api.schemas import SubmitJobRequest, SubmitTaskRequest
+from tests.single import claim_one, complete_one
 from tests.unit.api_harness import JSON, Api, running_api
 
 # The two request bodies of the seed README, byte for byte.
@@ -282,13 +283,13 @@ async def test_get_task_lists_runs_in_start_order_with_their_status(api: Api) ->
     created = await api.client.post("/v1/tasks", json={"kind": "flaky"})
     task_id = UUID(created.json()["task_id"])
     execution = api.services.worker.execution
-    first = await execution.claim(task_id, "w1")
+    first = await claim_one(execution, task_id, "w1")
     assert first is not None
     await execution.fail(first, "boom")
     api.clock.advance(60)
-    second = await execution.claim(task_id, "w2")
+    second = await claim_one(execution, task_id, "w2")
     assert second is not None
-    await execution.complete(second)
+    await complete_one(execution, second)
 
     body = (await api.client.get(f"/v1/tasks/{task_id}")).json()
 
@@ -330,9 +331,9 @@ async def test_get_job_returns_the_job_and_all_its_tasks_without_runs(api: Api) 
 
 async def test_get_job_shows_progress(api: Api) -> None:
     created = (await api.client.post("/v1/jobs", content=README_DAG, headers=JSON)).json()
-    claim = await api.services.worker.execution.claim(UUID(created["tasks"]["a"]), "w1")
+    claim = await claim_one(api.services.worker.execution, UUID(created["tasks"]["a"]), "w1")
     assert claim is not None
-    await api.services.worker.execution.complete(claim)
+    await complete_one(api.services.worker.execution, claim)
 
     body = (await api.client.get(f"/v1/jobs/{created['job_id']}")).json()
 

@@ -51,7 +51,7 @@ async def serving(body_timeout: float = 5.0, keep_alive: float = 5.0) -> AsyncIt
             port=0,
             log_config=None,
             lifespan="on",
-            timeout_keep_alive=keep_alive,
+            timeout_keep_alive=keep_alive,  # type: ignore[arg-type]  # uvicorn takes a float
         )
         server = uvicorn.Server(config)
         task = asyncio.create_task(server.serve())

@@ -317,7 +317,7 @@ def test_worker_exit_does_not_wait_for_a_lingering_handler_thread(
     thread = threading.Thread(target=release.wait, name="sync-handler")
     thread.start()
     exits: list[int] = []
-    monkeypatch.setattr(cli_common.os, "_exit", exits.append)
+    monkeypatch.setattr(os, "_exit", exits.append)
     try:
         cli_common.exit_without_lingering_threads(0)
     finally:

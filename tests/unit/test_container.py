@@ -28,7 +28,7 @@ async def test_memory_services_share_one_store_and_one_queue() -> None:
         assert isinstance(services.store, InMemoryStore)
         assert isinstance(services.queue, InMemoryQueue)
         assert view.task.kind == "echo"
-        assert await services.queue.has_marker(view.task.id)
+        assert services.queue.has_marker(view.task.id)
         assert await services.api.health.check() == {"store": None, "queue": None}
 
 
@@ -40,10 +40,12 @@ async def test_the_pending_marker_ttl_comes_from_the_settings() -> None:
     async with open_services(container.settings(), backend="memory", container=container) as s:
         result = await s.api.submit.submit_job(one_task_job())
         task_id = result.task_ids["only"]
+        queue = s.queue
+        assert isinstance(queue, InMemoryQueue)
         clock.advance(4.9)
-        assert await s.queue.has_marker(task_id)
+        assert queue.has_marker(task_id)
         clock.advance(0.2)
-        assert not await s.queue.has_marker(task_id)
+        assert not queue.has_marker(task_id)
 
 
 async def test_the_execution_policy_comes_from_the_settings() -> None:

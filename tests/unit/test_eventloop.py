@@ -47,7 +47,7 @@ def test_unknown_loop_is_a_config_error_naming_the_variable(
         eventloop.run(coro)
     assert raised.value.variable == "DTQ_EVENT_LOOP"
     assert "trio" in raised.value.message
-    assert coro.cr_frame is None  # closed, not left to warn "never awaited"
+    assert coro.cr_frame is None  # type: ignore[attr-defined]  # closed, not left to warn "never awaited"
 
 
 def test_running_loop_name_names_the_loop_in_use(monkeypatch: pytest.MonkeyPatch) -> None:

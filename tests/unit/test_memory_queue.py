@@ -20,6 +20,7 @@ from dtq.adapters.memory.clock import FakeClock
 from dtq.adapters.memory.queue import InMemoryQueue
 from dtq.application.commands import SubmitJob, TaskSpec
 from dtq.application.ports import Lease, LeaseState
+from tests.single import enqueue_one, pop_one
 from tests.unit.conftest import POLICY, memory_container
 
 
@@ -46,7 +47,7 @@ async def test_many_concurrent_poppers_receive_each_id_exactly_once(queue: InMem
     tier_sets = [["high", "default"], ["default"], ["high"], ["default", "high"]]
 
     async def popper(tiers: list[str]) -> None:
-        while (task_id := await queue.pop(tiers, 0.2)) is not None:
+        while (task_id := await pop_one(queue, tiers, 0.2)) is not None:
             received.append(task_id)
             await asyncio.sleep(0)
 
@@ -54,7 +55,7 @@ async def test_many_concurrent_poppers_receive_each_id_exactly_once(queue: InMem
     await asyncio.sleep(0)  # every popper is now blocked
     rng = random.Random(7)
     for task_id in ids:
-        assert await queue.enqueue(task_id, rng.choice(["high", "default"])) is True
+        assert await enqueue_one(queue, task_id, rng.choice(["high", "default"])) is True
         if rng.random() < 0.3:
             await asyncio.sleep(0)
     await asyncio.gather(*poppers)
@@ -65,51 +66,51 @@ async def test_many_concurrent_poppers_receive_each_id_exactly_once(queue: InMem
 
 
 async def test_blocked_poppers_are_served_longest_waiting_first(queue: InMemoryQueue) -> None:
-    first = asyncio.create_task(queue.pop(["default"], 5.0))
+    first = asyncio.create_task(pop_one(queue, ["default"], 5.0))
     await asyncio.sleep(0)
-    second = asyncio.create_task(queue.pop(["default"], 5.0))
+    second = asyncio.create_task(pop_one(queue, ["default"], 5.0))
     await asyncio.sleep(0)
     a, b = new_id(), new_id()
 
-    await queue.enqueue(a, "default")
-    await queue.enqueue(b, "default")
+    await enqueue_one(queue, a, "default")
+    await enqueue_one(queue, b, "default")
 
     assert await first == a
     assert await second == b
 
 
 async def test_cancelled_popper_gives_back_an_id_it_was_handed(queue: InMemoryQueue) -> None:
-    popper = asyncio.create_task(queue.pop(["default"], 5.0))
+    popper = asyncio.create_task(pop_one(queue, ["default"], 5.0))
     await asyncio.sleep(0)
     task_id = new_id()
 
-    await queue.enqueue(task_id, "default")  # handed to the blocked popper...
+    await enqueue_one(queue, task_id, "default")  # handed to the blocked popper...
     popper.cancel()  # ...which is cancelled before it could resume
 
     with pytest.raises(asyncio.CancelledError):
         await popper
     assert queue.ready_ids("default") == [task_id]
-    assert await queue.pop(["default"], 0) == task_id
+    assert await pop_one(queue, ["default"], 0) == task_id
 
 
 async def test_cancelled_popper_leaves_no_waiter_behind(queue: InMemoryQueue) -> None:
-    popper = asyncio.create_task(queue.pop(["default", "high"], 5.0))
+    popper = asyncio.create_task(pop_one(queue, ["default", "high"], 5.0))
     await asyncio.sleep(0)
     popper.cancel()
     with pytest.raises(asyncio.CancelledError):
         await popper
 
     task_id = new_id()
-    await queue.enqueue(task_id, "high")
+    await enqueue_one(queue, task_id, "high")
     assert queue.ready_ids("high") == [task_id]
 
 
 async def test_pop_listing_a_tier_twice_is_served_once(queue: InMemoryQueue) -> None:
-    popper = asyncio.create_task(queue.pop(["default", "default"], 5.0))
+    popper = asyncio.create_task(pop_one(queue, ["default", "default"], 5.0))
     await asyncio.sleep(0)
     a, b = new_id(), new_id()
-    await queue.enqueue(a, "default")
-    await queue.enqueue(b, "default")
+    await enqueue_one(queue, a, "default")
+    await enqueue_one(queue, b, "default")
 
     assert await popper == a
     assert queue.ready_ids("default") == [b]
@@ -117,7 +118,7 @@ async def test_pop_listing_a_tier_twice_is_served_once(queue: InMemoryQueue) -> 
 
 async def test_pop_refuses_a_bare_string(queue: InMemoryQueue) -> None:
     with pytest.raises(ValueError, match="priorities"):
-        await queue.pop("default", 0)
+        await pop_one(queue, "default", 0)
 
 
 @given(pushes=st.lists(st.sampled_from(["a", "b", "c"]), max_size=30))
@@ -126,11 +127,11 @@ def test_pop_order_is_tier_order_then_fifo(pushes: list[str]) -> None:
         queue = InMemoryQueue(FakeClock())
         pushed = [(tier, new_id()) for tier in pushes]
         for tier, task_id in pushed:
-            await queue.enqueue(task_id, tier)
-        popped = [await queue.pop(["a", "b", "c"], 0) for _ in pushed]
+            await enqueue_one(queue, task_id, tier)
+        popped = [await pop_one(queue, ["a", "b", "c"], 0) for _ in pushed]
         expected = [task_id for tier in "abc" for t, task_id in pushed if t == tier]
         assert popped == expected
-        assert await queue.pop(["a", "b", "c"], 0) is None
+        assert await pop_one(queue, ["a", "b", "c"], 0) is None
 
     asyncio.run(scenario())
 
@@ -142,13 +143,13 @@ async def test_marker_expires_exactly_when_its_ttl_has_elapsed(
     queue: InMemoryQueue, clock: FakeClock
 ) -> None:
     task_id = new_id()
-    await queue.enqueue(task_id, "default")
+    await enqueue_one(queue, task_id, "default")
 
     clock.advance(59.999)
-    assert await queue.has_marker(task_id) is True
+    assert queue.has_marker(task_id) is True
     clock.advance(0.001)
-    assert await queue.has_marker(task_id) is False
-    assert await queue.enqueue(task_id, "default") is True
+    assert queue.has_marker(task_id) is False
+    assert await enqueue_one(queue, task_id, "default") is True
     assert queue.ready_ids("default") == [task_id, task_id]  # the stale entry is still listed
 
 
@@ -156,14 +157,14 @@ async def test_lease_expires_by_the_clock_and_extension_restarts_the_ttl(
     queue: InMemoryQueue, clock: FakeClock
 ) -> None:
     lease = Lease(task_id=new_id(), worker_id="w", run_id=new_id(), deadline_ms=1)
-    await queue.set_lease(lease, 10.0)
+    await queue.set_leases([lease], 10.0)
     clock.advance(9.0)
     assert await queue.extend_lease(lease, 10.0) is LeaseState.EXTENDED
 
     clock.advance(9.999)
     assert await queue.leases_present([lease.task_id]) == {lease.task_id}
     clock.advance(0.001)
-    assert await queue.get_lease(lease.task_id) is None
+    assert queue.get_lease(lease.task_id) is None
     assert await queue.extend_lease(lease, 10.0) is LeaseState.MISSING
 
 
@@ -197,7 +198,7 @@ def test_marker_ttl_must_be_positive(clock: FakeClock) -> None:
 
 async def test_extend_lease_refuses_a_non_positive_ttl(queue: InMemoryQueue) -> None:
     lease = Lease(task_id=new_id(), worker_id="w", run_id=new_id(), deadline_ms=1)
-    await queue.set_lease(lease, 10.0)
+    await queue.set_leases([lease], 10.0)
     with pytest.raises(ValueError, match="ttl"):
         await queue.extend_lease(lease, -1.0)
 
@@ -208,7 +209,7 @@ async def test_extend_lease_refuses_a_non_positive_ttl(queue: InMemoryQueue) -> 
 async def test_ready_ids_lists_a_tier_in_pop_order(queue: InMemoryQueue) -> None:
     ids = [new_id() for _ in range(3)]
     for task_id in ids:
-        await queue.enqueue(task_id, "default")
+        await enqueue_one(queue, task_id, "default")
 
     assert queue.ready_ids("default") == ids
     assert queue.ready_ids("unknown") == []
@@ -228,20 +229,20 @@ async def test_flush_drops_everything_but_blocked_poppers_keep_waiting(
     queue: InMemoryQueue, clock: FakeClock
 ) -> None:
     queued, leased = new_id(), new_id()
-    await queue.enqueue(queued, "default")
-    await queue.set_lease(Lease(leased, "w", new_id(), 1), 10.0)
+    await enqueue_one(queue, queued, "default")
+    await queue.set_leases([Lease(leased, "w", new_id(), 1)], 10.0)
     await queue.schedule(new_id(), "default", clock.now())
-    popper = asyncio.create_task(queue.pop(["other"], 5.0))
+    popper = asyncio.create_task(pop_one(queue, ["other"], 5.0))
     await asyncio.sleep(0)
 
     queue.flush()
 
     assert queue.ready_ids("default") == []
     assert queue.scheduled_ids() == []
-    assert await queue.has_marker(queued) is False
-    assert await queue.get_lease(leased) is None
+    assert queue.has_marker(queued) is False
+    assert queue.get_lease(leased) is None
     late = new_id()
-    await queue.enqueue(late, "other")
+    await enqueue_one(queue, late, "other")
     assert await popper == late
 
 
@@ -257,7 +258,7 @@ async def test_a_delivery_popped_by_a_worker_that_died_is_pushed_again_within_se
     assert isinstance(queue, InMemoryQueue)
     result = await submit.submit_job(SubmitJob(tasks=(TaskSpec("a", "echo"),)))
     task_id = result.task_ids["a"]
-    assert await queue.pop(["default"], 0) == task_id  # ...and the worker is gone
+    assert await pop_one(queue, ["default"], 0) == task_id  # ...and the worker is gone
 
     assert await reconcile.enqueue_due() == 0  # the marker still holds the delivery
     clock.advance(15.001)

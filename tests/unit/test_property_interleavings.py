@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from dtq.application.commands import Claim, ExecutionPolicy, TaskSpec
 from dtq.domain.status import JobStatus, RunStatus, TaskStatus
+from tests.single import claim_one, complete_one, pop_one
 from tests.unit.conftest import App, build_app
 
 POLICY = ExecutionPolicy(
@@ -53,18 +54,18 @@ async def check_invariants(app: App, job_id: UUID, deps: dict[str, tuple[str, ..
 async def step(app: App, held: list[Claim], action: str, pick: int) -> None:
     """Apply one random action; ``held`` are the claims of live workers."""
     if action == "claim":
-        task_id = await app.queue.pop(["default"], timeout=0)
-        claim = await app.execution.claim(task_id, f"w{pick}") if task_id else None
+        task_id = await pop_one(app.queue, ["default"], timeout=0)
+        claim = await claim_one(app.execution, task_id, f"w{pick}") if task_id else None
         if claim is not None:
             held.append(claim)
     elif action in ("succeed", "fail", "lose_lease") and held:
         claim = held.pop(pick % len(held))
         if action == "succeed":
-            await app.execution.complete(claim)
+            await complete_one(app.execution, claim)
         elif action == "fail":
             await app.execution.fail(claim, "boom")
         else:  # the worker dies: its lease is gone and it reports nothing
-            await app.queue.delete_lease(claim.task.id, claim.run.id)
+            await app.queue.delete_leases([(claim.task.id, claim.run.id)])
     elif action == "reconcile":
         await app.reconcile.reconcile_once()
     elif action == "tick":
@@ -80,14 +81,14 @@ async def drain(app: App, job_id: UUID, deps: dict[str, tuple[str, ...]]) -> Non
         view = await app.queries.get_job(job_id)
         if view.job.status is JobStatus.COMPLETED:
             return
-        task_id = await app.queue.pop(["default"], timeout=0)
+        task_id = await pop_one(app.queue, ["default"], timeout=0)
         if task_id is None:
             app.clock.advance(5)
             await app.reconcile.reconcile_once()
             continue
-        claim = await app.execution.claim(task_id, "drain")
+        claim = await claim_one(app.execution, task_id, "drain")
         if claim is not None:
-            await app.execution.complete(claim)
+            await complete_one(app.execution, claim)
         await check_invariants(app, job_id, deps)
 
 
@@ -100,7 +101,7 @@ async def scenario(specs: list[TaskSpec], steps: list[tuple[str, int]]) -> None:
         await step(app, held, action, pick)
         await check_invariants(app, job.job_id, deps)
     for claim in held:
-        await app.execution.complete(claim)
+        await complete_one(app.execution, claim)
     await drain(app, job.job_id, deps)
     view = await app.queries.get_job(job.job_id)
     assert {t.status for t in view.tasks} == {TaskStatus.COMPLETED}

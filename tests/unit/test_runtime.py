@@ -101,8 +101,8 @@ async def test_handler_success_completes_the_task_and_job() -> None:
     assert seen == [
         Task(id=task_id, job_id=view.task.job_id, kind="echo", payload={"n": 1}, attempt=1)
     ]
-    assert await h.queue.get_lease(task_id) is None
-    assert not await h.queue.has_marker(task_id)
+    assert h.queue.get_lease(task_id) is None
+    assert not h.queue.has_marker(task_id)
     assert h.counter("worker_tasks_claimed_total", kind="echo") == 1
     assert h.counter("worker_tasks_succeeded_total", kind="echo") == 1
 
@@ -312,7 +312,7 @@ async def test_lost_lease_cancels_the_handler_and_records_nothing() -> None:
         first = (await h.task(task_id)).runs[0]
         # Another run takes the lease over (as after a reclaim and a new claim elsewhere).
         usurper = Lease(task_id, "other-worker", uuid4(), deadline_ms=0)
-        await h.queue.set_lease(usurper, ttl=0.3)
+        await h.queue.set_leases([usurper], ttl=0.3)
         await asyncio.wait_for(cancelled.wait(), 5)
 
         view = await h.task(task_id)
@@ -349,7 +349,7 @@ async def test_a_sync_handler_that_outlives_a_lost_lease_reports_nothing() -> No
     task_id = await h.one("blocking", max_attempts=1)
     async with h.running(runtime, reconcile=False):
         await asyncio.to_thread(started.wait, 5)
-        await h.queue.set_lease(Lease(task_id, "other", uuid4(), deadline_ms=0), ttl=30)
+        await h.queue.set_leases([Lease(task_id, "other", uuid4(), deadline_ms=0)], ttl=30)
         await asyncio.to_thread(finished.wait, 5)
         await asyncio.sleep(0.2)  # the late result has come back to the loop by now
         view = await h.task(task_id)

@@ -28,6 +28,7 @@ from dtq.domain.status import RunStatus, TaskStatus
 from dtq.entrypoints.worker import completions
 from dtq.entrypoints.worker.session import Session
 from dtq.worker import Options, Runtime, Task
+from tests.single import enqueue_one
 from tests.unit.runtime_harness import POLICY, Harness, build_harness
 
 pytestmark = pytest.mark.timeout(30)
@@ -170,8 +171,8 @@ async def test_a_duplicate_id_in_a_batch_is_claimed_once_and_counted_as_refused(
     calls: list[UUID] = []
     runtime.register("echo", lambda task: calls.append(task.id))
     task_id = await h.one("echo")
-    await h.queue.release_marker(task_id)
-    await h.queue.enqueue(task_id, "default")  # a duplicate delivery, as after a marker expiry
+    await h.queue.release_markers([task_id])
+    await enqueue_one(h.queue, task_id, "default")  # a duplicate delivery, as after a marker expiry
     assert h.queue.ready_ids("default") == [task_id, task_id]
 
     async with h.running(runtime, reconcile=False):
@@ -206,7 +207,7 @@ async def test_a_lost_lease_cancels_only_that_handler_of_a_batch() -> None:
         while len(started) < 3:
             await asyncio.sleep(0.01)
         assert execution.claim_sizes == [3]  # one claim transaction for the three
-        await h.queue.set_lease(Lease(b, "other-worker", uuid4(), deadline_ms=0), ttl=30)
+        await h.queue.set_leases([Lease(b, "other-worker", uuid4(), deadline_ms=0)], ttl=30)
         while not cancelled:
             await asyncio.sleep(0.01)
         await asyncio.sleep(0.3)  # three more heartbeats: nobody else is touched
@@ -235,14 +236,14 @@ async def test_the_lease_is_kept_until_the_completion_is_committed() -> None:
         for _ in range(30):  # 1.5 s: the reclaimer must always find a live lease
             reclaimed += await h.reconcile.reclaim_stale()
             await asyncio.sleep(0.05)
-        assert await h.queue.get_lease(task_id) is not None
+        assert h.queue.get_lease(task_id) is not None
         execution.gate.set()
         view = await h.wait_task(task_id, [TaskStatus.COMPLETED])
 
     assert reclaimed == 0
     assert [r.status for r in view.runs] == [RunStatus.SUCCEEDED]
     assert h.counter("worker_lease_extensions_total", kind="echo") >= 5
-    assert await h.queue.get_lease(task_id) is None
+    assert h.queue.get_lease(task_id) is None
 
 
 async def test_a_batch_that_cannot_be_recorded_is_left_to_reclaim_and_redone(
@@ -315,12 +316,12 @@ async def test_shutdown_hands_back_running_handlers_and_commits_waiting_successe
         assert [(r.status, r.error) for r in view.runs] == [
             (RunStatus.DEAD, "worker shutting down")
         ]
-        assert await h.queue.get_lease(task_id) is None
+        assert h.queue.get_lease(task_id) is None
     assert sorted(h.queue.ready_ids("default")) == sorted(stuck_ids)
     for task_id in quick_ids:
         view = await h.task(task_id)
         assert [r.status for r in view.runs] == [RunStatus.SUCCEEDED]
-        assert await h.queue.get_lease(task_id) is None
+        assert h.queue.get_lease(task_id) is None
     assert sum(execution.complete_sizes) == 4
     stopped = [e for e in logs if e["event"] == "worker stopped"]
     assert stopped[0]["handed_back"] == 4
@@ -342,7 +343,7 @@ async def test_ids_popped_after_the_stop_are_put_back_unclaimed() -> None:
     assert view.runs == []
     assert execution.claim_sizes == []
     assert h.queue.ready_ids("default") == [task_id]
-    assert await h.queue.has_marker(task_id)  # pushed again behind a new marker
+    assert h.queue.has_marker(task_id)  # pushed again behind a new marker
 
 
 # -- logging ----------------------------------------------------------------------------------

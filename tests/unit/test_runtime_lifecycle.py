@@ -86,7 +86,7 @@ async def test_stop_hands_back_a_handler_that_outlives_the_grace_period() -> Non
     assert [(r.status, r.error) for r in view.runs] == [(RunStatus.DEAD, "worker shutting down")]
     # The marker was released and the id pushed again (a push needs a free marker).
     assert h.queue.ready_ids("default") == [task_id]
-    assert await h.queue.get_lease(task_id) is None
+    assert h.queue.get_lease(task_id) is None
     assert h.counter("worker_shutdowns_total", reason="stop") == 1
 
     # Another worker picks it up straight away and the history shows both deliveries.

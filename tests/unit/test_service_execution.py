@@ -18,15 +18,16 @@ from dtq.application.ports import Lease, LeaseState, Store, Transaction
 from dtq.application.submit import SubmitService
 from dtq.domain.errors import BackendUnavailable
 from dtq.domain.status import JobStatus, RunStatus, TaskStatus
+from tests.single import claim_one, complete_one, enqueue_one, pop_one
 from tests.unit.conftest import POLICY, App
 
 T = TypeVar("T")
 
 
 async def pop_claim(app: App, worker: str = "w1") -> Claim:
-    task_id = await app.queue.pop(["default"], timeout=0)
+    task_id = await pop_one(app.queue, ["default"], timeout=0)
     assert task_id is not None, "nothing on the ready list"
-    claim = await app.execution.claim(task_id, worker)
+    claim = await claim_one(app.execution, task_id, worker)
     assert claim is not None, "claim refused"
     return claim
 
@@ -42,8 +43,8 @@ async def test_claim_releases_the_marker_and_sets_a_lease(app: App) -> None:
     result = await app.submit_tasks(TaskSpec("a", "echo"))
     claim = await pop_claim(app)
     assert claim.task.attempt == claim.run.attempt_number == 1
-    assert not await app.queue.has_marker(claim.task.id)
-    lease = await app.queue.get_lease(claim.task.id)
+    assert not app.queue.has_marker(claim.task.id)
+    lease = app.queue.get_lease(claim.task.id)
     assert lease is not None and (lease.worker_id, lease.run_id) == ("w1", claim.run.id)
     view = await app.queries.get_job(result.job_id)
     assert view.job.status is JobStatus.RUNNING
@@ -54,31 +55,31 @@ async def test_popped_but_refused_claim_releases_the_marker(app: App) -> None:
     task_id = result.task_ids["a"]
     await pop_claim(app)
     # a duplicate id on the ready list, behind a fresh marker (e.g. the reconciler raced us)
-    await app.queue.enqueue(task_id, "default")
-    popped = await app.queue.pop(["default"], timeout=0)
-    assert await app.execution.claim(popped, "w2") is None  # type: ignore[arg-type]
-    assert not await app.queue.has_marker(task_id)
+    await enqueue_one(app.queue, task_id, "default")
+    popped = await pop_one(app.queue, ["default"], timeout=0)
+    assert await claim_one(app.execution, popped, "w2") is None  # type: ignore[arg-type]
+    assert not app.queue.has_marker(task_id)
     assert len((await app.queries.get_task(task_id)).runs) == 1
 
 
 async def test_second_claimer_of_one_task_loses_cleanly(app: App) -> None:
     result = await app.submit_tasks(TaskSpec("a", "echo"))
     task_id = result.task_ids["a"]
-    first = await app.execution.claim(task_id, "w1")
-    second = await app.execution.claim(task_id, "w2")
+    first = await claim_one(app.execution, task_id, "w1")
+    second = await claim_one(app.execution, task_id, "w2")
     assert first is not None and second is None
-    lease = await app.queue.get_lease(task_id)
+    lease = app.queue.get_lease(task_id)
     assert lease is not None and lease.worker_id == "w1"
 
 
 async def test_claim_failure_in_the_store_still_releases_the_marker(app: App) -> None:
     result = await app.submit_tasks(TaskSpec("a", "echo"))
-    task_id = await app.queue.pop(["default"], timeout=0)
+    task_id = await pop_one(app.queue, ["default"], timeout=0)
     assert task_id == result.task_ids["a"]
     app.store.available = False
     with pytest.raises(BackendUnavailable):
-        await app.execution.claim(task_id, "w1")
-    assert not await app.queue.has_marker(task_id)
+        await claim_one(app.execution, task_id, "w1")
+    assert not app.queue.has_marker(task_id)
 
 
 async def test_stale_duplicate_popped_early_is_refused_and_rescheduled(app: App) -> None:
@@ -86,9 +87,9 @@ async def test_stale_duplicate_popped_early_is_refused_and_rescheduled(app: App)
     task_id = result.task_ids["a"]
     claim = await pop_claim(app)
     await app.execution.fail(claim, "boom")  # retry due in 5 s, on the scheduled set
-    await app.queue.enqueue(task_id, "default")  # a stale duplicate reaches the ready list
-    popped = await app.queue.pop(["default"], timeout=0)
-    assert await app.execution.claim(popped, "w2") is None  # type: ignore[arg-type]
+    await enqueue_one(app.queue, task_id, "default")  # a stale duplicate reaches the ready list
+    popped = await pop_one(app.queue, ["default"], timeout=0)
+    assert await claim_one(app.execution, popped, "w2") is None  # type: ignore[arg-type]
     assert await status_of(app, task_id) is TaskStatus.QUEUED
     assert task_id in app.queue.scheduled_ids()
     app.clock.advance(POLICY.retry_backoff)
@@ -111,7 +112,7 @@ async def test_ambiguous_claim_commit_is_recognised_by_its_run_id(app: App) -> N
     app.store.inject_ambiguous_commits(1)
     claim = await pop_claim(app)
     assert (await status_of(app, claim.task.id)) is TaskStatus.RUNNING
-    assert await app.queue.get_lease(claim.task.id) is not None
+    assert app.queue.get_lease(claim.task.id) is not None
 
 
 # --- outcomes ---------------------------------------------------------------------------------
@@ -120,19 +121,19 @@ async def test_ambiguous_claim_commit_is_recognised_by_its_run_id(app: App) -> N
 async def test_success_completes_task_and_job_and_deletes_the_lease(app: App) -> None:
     result = await app.submit_tasks(TaskSpec("a", "echo"))
     claim = await pop_claim(app)
-    assert await app.execution.complete(claim) is ReportOutcome.RECORDED
+    assert await complete_one(app.execution, claim) is ReportOutcome.RECORDED
     view = await app.queries.get_task(claim.task.id)
     assert view.task.status is TaskStatus.COMPLETED
     assert [r.status for r in view.runs] == [RunStatus.SUCCEEDED]
-    assert await app.queue.get_lease(claim.task.id) is None
+    assert app.queue.get_lease(claim.task.id) is None
     assert (await app.queries.get_job(result.job_id)).job.status is JobStatus.COMPLETED
 
 
 async def test_same_success_twice_is_a_noop_not_an_error(app: App) -> None:
     await app.submit_tasks(TaskSpec("a", "echo"))
     claim = await pop_claim(app)
-    await app.execution.complete(claim)
-    assert await app.execution.complete(claim) is ReportOutcome.DUPLICATE
+    await complete_one(app.execution, claim)
+    assert await complete_one(app.execution, claim) is ReportOutcome.DUPLICATE
 
 
 async def test_success_promotes_dependents_only_when_all_dependencies_completed(app: App) -> None:
@@ -142,9 +143,9 @@ async def test_success_promotes_dependents_only_when_all_dependencies_completed(
         TaskSpec("c", "echo", depends_on=("a", "b")),
     )
     first, second = await pop_claim(app), await pop_claim(app)
-    await app.execution.complete(first)
+    await complete_one(app.execution, first)
     assert await status_of(app, result.task_ids["c"]) is TaskStatus.PENDING
-    await app.execution.complete(second)
+    await complete_one(app.execution, second)
     assert await status_of(app, result.task_ids["c"]) is TaskStatus.QUEUED
     assert app.queue.ready_ids("default") == [result.task_ids["c"]]
 
@@ -186,7 +187,7 @@ async def test_exhausted_attempts_fail_task_cascade_transitively_and_fail_job(ap
     assert (await app.queries.get_task(ids["c"])).task.last_error == "dependency 'b' failed"
     assert (await app.queries.get_job(result.job_id)).job.status is JobStatus.FAILED
     assert side is not None
-    assert await app.execution.complete(side) is ReportOutcome.RECORDED
+    assert await complete_one(app.execution, side) is ReportOutcome.RECORDED
     assert (await app.queries.get_job(result.job_id)).job.status is JobStatus.FAILED
 
 
@@ -204,16 +205,16 @@ async def test_report_from_a_reclaimed_run_is_refused_and_changes_nothing(app: A
     result = await app.submit_tasks(TaskSpec("a", "echo"))
     task_id = result.task_ids["a"]
     stale = await pop_claim(app, "w1")
-    await app.queue.delete_lease(task_id, stale.run.id)  # the worker stopped heartbeating
+    await app.queue.delete_leases([(task_id, stale.run.id)])  # the worker stopped heartbeating
     app.clock.advance(POLICY.stale_running_after + 1)
     assert await app.reconcile.reclaim_stale() == 1
     fresh = await pop_claim(app, "w2")
-    assert await app.execution.complete(stale) is ReportOutcome.STALE
+    assert await complete_one(app.execution, stale) is ReportOutcome.STALE
     assert (await app.execution.fail(stale, "late")).outcome is ReportOutcome.STALE
     view = await app.queries.get_task(task_id)
     assert view.task.status is TaskStatus.RUNNING
     assert view.task.current_run_id == fresh.run.id
-    lease = await app.queue.get_lease(task_id)
+    lease = app.queue.get_lease(task_id)
     assert lease is not None and lease.run_id == fresh.run.id
 
 
@@ -248,6 +249,9 @@ class _ReadCountingStore:
 
         return await self.inner.run(lambda tx: fn(cast(Transaction, _Tx(tx))))
 
+    async def ping(self) -> None:
+        await self.inner.ping()
+
 
 async def test_batch_success_is_written_from_the_claims_without_reading_them(app: App) -> None:
     result = await app.submit_tasks(*(TaskSpec(f"t{i}", "echo") for i in range(3)))
@@ -275,7 +279,7 @@ async def test_success_that_leaves_work_in_the_job_does_not_read_the_job_row(app
     assert "jobs.get" not in counting.reads  # one task is still queued: the job stays running
     assert (await app.queries.get_job(result.job_id)).job.status is JobStatus.RUNNING
     last = await pop_claim(app)
-    assert await execution.complete(last) is ReportOutcome.RECORDED
+    assert await complete_one(execution, last) is ReportOutcome.RECORDED
     assert "jobs.get" in counting.reads  # nothing left: the job is read and settled
     assert (await app.queries.get_job(result.job_id)).job.status is JobStatus.COMPLETED
 
@@ -284,7 +288,7 @@ async def test_batch_with_a_reclaimed_claim_judges_each_claim_on_its_own(app: Ap
     await app.submit_tasks(*(TaskSpec(f"t{i}", "echo") for i in range(3)))
     claims = [await pop_claim(app) for _ in range(3)]
     stale = claims[1]
-    await app.queue.delete_lease(stale.task.id, stale.run.id)
+    await app.queue.delete_leases([(stale.task.id, stale.run.id)])
     app.clock.advance(POLICY.stale_running_after + 1)
     await app.queue.set_leases(
         [app.execution._lease(c) for c in (claims[0], claims[2])], POLICY.lease_ttl
@@ -304,7 +308,7 @@ async def test_job_row_is_written_only_when_its_status_changes(app: App) -> None
     result = await app.submit_tasks(*(TaskSpec(f"t{i}", "echo") for i in range(5)))
     claims = [await pop_claim(app) for _ in range(5)]
     for claim in claims:
-        await app.execution.complete(claim)
+        await complete_one(app.execution, claim)
     job = (await app.queries.get_job(result.job_id)).job
     assert job.status is JobStatus.COMPLETED
     assert job.version == 2  # pending -> running -> completed: two writes for five tasks
@@ -319,7 +323,7 @@ async def test_heartbeat_extends_our_lease(app: App) -> None:
     app.clock.advance(POLICY.lease_ttl - 1)
     assert await app.execution.heartbeat(claim) is LeaseState.EXTENDED
     app.clock.advance(POLICY.lease_ttl - 1)
-    assert await app.queue.get_lease(claim.task.id) is not None
+    assert app.queue.get_lease(claim.task.id) is not None
 
 
 async def test_heartbeat_recreates_a_lease_redis_lost_while_the_run_is_live(app: App) -> None:
@@ -327,7 +331,7 @@ async def test_heartbeat_recreates_a_lease_redis_lost_while_the_run_is_live(app:
     claim = await pop_claim(app)
     app.queue.flush()
     assert await app.execution.heartbeat(claim) is LeaseState.EXTENDED
-    lease = await app.queue.get_lease(claim.task.id)
+    lease = app.queue.get_lease(claim.task.id)
     assert lease is not None and lease.run_id == claim.run.id
 
 
@@ -335,20 +339,20 @@ async def test_heartbeat_reports_lost_when_another_run_owns_the_task(app: App) -
     await app.submit_tasks(TaskSpec("a", "echo"))
     claim = await pop_claim(app)
     other = Lease(task_id=claim.task.id, worker_id="w9", run_id=claim.task.job_id, deadline_ms=0)
-    await app.queue.set_lease(other, 30)
+    await app.queue.set_leases([other], 30)
     assert await app.execution.heartbeat(claim) is LeaseState.LOST
-    lease = await app.queue.get_lease(claim.task.id)
+    lease = app.queue.get_lease(claim.task.id)
     assert lease is not None and lease.worker_id == "w9"
 
 
 async def test_heartbeat_of_a_reclaimed_run_reports_lost(app: App) -> None:
     await app.submit_tasks(TaskSpec("a", "echo"))
     claim = await pop_claim(app)
-    await app.queue.delete_lease(claim.task.id, claim.run.id)
+    await app.queue.delete_leases([(claim.task.id, claim.run.id)])
     app.clock.advance(POLICY.stale_running_after + 1)
     await app.reconcile.reclaim_stale()
     assert await app.execution.heartbeat(claim) is LeaseState.LOST
-    assert await app.queue.get_lease(claim.task.id) is None
+    assert app.queue.get_lease(claim.task.id) is None
 
 
 class _LeaseRaceQueue:
@@ -362,7 +366,7 @@ class _LeaseRaceQueue:
     async def extend_lease(self, lease: Lease, ttl: float) -> LeaseState:
         state: LeaseState = await self.inner.extend_lease(lease, ttl)
         if state is LeaseState.MISSING:
-            await self.inner.set_lease(self.rival, ttl)  # B's claim lands in between
+            await self.inner.set_leases([self.rival], ttl)  # B's claim lands in between
         return state
 
     def __getattr__(self, attr: str) -> Any:
@@ -380,7 +384,7 @@ async def test_heartbeat_does_not_overwrite_a_lease_written_after_its_missing_an
         store=app.store, queue=_LeaseRaceQueue(app.queue, rival), policy=POLICY, clock=app.clock
     )
     assert await racing.heartbeat(claim) is LeaseState.LOST
-    assert await app.queue.get_lease(claim.task.id) == rival
+    assert app.queue.get_lease(claim.task.id) == rival
 
 
 async def test_heartbeat_moves_the_lease_deadline_with_each_extension(app: App) -> None:
@@ -389,7 +393,7 @@ async def test_heartbeat_moves_the_lease_deadline_with_each_extension(app: App) 
     for _ in range(3):
         app.clock.advance(POLICY.lease_duration / 3)
         assert await app.execution.heartbeat(claim) is LeaseState.EXTENDED
-        lease = await app.queue.get_lease(claim.task.id)
+        lease = app.queue.get_lease(claim.task.id)
         expected = app.clock.now().timestamp() + POLICY.lease_duration
         assert lease is not None and lease.deadline_ms == int(expected * 1000)
 
@@ -400,7 +404,7 @@ async def test_heartbeat_recreating_a_lost_lease_writes_the_current_deadline(app
     app.clock.advance(POLICY.lease_duration / 2)
     app.queue.flush()
     assert await app.execution.heartbeat(claim) is LeaseState.EXTENDED
-    lease = await app.queue.get_lease(claim.task.id)
+    lease = app.queue.get_lease(claim.task.id)
     expected = app.clock.now().timestamp() + POLICY.lease_duration
     assert lease is not None and lease.deadline_ms == int(expected * 1000)
 
@@ -418,7 +422,7 @@ async def test_hand_back_requeues_at_once_without_charging_any_budget(app: App) 
     assert view.task.attempt == 0 and view.task.reclaims == 0
     assert [r.status for r in view.runs] == [RunStatus.DEAD]
     assert app.queue.ready_ids("default") == [task_id]
-    assert await app.queue.get_lease(task_id) is None
+    assert app.queue.get_lease(task_id) is None
     again = await pop_claim(app, "w2")
     assert again.run.attempt_number == 1
 
@@ -445,7 +449,7 @@ async def test_hand_back_past_a_lowered_crash_budget_fails_and_cascades() -> Non
 async def test_put_back_releases_the_marker_and_repushes_without_a_run(app: App) -> None:
     result = await app.submit_tasks(TaskSpec("a", "echo", priority="high"))
     task_id = result.task_ids["a"]
-    assert await app.queue.pop(["high"], timeout=0) == task_id
+    assert await pop_one(app.queue, ["high"], timeout=0) == task_id
     assert await app.execution.put_back(task_id) is True
     assert app.queue.ready_ids("high") == [task_id]
     assert (await app.queries.get_task(task_id)).runs == []
@@ -454,10 +458,10 @@ async def test_put_back_releases_the_marker_and_repushes_without_a_run(app: App)
 async def test_put_back_of_a_task_no_longer_queued_only_releases_the_marker(app: App) -> None:
     await app.submit_tasks(TaskSpec("a", "echo"))
     claim = await pop_claim(app)
-    await app.queue.enqueue(claim.task.id, "default")  # a duplicate delivery
-    await app.queue.pop(["default"], timeout=0)
+    await enqueue_one(app.queue, claim.task.id, "default")  # a duplicate delivery
+    await pop_one(app.queue, ["default"], timeout=0)
     assert await app.execution.put_back(claim.task.id) is False
-    assert not await app.queue.has_marker(claim.task.id)
+    assert not app.queue.has_marker(claim.task.id)
     assert app.queue.ready_ids("default") == []
 
 
@@ -487,7 +491,7 @@ class _CountingStore:
 
     async def run(self, fn: Callable[[Transaction], Awaitable[T]]) -> T:
         self.transactions += 1
-        return await self.inner.run(fn)  # type: ignore[arg-type]
+        return await self.inner.run(fn)
 
     async def ping(self) -> None:
         await self.inner.ping()
@@ -501,7 +505,7 @@ async def test_a_queue_clock_ahead_of_the_database_costs_one_wasted_claim_not_tw
     execution = ExecutionService(store=store, queue=queue, policy=POLICY)
     submit = SubmitService(store=memory, queue=queue)
     await submit.submit_job(SubmitJob(tasks=(TaskSpec("a", "echo"),)))
-    first = await execution.claim(await queue.pop(["default"], 0), "w1")  # type: ignore[arg-type]
+    first = await claim_one(execution, await pop_one(queue, ["default"], 0), "w1")  # type: ignore[arg-type]
     assert first is not None
     await execution.fail(first, "boom")  # retry due in 5 s by the database's clock
     clock.advance(POLICY.retry_backoff - 1.0)
@@ -511,7 +515,7 @@ async def test_a_queue_clock_ahead_of_the_database_costs_one_wasted_claim_not_tw
         clock.advance(0.025)
         if not await queue.promote_due(100):
             continue
-        retry = await execution.claim(await queue.pop(["default"], 0), "w1")  # type: ignore[arg-type]
+        retry = await claim_one(execution, await pop_one(queue, ["default"], 0), "w1")  # type: ignore[arg-type]
         if retry is not None:
             break
     assert retry is not None and retry.run.attempt_number == 2

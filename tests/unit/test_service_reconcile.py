@@ -7,6 +7,7 @@ from dtq.application.ports import QueueEpoch
 from dtq.application.reconcile import LEASE_EXPIRED, LEASE_LOST_WITH_QUEUE
 from dtq.domain.entities import WORKER_LOST
 from dtq.domain.status import JobStatus, RunStatus, TaskStatus
+from tests.single import claim_one, complete_one, enqueue_one, pop_one
 from tests.unit.conftest import POLICY, App, build_app
 from tests.unit.test_service_execution import pop_claim, status_of
 
@@ -29,7 +30,7 @@ async def test_a_leaked_marker_stalls_a_task_until_its_ttl() -> None:
     result = await app.submit_tasks(TaskSpec("a", "echo"))
     task_id = result.task_ids["a"]
     # the id is popped and the popper dies before claiming: the marker leaks
-    assert await app.queue.pop(["default"], timeout=0) == task_id
+    assert await pop_one(app.queue, ["default"], timeout=0) == task_id
     assert await app.reconcile.enqueue_due() == 0
     assert app.queue.ready_ids("default") == []
     app.clock.advance(19)
@@ -45,22 +46,22 @@ async def test_a_released_marker_does_not_stall_the_task(app: App) -> None:
     claim = await pop_claim(app)
     await app.execution.hand_back(claim, "shutdown")  # released on the way out, re-pushed
     assert app.queue.ready_ids("default") == [task_id]
-    await app.queue.pop(["default"], timeout=0)
-    assert await app.execution.claim(task_id, "w2") is not None
+    await pop_one(app.queue, ["default"], timeout=0)
+    assert await claim_one(app.execution, task_id, "w2") is not None
 
 
 async def test_reclaim_kills_a_run_with_no_lease_and_repushes_the_task(app: App) -> None:
     result = await app.submit_tasks(TaskSpec("a", "echo"))
     task_id = result.task_ids["a"]
     dead = await pop_claim(app, "w1")
-    await app.queue.delete_lease(task_id, dead.run.id)  # worker died: heartbeats stopped
-    await app.queue.enqueue(task_id, "default")  # a marker left by an abandoned delivery
-    await app.queue.pop(["default"], timeout=0)
+    await app.queue.delete_leases([(task_id, dead.run.id)])  # worker died: heartbeats stopped
+    await enqueue_one(app.queue, task_id, "default")  # a marker left by an abandoned delivery
+    await pop_one(app.queue, ["default"], timeout=0)
     app.clock.advance(POLICY.stale_running_after + 1)
     assert await app.reconcile.reclaim_stale() == 1
     assert app.queue.ready_ids("default") == [task_id]
     successor = await pop_claim(app, "w2")
-    await app.execution.complete(successor)
+    await complete_one(app.execution, successor)
     view = await app.queries.get_task(task_id)
     assert [r.status for r in view.runs] == [RunStatus.DEAD, RunStatus.SUCCEEDED]
     assert [r.attempt_number for r in view.runs] == [1, 1]
@@ -73,7 +74,7 @@ async def test_reclaim_leaves_young_runs_and_leased_runs_alone(app: App) -> None
     await app.submit_tasks(TaskSpec("a", "echo"), TaskSpec("b", "echo"))
     young = await pop_claim(app)
     leased = await pop_claim(app)
-    await app.queue.delete_lease(young.task.id, young.run.id)
+    await app.queue.delete_leases([(young.task.id, young.run.id)])
     app.clock.advance(POLICY.stale_running_after - 1)
     assert await app.reconcile.reclaim_stale() == 0
     app.clock.advance(2)
@@ -91,7 +92,7 @@ async def test_crash_budget_ends_a_task_that_keeps_killing_its_worker() -> None:
     )
     for _ in range(3):
         claim = await pop_claim(app)
-        await app.queue.delete_lease(claim.task.id, claim.run.id)
+        await app.queue.delete_leases([(claim.task.id, claim.run.id)])
         app.clock.advance(11)
         await app.reconcile.reclaim_stale()
     view = await app.queries.get_task(result.task_ids["poison"])
@@ -109,7 +110,7 @@ async def test_reclaim_passes_reach_every_candidate_past_many_healthy_long_tasks
     claims = [await pop_claim(app) for _ in range(25)]
     orphans = claims[::6]  # scattered among healthy leased runs
     for claim in orphans:
-        await app.queue.delete_lease(claim.task.id, claim.run.id)
+        await app.queue.delete_leases([(claim.task.id, claim.run.id)])
     app.clock.advance(11)
     for claim in claims:
         if claim not in orphans:
@@ -136,17 +137,17 @@ async def test_flush_in_the_middle_of_a_run_is_repaired_with_no_task_lost(app: A
     running = [await pop_claim(app) for _ in range(2)]
     app.queue.flush()  # ready list, markers and leases are gone
     assert await app.reconcile.reclaim_stale() == 0  # the next pass notices the loss
-    await app.execution.complete(running[0])
+    await complete_one(app.execution, running[0])
     app.clock.advance(POLICY.stale_running_after + 1)
     report = await app.reconcile.reconcile_once()
     assert report.reclaimed == 1 and report.enqueued >= 4
     for _ in range(20):
-        task_id = await app.queue.pop(["default"], timeout=0)
+        task_id = await pop_one(app.queue, ["default"], timeout=0)
         if task_id is None:
             break
-        claim = await app.execution.claim(task_id, "w2")
+        claim = await claim_one(app.execution, task_id, "w2")
         if claim is not None:
-            await app.execution.complete(claim)
+            await complete_one(app.execution, claim)
     job = await app.queries.get_job(result.job_id)
     assert {t.status for t in job.tasks} == {TaskStatus.COMPLETED}
     assert job.job.status is JobStatus.COMPLETED
@@ -183,7 +184,7 @@ async def test_a_backlog_older_than_the_marker_ttl_is_not_pushed_twice() -> None
     app.clock.advance(61)  # the ids still wait in the ready list; their markers expired
     assert await app.reconcile.enqueue_due() == 0
     assert sorted(app.queue.ready_ids("default")) == sorted(result.task_ids.values())
-    assert all([await app.queue.has_marker(i) for i in result.task_ids.values()])
+    assert all(app.queue.has_marker(i) for i in result.task_ids.values())
 
 
 # --- losing the queue's data (issue 12 bug 3) --------------------------------------------------
@@ -237,7 +238,7 @@ async def test_a_run_started_after_the_loss_is_charged_as_usual() -> None:
     await app.reconcile.reconcile_once()  # notices the loss; re-pushes the queued task
     app.clock.advance(1)
     claim = await pop_claim(app)
-    await app.queue.delete_lease(claim.task.id, claim.run.id)  # this worker really dies
+    await app.queue.delete_leases([(claim.task.id, claim.run.id)])  # this worker really dies
     app.clock.advance(POLICY.stale_running_after + 1)
     assert await app.reconcile.reclaim_stale() == 1
     view = await app.queries.get_task(result.task_ids["a"])

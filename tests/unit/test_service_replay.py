@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dtq.application.commands import ReportOutcome, TaskSpec
 from dtq.domain.status import RunStatus, TaskStatus
+from tests.single import complete_one, pop_one
 from tests.unit.conftest import POLICY, App
 from tests.unit.test_service_execution import pop_claim, status_of
 
@@ -17,10 +18,10 @@ async def test_replayed_success_that_landed_pushes_the_promoted_dependent(app: A
     result = await app.submit_tasks(TaskSpec("a", "echo"), TaskSpec("b", "echo", depends_on=("a",)))
     claim = await pop_claim(app)
     app.store.inject_ambiguous_commits(1)
-    assert await app.execution.complete(claim) is ReportOutcome.RECORDED
+    assert await complete_one(app.execution, claim) is ReportOutcome.RECORDED
     assert await status_of(app, result.task_ids["a"]) is TaskStatus.COMPLETED
     assert app.queue.ready_ids("default") == [result.task_ids["b"]]
-    assert await app.queue.get_lease(claim.task.id) is None
+    assert app.queue.get_lease(claim.task.id) is None
 
 
 async def test_replayed_batch_success_answers_recorded_for_each_landed_claim(app: App) -> None:
@@ -77,9 +78,9 @@ async def test_replayed_hand_back_that_landed_repushes_the_task(app: App) -> Non
 async def test_replayed_hand_back_of_a_run_reclaimed_meanwhile_stays_stale(app: App) -> None:
     await app.submit_tasks(TaskSpec("a", "echo"))
     claim = await pop_claim(app)
-    await app.queue.delete_lease(claim.task.id, claim.run.id)
+    await app.queue.delete_leases([(claim.task.id, claim.run.id)])
     app.clock.advance(POLICY.stale_running_after + 1)
     assert await app.reconcile.reclaim_stale() == 1
-    await app.queue.pop(["default"], timeout=0)  # the reclaim's push, taken by someone
+    await pop_one(app.queue, ["default"], timeout=0)  # the reclaim's push, taken by someone
     app.store.inject_ambiguous_commits(1)
     assert await app.execution.hand_back(claim, "worker shutting down") is ReportOutcome.STALE

@@ -26,7 +26,7 @@ async def test_roots_are_queued_and_pushed_dependents_wait_pending(app: App) -> 
     assert status == {"a": TaskStatus.QUEUED, "b": TaskStatus.PENDING}
     assert view.job.status is JobStatus.PENDING
     assert app.queue.ready_ids("default") == [result.task_ids["a"]]
-    assert await app.queue.has_marker(result.task_ids["a"])
+    assert app.queue.has_marker(result.task_ids["a"])
 
 
 async def test_priority_picks_the_ready_list(app: App) -> None:

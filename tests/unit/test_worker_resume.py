@@ -75,12 +75,16 @@ async def _resume_after(outage: float, *, down: str) -> float:
     async def hand_back(claims: Sequence[Claim]) -> None:
         raise AssertionError("nothing is handed back here")
 
+    def deliver(claim: Claim) -> None:
+        claimed.append(elapsed())
+        fetcher.stop()
+
     fetcher = Fetcher(
         shared,
         queue=backlog,  # type: ignore[arg-type]  # only pop_many is used by the fetch loop
         turn=asyncio.Lock(),
         room=room,
-        deliver=lambda claim: (claimed.append(elapsed()), fetcher.stop()),
+        deliver=deliver,
         hand_back=hand_back,
     )
     start = clock.now()

@@ -119,16 +119,6 @@ class ExecutionService:
 
     # -- claim ---------------------------------------------------------------------------------
 
-    async def claim(self, task_id: UUID, worker_id: str) -> Claim | None:
-        """Claim one popped task id; see :meth:`claim_many`.
-
-        Returns:
-            The claim, or None when the task was not claimable (already claimed by another
-            worker, finished, unknown, or not yet due).
-        """
-        claims = await self.claim_many([task_id], worker_id)
-        return claims[0] if claims else None
-
     async def claim_many(self, task_ids: Sequence[UUID], worker_id: str) -> list[Claim]:
         """Claim task ids popped from the ready lists, in one transaction (spec §5 claim flow).
 
@@ -241,16 +231,12 @@ class ExecutionService:
         try:
             task = await self._store.run(read)
         finally:
-            await self._queue.release_marker(task_id)
+            await self._queue.release_markers([task_id])
         if task is None or task.status is not TaskStatus.QUEUED:
             return False
-        return await self._queue.enqueue(task_id, task.priority)
+        return await self._queue.enqueue_many([(task_id, task.priority)]) == 1
 
     # -- outcomes ------------------------------------------------------------------------------
-
-    async def complete(self, claim: Claim) -> ReportOutcome:
-        """Record one handler success; see :meth:`complete_many`."""
-        return (await self.complete_many([claim]))[0]
 
     async def complete_many(self, claims: Sequence[Claim]) -> list[ReportOutcome]:
         """Record handler successes, in one transaction (spec §6 Success).
@@ -395,13 +381,13 @@ class ExecutionService:
                 followup = await self._store.run(lambda tx: tx_fn(tx, True))
         except StaleRun:
             return ReportOutcome.STALE
-        await self._queue.delete_lease(claim.task.id, claim.run.id)
+        await self._queue.delete_leases([(claim.task.id, claim.run.id)])
         if followup.schedule_at is not None:
             await self._queue.schedule(claim.task.id, claim.task.priority, followup.schedule_at)
         for task in followup.enqueue:
             if release_marker:
-                await self._queue.release_marker(task.id)
-            await self._queue.enqueue(task.id, task.priority)
+                await self._queue.release_markers([task.id])
+            await self._queue.enqueue_many([(task.id, task.priority)])
         return followup.outcome
 
     # -- lease ---------------------------------------------------------------------------------

@@ -3,6 +3,9 @@
 Adapters implement these protocols structurally (no inheritance); mypy checks conformance where
 the composition root wires them. Every adapter wraps its driver's exceptions at the boundary:
 callers see only ``dtq.domain.errors`` types (``BackendUnavailable`` for infrastructure trouble).
+
+Over 400 lines on purpose: it is all declarations (protocols and their docstrings, no logic), and
+one file is the one place to read every contract the application depends on.
 """
 
 from __future__ import annotations
@@ -167,10 +170,6 @@ class TaskRepository(Protocol):
 class RunRepository(Protocol):
     """Run history (``task_runs``)."""
 
-    async def add(self, run: TaskRun) -> None:
-        """Insert a new run."""
-        ...
-
     async def get(self, run_id: UUID) -> TaskRun | None:
         """The run, or None."""
         ...
@@ -184,7 +183,7 @@ class RunRepository(Protocol):
         ...
 
     async def add_many(self, runs: Sequence[TaskRun]) -> None:
-        """Insert several new runs in one statement."""
+        """Insert new runs in one statement (none for an empty batch)."""
         ...
 
     async def get_many(self, run_ids: Sequence[UUID]) -> list[TaskRun]:
@@ -266,13 +265,13 @@ class LeaseState(StrEnum):
     """Result of a lease heartbeat (``Queue.extend_lease``)."""
 
     EXTENDED = "extended"  # the lease was ours and now lasts ttl longer
-    MISSING = "missing"  # no lease hash exists (expired, evicted or Redis flushed)
-    LOST = "lost"  # the lease hash names another run: stop working on the task
+    MISSING = "missing"  # the task has no lease (expired, evicted, or the queue lost its data)
+    LOST = "lost"  # the lease names another run: stop working on the task
 
 
 @dataclass(frozen=True, slots=True)
 class Lease:
-    """The lease hash ``{prefix}lease:task:{task_id}`` (spec §5 Lease / visibility)."""
+    """A run's lease on its task (spec §5 Lease / visibility): who holds it and until when."""
 
     task_id: UUID
     worker_id: str
@@ -281,104 +280,101 @@ class Lease:
 
 
 class Queue(Protocol):
-    """The fast path (Redis): ready lists by priority, pending markers, leases, scheduled set.
+    """The fast path (spec §5): one ready list per priority, a pending marker per delivered
+    task, a lease per running task, and the set of tasks scheduled for later (due).
 
-    Durations are in seconds (float). Nothing here is authoritative: the store wins.
+    Every operation takes a batch; a single item is a one-item list, and an empty batch costs
+    nothing. Durations are in seconds (float). Nothing here is authoritative: the store wins.
+    Adapters wrap their driver's errors as ``BackendUnavailable``.
     """
 
-    async def enqueue(self, task_id: UUID, priority: str) -> bool:
-        """Atomically set the pending marker (SET NX with the marker TTL) and LPUSH the id onto
-        ``queue:ready:{priority}``.
-
-        Returns:
-            True when pushed; False when a marker already exists (a delivery is in flight).
-        """
-        ...
-
     async def enqueue_many(self, items: Sequence[tuple[UUID, str]]) -> int:
-        """``enqueue`` for several ``(task_id, priority)`` pairs in one round trip.
-
-        Returns:
-            How many ids were pushed (those with a live marker are skipped).
-        """
-        ...
-
-    async def enqueue_unlisted(self, items: Sequence[tuple[UUID, str]]) -> int:
-        """The reconciler's ``enqueue_many``: like it, set each marker (SET NX) first; but an id
-        that is still waiting in its ready list (its marker expired during a long backlog) only
-        gets its marker back and is not pushed a second time. The list is searched from its
-        oldest entry, up to a bounded number of entries (an adapter setting), in one round trip.
+        """For each ``(task_id, priority)``, in order and atomically per item: set the task's
+        pending marker (it lives for the adapter's marker TTL) and append the id to the ready
+        list of ``priority``, unless a live marker already exists (a delivery is in flight, or
+        the id appeared earlier in the batch). One round trip.
 
         Returns:
             How many ids were pushed.
         """
         ...
 
-    async def release_marker(self, task_id: UUID) -> None:
-        """Delete the pending marker; idempotent (spec §5: all three exit paths call it)."""
+    async def enqueue_unlisted(self, items: Sequence[tuple[UUID, str]]) -> int:
+        """The reconciler's ``enqueue_many``: like it, set each marker first; but an id that is
+        still waiting in its ready list (its marker expired during a long backlog) only gets its
+        marker back and is not pushed a second time. The list is searched from its oldest entry,
+        up to a bounded number of entries (an adapter setting), in one round trip.
+
+        Returns:
+            How many ids were pushed.
+        """
         ...
 
     async def release_markers(self, task_ids: Sequence[UUID]) -> None:
-        """Delete several pending markers in one round trip; idempotent."""
-        ...
-
-    async def has_marker(self, task_id: UUID) -> bool:
-        """True while the pending marker exists."""
-        ...
-
-    async def pop(self, priorities: Sequence[str], timeout: float) -> UUID | None:
-        """BRPOP over the ready lists in the given order (first tier wins).
-
-        Args:
-            priorities: tier names, highest first.
-            timeout: seconds to block; 0 means do not block.
-
-        Returns:
-            A task id, or None when nothing arrived within ``timeout``.
-        """
+        """Drop the pending markers of ``task_ids``; idempotent (spec §5: every exit path of a
+        delivery releases its marker). One round trip."""
         ...
 
     async def pop_many(
         self, priorities: Sequence[str], timeout: float, max_count: int
     ) -> list[UUID]:
-        """Block like ``pop`` for the first id, then take up to ``max_count - 1`` more that are
-        already waiting, without blocking (tiers in the given order).
+        """Take the oldest ids from the ready lists, first tier first: block up to ``timeout``
+        for the first id, then take up to ``max_count - 1`` more that are already waiting,
+        without blocking. A taken id keeps its marker until the claim releases it.
 
         Args:
-            priorities: tier names, highest first.
-            timeout: seconds to block for the first id; 0 means do not block.
+            priorities: tier names, highest first (non-empty).
+            timeout: seconds to block for the first id; ``<= 0`` means do not block.
             max_count: most ids to return (>= 1).
 
         Returns:
             Between 0 and ``max_count`` ids; empty when nothing arrived within ``timeout``.
+
+        Raises:
+            ValueError: ``max_count < 1``, or ``priorities`` is empty or a bare string.
         """
         ...
 
     async def schedule(self, task_id: UUID, priority: str, due_at: datetime) -> None:
-        """Add the id to the scheduled sorted set, scored by ``due_at`` (epoch ms)."""
+        """Hold the task for the ready list of ``priority`` until ``due_at`` (aware; millisecond
+        precision). Scheduling it again under the same priority moves its due time.
+
+        Raises:
+            ValueError: ``due_at`` is naive.
+        """
         ...
 
     async def promote_due(self, limit: int) -> int:
-        """Atomically move up to ``limit`` entries due by the queue server's clock from the
-        scheduled set to their ready lists, each behind a pending marker (an entry whose marker
-        is already set is dropped: that task is already in flight).
+        """Atomically move up to ``limit`` scheduled entries that are due by the queue's clock
+        (``server_time``) onto their ready lists, each behind a fresh pending marker; an entry
+        whose marker is already set is dropped (that task is already in flight).
 
         Returns:
             How many ids were pushed onto ready lists.
         """
         ...
 
-    async def set_lease(self, lease: Lease, ttl: float) -> None:
-        """Create or overwrite the lease hash with a TTL of ``ttl`` seconds."""
+    async def set_leases(self, leases: Sequence[Lease], ttl: float) -> None:
+        """Give each task the lease, replacing any lease it had, lasting ``ttl`` seconds; each
+        lease is written whole (never seen half-written, never without its expiry). One round
+        trip.
+
+        Raises:
+            ValueError: ``ttl`` is not positive (checked when there are leases).
+        """
         ...
 
     async def extend_lease(self, lease: Lease, ttl: float) -> LeaseState:
-        """Extend the lease if it still names ``lease.run_id``.
+        """If the task's lease names ``lease.run_id``, make it last ``ttl`` seconds from now
+        and store ``lease.deadline_ms``.
 
         Returns:
-            EXTENDED, MISSING (no hash: the caller may re-create it with ``recreate_lease``
-            after checking the store),
-            or LOST (another run holds it; nothing was changed).
+            EXTENDED; MISSING (the task has no lease: the caller may re-create it with
+            ``recreate_lease`` after checking the store); or LOST (another run holds it;
+            nothing was changed).
+
+        Raises:
+            ValueError: ``ttl`` is not positive.
         """
         ...
 
@@ -389,27 +385,19 @@ class Queue(Protocol):
 
         Returns:
             EXTENDED (created or extended) or LOST (another run holds it). Never MISSING.
+
+        Raises:
+            ValueError: ``ttl`` is not positive.
         """
         ...
 
-    async def set_leases(self, leases: Sequence[Lease], ttl: float) -> None:
-        """``set_lease`` for several leases in one round trip."""
-        ...
-
-    async def delete_lease(self, task_id: UUID, run_id: UUID) -> None:
-        """Delete the lease hash if it names ``run_id``; idempotent."""
-        ...
-
     async def delete_leases(self, leases: Sequence[tuple[UUID, UUID]]) -> None:
-        """``delete_lease`` for several ``(task_id, run_id)`` pairs in one round trip."""
+        """For each ``(task_id, run_id)``, drop the task's lease if it names ``run_id`` (a lease
+        another run holds is left alone); idempotent. One round trip."""
         ...
 
     async def leases_present(self, task_ids: Sequence[UUID]) -> set[UUID]:
-        """The ids among ``task_ids`` that have a lease hash (one round trip)."""
-        ...
-
-    async def get_lease(self, task_id: UUID) -> Lease | None:
-        """The lease hash of the task, or None."""
+        """The ids among ``task_ids`` that hold a lease (one round trip)."""
         ...
 
     async def ping(self) -> None:

@@ -139,9 +139,9 @@ class ReconcileService:
             if task is None:
                 continue
             reclaimed += 1
-            await self._queue.release_marker(task.id)
+            await self._queue.release_markers([task.id])
             if task.status is TaskStatus.QUEUED:
-                await self._queue.enqueue(task.id, task.priority)
+                await self._queue.enqueue_many([(task.id, task.priority)])
         return reclaimed
 
     async def _reclaim_one(self, candidate: RunningTask, *, lost_with_queue: bool) -> Task | None:

@@ -437,8 +437,8 @@ class PgRunRepository:
     def __init__(self, conn: Conn) -> None:
         self._conn = conn
 
-    async def add(self, run: TaskRun) -> None:
-        """Insert a new run."""
+    async def _add_one(self, run: TaskRun) -> None:
+        """``add_many`` of one run: the single-row INSERT (cheaper to plan than ``unnest``)."""
         await self._conn.execute(
             sql.INSERT_RUN,
             (
@@ -458,7 +458,7 @@ class PgRunRepository:
         if not runs:
             return
         if len(runs) == 1:
-            await self.add(runs[0])
+            await self._add_one(runs[0])
             return
         await self._conn.execute(
             sql.INSERT_RUNS,

@@ -2,8 +2,8 @@
 
 What it mirrors, key by key of spec §5:
 
-* ``queue:ready:{priority}`` (LIST, LPUSH + BRPOP): one FIFO per tier; ``pop`` takes the oldest
-  id of the first non-empty tier in the order given, and a blocked ``pop`` is served directly by
+* ``queue:ready:{priority}`` (LIST, LPUSH + BRPOP): one FIFO per tier; ``pop_many`` takes the
+  oldest ids of the first non-empty tier in the order given, and a blocked pop is served directly by
   the next push to any of its tiers, longest-waiting popper first, as Redis serves blocked clients.
 * ``queue:pending:{task_id}`` (SET NX PX): a marker with an expiry time read from the clock port.
 * ``lease:task:{task_id}`` (HASH + PEXPIRE): the ``Lease`` plus an expiry time read from the clock.
@@ -12,8 +12,8 @@ What it mirrors, key by key of spec §5:
   "server clock").
 
 Expiry is lazy and driven by the clock only: a key whose expiry time is ``<= clock.now()`` is gone
-(so a 60 s TTL has lapsed once ``FakeClock.advance(60)`` ran). Blocking in ``pop`` is the one place
-where real (event-loop) time is used, as the port's ``timeout`` is real seconds.
+(so a 60 s TTL has lapsed once ``FakeClock.advance(60)`` ran). Blocking in ``pop_many`` is the one
+place where real (event-loop) time is used, as the port's ``timeout`` is real seconds.
 
 Every method runs without awaiting between reading and writing its state, so each one is atomic
 under asyncio concurrency, like a Redis command or Lua script. Not thread-safe.
@@ -101,22 +101,14 @@ class InMemoryQueue:
         self._markers[task_id] = self._clock.now() + self._marker_ttl
         return True
 
-    async def enqueue(self, task_id: UUID, priority: str) -> bool:
-        """Set the pending marker and push the id onto the ``priority`` tier, atomically.
-
-        Returns:
-            True when pushed; False when a live marker already exists (nothing changed).
-        """
-        if not self._reserve(task_id):
-            return False
-        self._push(priority, task_id)
-        return True
-
     async def enqueue_many(self, items: Sequence[tuple[UUID, str]]) -> int:
-        """``enqueue`` each ``(task_id, priority)``; returns how many were pushed."""
+        """For each ``(task_id, priority)`` in order: set the pending marker and push the id
+        onto the ``priority`` tier, unless a live marker exists. Returns how many were pushed."""
         pushed = 0
         for task_id, priority in items:
-            pushed += await self.enqueue(task_id, priority)
+            if self._reserve(task_id):
+                self._push(priority, task_id)
+                pushed += 1
         return pushed
 
     async def enqueue_unlisted(self, items: Sequence[tuple[UUID, str]]) -> int:
@@ -132,18 +124,10 @@ class InMemoryQueue:
                 pushed += 1
         return pushed
 
-    async def release_marker(self, task_id: UUID) -> None:
-        """Delete the pending marker; idempotent."""
-        self._markers.pop(task_id, None)
-
     async def release_markers(self, task_ids: Sequence[UUID]) -> None:
         """Delete several pending markers; idempotent."""
         for task_id in task_ids:
             self._markers.pop(task_id, None)
-
-    async def has_marker(self, task_id: UUID) -> bool:
-        """True while the pending marker exists and has not expired by the clock."""
-        return self._marker_live(task_id)
 
     # --- ready lists --------------------------------------------------------------------------
 
@@ -170,20 +154,9 @@ class InMemoryQueue:
                 return ready.popleft()
         return None
 
-    async def pop(self, priorities: Sequence[str], timeout: float) -> UUID | None:
-        """Take the oldest id of the first non-empty tier, blocking up to ``timeout`` seconds.
-
-        Args:
-            priorities: tier names, highest first (non-empty).
-            timeout: real seconds to wait for a push; ``<= 0`` returns at once.
-
-        Returns:
-            A task id, or None when nothing arrived in time.
-
-        Raises:
-            ValueError: ``priorities`` is empty or a bare string.
-        """
-        tiers = _check_priorities(priorities)
+    async def _pop_one(self, tiers: list[str], timeout: float) -> UUID | None:
+        """Take the oldest id of the first non-empty tier, blocking up to ``timeout`` real
+        seconds (``<= 0`` returns at once); None when nothing arrived in time."""
         found = self._take(tiers)
         if found is not None or timeout <= 0:
             return found
@@ -210,19 +183,20 @@ class InMemoryQueue:
     async def pop_many(
         self, priorities: Sequence[str], timeout: float, max_count: int
     ) -> list[UUID]:
-        """``pop`` one id (blocking up to ``timeout`` s), then up to ``max_count - 1`` more that
-        are already waiting, without blocking.
+        """Take the oldest id of the first non-empty tier, blocking up to ``timeout`` real
+        seconds (``<= 0`` returns at once; a blocked pop is served by the next push to any of
+        its tiers), then up to ``max_count - 1`` more that are already waiting, without blocking.
 
         Raises:
-            ValueError: ``priorities`` is empty, or ``max_count < 1``.
+            ValueError: ``priorities`` is empty or a bare string, or ``max_count < 1``.
         """
         if max_count < 1:
             raise ValueError("max_count must be at least 1")
-        first = await self.pop(priorities, timeout)
+        tiers = _check_priorities(priorities)
+        first = await self._pop_one(tiers, timeout)
         if first is None:
             return []
         found = [first]
-        tiers = _check_priorities(priorities)
         while len(found) < max_count:
             more = self._take(tiers)
             if more is None:
@@ -276,23 +250,18 @@ class InMemoryQueue:
             return None
         return entry[0]
 
-    async def set_lease(self, lease: Lease, ttl: float) -> None:
-        """Create or overwrite the lease, expiring ``ttl`` seconds from ``clock.now()``.
-
-        Raises:
-            ValueError: ``ttl`` is not positive.
-        """
-        _check_ttl(ttl)
-        self._leases[lease.task_id] = (lease, self._clock.now() + timedelta(seconds=ttl))
-
     async def set_leases(self, leases: Sequence[Lease], ttl: float) -> None:
-        """``set_lease`` for each lease.
+        """Create or overwrite each lease, expiring ``ttl`` seconds from ``clock.now()``.
 
         Raises:
-            ValueError: ``ttl`` is not positive.
+            ValueError: ``ttl`` is not positive (checked only when there are leases).
         """
+        if not leases:
+            return
+        _check_ttl(ttl)
+        expires = self._clock.now() + timedelta(seconds=ttl)
         for lease in leases:
-            await self.set_lease(lease, ttl)
+            self._leases[lease.task_id] = (lease, expires)
 
     async def extend_lease(self, lease: Lease, ttl: float) -> LeaseState:
         """Extend the lease by ``ttl`` seconds and store ``lease.deadline_ms`` if it names
@@ -331,29 +300,29 @@ class InMemoryQueue:
             return LeaseState.EXTENDED
         return await self.extend_lease(lease, ttl)
 
-    async def delete_lease(self, task_id: UUID, run_id: UUID) -> None:
-        """Delete the lease if it names ``run_id``; idempotent."""
-        current = self._live_lease(task_id)
-        if current is not None and current.run_id == run_id:
-            del self._leases[task_id]
-
     async def delete_leases(self, leases: Sequence[tuple[UUID, UUID]]) -> None:
-        """``delete_lease`` for each ``(task_id, run_id)`` pair; idempotent."""
+        """For each ``(task_id, run_id)``, delete the lease if it names ``run_id``; idempotent."""
         for task_id, run_id in leases:
-            await self.delete_lease(task_id, run_id)
+            current = self._live_lease(task_id)
+            if current is not None and current.run_id == run_id:
+                del self._leases[task_id]
 
     async def leases_present(self, task_ids: Sequence[UUID]) -> set[UUID]:
         """The ids among ``task_ids`` that hold a live lease."""
         return {task_id for task_id in task_ids if self._live_lease(task_id) is not None}
 
-    async def get_lease(self, task_id: UUID) -> Lease | None:
-        """The live lease of the task, or None."""
-        return self._live_lease(task_id)
-
     async def ping(self) -> None:
         """Always succeeds: the fake is always reachable."""
 
-    # --- test helpers -------------------------------------------------------------------------
+    # --- inspection (tests and ``dtq dev``; not part of the ``Queue`` port) -------------------
+
+    def has_marker(self, task_id: UUID) -> bool:
+        """True while the pending marker exists and has not expired by the clock."""
+        return self._marker_live(task_id)
+
+    def get_lease(self, task_id: UUID) -> Lease | None:
+        """The live lease of the task, or None."""
+        return self._live_lease(task_id)
 
     def flush(self) -> None:
         """Drop every marker, ready id, lease and scheduled entry (like FLUSHALL).
@@ -367,7 +336,7 @@ class InMemoryQueue:
         self._epoch = None
 
     def ready_ids(self, priority: str) -> list[UUID]:
-        """The ids on the ``priority`` tier, in the order ``pop`` returns them (oldest first)."""
+        """The ids on the ``priority`` tier, oldest first (the order ``pop_many`` takes them)."""
         return list(self._ready.get(priority, ()))
 
     def scheduled_ids(self) -> list[UUID]:

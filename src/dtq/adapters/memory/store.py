@@ -325,9 +325,6 @@ class _Runs:
     def __init__(self, tx: _MemoryTransaction) -> None:
         self._tx = tx
 
-    async def add(self, run: TaskRun) -> None:
-        self._tx._runs[run.id] = replace(run)
-
     async def add_many(self, runs: Sequence[TaskRun]) -> None:
         for run in runs:
             self._tx._runs[run.id] = replace(run)

@@ -112,7 +112,7 @@ def connect_redis(addr: str) -> Redis:
 
     Returns:
         A ``redis.asyncio.Redis`` with a 2 s connect timeout (``CONNECT_TIMEOUT``), a 3 s
-        socket read timeout (``SOCKET_TIMEOUT``; ``RedisQueue.pop`` keeps each BRPOP under it)
+        socket read timeout (``SOCKET_TIMEOUT``; ``RedisQueue.pop_many`` keeps each BRPOP under it)
         and no command retries of its own (``RedisQueue`` re-sends only idempotent commands,
         see ``idempotent``), so an outage surfaces as ``BackendUnavailable`` within about 3 s.
         The caller closes it (``aclose()``).

@@ -15,7 +15,7 @@ from uuid import UUID
 from redis.asyncio import Redis
 
 from dtq.adapters.redis import scripts
-from dtq.adapters.redis.connection import as_text, idempotent, ms, parse_uuid
+from dtq.adapters.redis.connection import as_text, idempotent, ms
 from dtq.application.ports import Lease, LeaseState
 
 
@@ -38,17 +38,9 @@ class RedisLeases:
     def _lease_key(self, task_id: UUID) -> str:
         return f"{self._lease_prefix}{task_id}"
 
-    async def set_lease(self, lease: Lease, ttl: float) -> None:
-        """Replace the lease hash and PEXPIRE it after ``ttl`` seconds (see :meth:`set_leases`).
-
-        Raises:
-            ValueError: ``ttl`` is not positive.
-            BackendUnavailable: Redis failed or is unreachable.
-        """
-        await self.set_leases([lease], ttl)
-
     async def set_leases(self, leases: Sequence[Lease], ttl: float) -> None:
-        """``set_lease`` for each lease, all in one script call (one round trip, one command).
+        """Replace each lease hash and PEXPIRE it after ``ttl`` seconds, all in one script call
+        (one round trip, one command).
 
         Each hash is replaced whole (DEL, HSET of worker_id, run_id, deadline_ms) and given its
         PEXPIRE inside the script, so it is atomic like a MULTI/EXEC: a client dying mid-send
@@ -104,14 +96,6 @@ class RedisLeases:
         state = await idempotent("recreate_lease", lambda: self._recreate(keys=keys, args=args))
         return LeaseState(as_text(state))
 
-    async def delete_lease(self, task_id: UUID, run_id: UUID) -> None:
-        """Delete the lease hash if it names ``run_id``; idempotent.
-
-        Raises:
-            BackendUnavailable: Redis failed or is unreachable.
-        """
-        await self.delete_leases([(task_id, run_id)])
-
     async def delete_leases(self, leases: Sequence[tuple[UUID, UUID]]) -> None:
         """Delete each ``(task_id, run_id)`` lease hash that names its run_id, in one script.
 
@@ -143,22 +127,3 @@ class RedisLeases:
 
         found = await idempotent("leases_present", exists)
         return {task_id for task_id, exists in zip(ids, found, strict=True) if exists}
-
-    async def get_lease(self, task_id: UUID) -> Lease | None:
-        """HGETALL the lease hash; None when absent or missing a field.
-
-        Raises:
-            BackendUnavailable: Redis failed or is unreachable.
-        """
-        key = self._lease_key(task_id)
-        raw = await idempotent("get_lease", lambda: self._client.hgetall(key))
-        fields = {as_text(name): as_text(value) for name, value in raw.items()}
-        run_id = parse_uuid(fields.get("run_id"))
-        try:
-            deadline_ms = int(fields["deadline_ms"])
-            worker_id = fields["worker_id"]
-        except (KeyError, ValueError):
-            return None
-        if run_id is None:
-            return None
-        return Lease(task_id=task_id, worker_id=worker_id, run_id=run_id, deadline_ms=deadline_ms)

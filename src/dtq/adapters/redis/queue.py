@@ -127,19 +127,9 @@ class RedisQueue(RedisLeases):
 
     # --- pending markers ----------------------------------------------------------------------
 
-    async def enqueue(self, task_id: UUID, priority: str) -> bool:
-        """SET NX PX the pending marker and LPUSH the id, in one script.
-
-        Returns:
-            True when pushed; False when a marker already exists.
-
-        Raises:
-            BackendUnavailable: Redis failed or is unreachable.
-        """
-        return bool(await self._push(self._enqueue_many, "enqueue", [(task_id, priority)]))
-
     async def enqueue_many(self, items: Sequence[tuple[UUID, str]]) -> int:
-        """``enqueue`` for each ``(task_id, priority)`` in order, in one script (one round trip).
+        """For each ``(task_id, priority)`` in order: SET NX PX its pending marker and LPUSH the
+        id onto its ready list, in one script (one round trip, whatever the batch size).
 
         An id whose marker is live, including one set earlier in the same batch, is skipped.
 
@@ -187,22 +177,12 @@ class RedisQueue(RedisLeases):
         pushed = await idempotent(operation, lambda: script(keys=keys, args=args))
         return int(pushed)
 
-    async def release_marker(self, task_id: UUID) -> None:
-        """DEL the pending marker; idempotent. Raises ``BackendUnavailable``."""
-        key = self._marker_key(task_id)
-        await idempotent("release_marker", lambda: self._client.delete(key))
-
     async def release_markers(self, task_ids: Sequence[UUID]) -> None:
         """One DEL of all the pending markers; idempotent. Raises ``BackendUnavailable``."""
         if not task_ids:
             return
         keys = [self._marker_key(task_id) for task_id in task_ids]
         await idempotent("release_markers", lambda: self._client.delete(*keys))
-
-    async def has_marker(self, task_id: UUID) -> bool:
-        """True while the pending marker exists. Raises ``BackendUnavailable``."""
-        key = self._marker_key(task_id)
-        return bool(await idempotent("has_marker", lambda: self._client.exists(key)))
 
     # --- ready lists --------------------------------------------------------------------------
 
@@ -236,41 +216,20 @@ class RedisQueue(RedisLeases):
             elif block >= remaining:
                 return None
 
-    async def pop(self, priorities: Sequence[str], timeout: float) -> UUID | None:
-        """BRPOP over the tiers in order (first non-empty tier wins, oldest id first).
-
-        A malformed list entry (not a UUID) is discarded. If the caller is cancelled while a
-        BRPOP is in flight, an id the server already popped is lost; its marker then stalls
-        the task until the marker TTL, after which the reconciler re-enqueues it (spec §5).
-
-        Args:
-            priorities: tier names, highest first (non-empty).
-            timeout: seconds to block; ``<= 0`` does one non-blocking pass (a Lua RPOP per tier),
-                never BRPOP 0, which would block forever.
-
-        Returns:
-            A task id, or None when nothing arrived within ``timeout``.
-
-        Raises:
-            ValueError: ``priorities`` is empty or a bare string.
-            BackendUnavailable: Redis failed or is unreachable.
-        """
-        keys = self._ready_keys(priorities)
-        deadline = asyncio.get_running_loop().time() + timeout
-        with wrap_errors("pop"):
-            return await self._pop_one(keys, deadline)
-
     async def pop_many(
         self, priorities: Sequence[str], timeout: float, max_count: int
     ) -> list[UUID]:
-        """Up to ``max_count`` ids: the first blocking like ``pop``, the rest only if waiting.
+        """Up to ``max_count`` ids over the tiers in order (first non-empty tier wins, oldest id
+        first): the first blocking, the rest only if waiting. A malformed list entry (not a
+        UUID) is discarded.
 
         Round trips: when ids are waiting, one script pops up to ``max_count`` over the tiers in
-        order and that is all. Otherwise (and only if ``timeout`` allows blocking) ``pop``'s
-        BRPOP loop waits for the first id, then the same script takes up to ``max_count - 1``
-        more: two round trips. Should that second trip fail, the id already popped is returned
-        rather than lost (the next call reports the outage). Cancellation while a call is in
-        flight loses what the server already popped, as with ``pop`` (markers stall until TTL).
+        order and that is all. Otherwise (and only if ``timeout`` allows blocking) a BRPOP loop
+        waits for the first id (never BRPOP 0, which would block forever), then the same script
+        takes up to ``max_count - 1`` more: two round trips. Should that second trip fail, the
+        id already popped is returned rather than lost (the next call reports the outage).
+        Cancellation while a call is in flight loses what the server already popped (its marker
+        stalls the task until the marker TTL, then the reconciler re-enqueues it, spec §5).
 
         Args:
             priorities: tier names, highest first (non-empty).

@@ -1,0 +1,293 @@
+"""Checks of ``RedisQueue`` that the ``Queue`` contract does not cover (spec §5 Redis data model):
+the key layout under the prefix, BRPOP against the socket timeout, malformed list entries, the
+batch scripts' layout and round trips, error wrapping, and the connection helpers
+(``connect_redis``, ``check_eviction_policy``). The contract itself is ``test_queue_contract.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
+
+import pytest
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+
+from dtq.adapters.redis import RedisQueue, check_eviction_policy, connect_redis
+from dtq.application.ports import Lease
+from dtq.domain.errors import BackendUnavailable
+from tests.single import enqueue_one, pop_one
+
+from .conftest import REDIS_URL
+
+
+def new_id() -> UUID:
+    return uuid.uuid4()
+
+
+def lease_for(task_id: UUID, *, run_id: UUID | None = None, deadline_ms: int = 1_000) -> Lease:
+    return Lease(
+        task_id=task_id, worker_id="w-1", run_id=run_id or new_id(), deadline_ms=deadline_ms
+    )
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+@pytest.mark.integration
+async def test_redis_keys_follow_spec_layout_under_the_prefix(
+    redis_client: Redis, redis_prefix: str
+) -> None:
+    queue = RedisQueue(redis_client, prefix=redis_prefix, marker_ttl=30.0)
+    queued, leased, scheduled = new_id(), new_id(), new_id()
+    lease = lease_for(leased, deadline_ms=123)
+    await enqueue_one(queue, queued, "high")
+    await queue.set_leases([lease], 30.0)
+    await queue.schedule(scheduled, "low|tier", datetime(2030, 1, 1, tzinfo=UTC))
+
+    keys = {_text(key) async for key in redis_client.scan_iter(match=f"{redis_prefix}*")}
+    assert keys == {
+        f"{redis_prefix}queue:ready:high",
+        f"{redis_prefix}queue:pending:{queued}",
+        f"{redis_prefix}lease:task:{leased}",
+        f"{redis_prefix}queue:scheduled",
+    }
+    for task_id in (queued, leased, scheduled):
+        anywhere = [_text(k) async for k in redis_client.scan_iter(match=f"*{task_id}*")]
+        assert all(key.startswith(redis_prefix) for key in anywhere)
+
+    assert await redis_client.lrange(f"{redis_prefix}queue:ready:high", 0, -1) == [
+        str(queued).encode()
+    ]
+    assert 0 < await redis_client.pttl(f"{redis_prefix}queue:pending:{queued}") <= 30_000
+    assert 0 < await redis_client.pttl(f"{redis_prefix}lease:task:{leased}") <= 30_000
+    assert await redis_client.hgetall(f"{redis_prefix}lease:task:{leased}") == {
+        b"worker_id": b"w-1",
+        b"run_id": str(lease.run_id).encode(),
+        b"deadline_ms": b"123",
+    }
+    members = await redis_client.zrange(f"{redis_prefix}queue:scheduled", 0, -1, withscores=True)
+    assert members == [(f"low|tier|{scheduled}".encode(), 1_893_456_000_000.0)]
+
+    # A priority containing "|" survives promotion (the member is split at the last "|").
+    await queue.schedule(scheduled, "low|tier", datetime(2020, 1, 1, tzinfo=UTC))
+    assert await queue.promote_due(10) == 1
+    assert await pop_one(queue, ["low|tier"], 0) == scheduled
+
+
+@pytest.mark.integration
+async def test_redis_pop_waits_longer_than_the_socket_timeout(redis_prefix: str) -> None:
+    client: Redis = Redis.from_url(REDIS_URL, socket_timeout=0.4)
+    try:
+        queue = RedisQueue(client, prefix=redis_prefix)
+        started = time.monotonic()
+        assert await pop_one(queue, ["default"], 1.0) is None
+        assert 0.9 <= time.monotonic() - started < 2.0
+
+        task_id = new_id()
+        popper = asyncio.create_task(pop_one(queue, ["default"], 2.0))
+        await asyncio.sleep(0.6)  # past the first BRPOP slice
+        await enqueue_one(queue, task_id, "default")
+        assert await asyncio.wait_for(popper, 2.0) == task_id
+
+        started = time.monotonic()
+        assert await queue.pop_many(["default"], 1.0, 8) == []
+        assert 0.9 <= time.monotonic() - started < 2.0
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.integration
+async def test_redis_pop_discards_malformed_entries(redis_client: Redis, redis_prefix: str) -> None:
+    queue = RedisQueue(redis_client, prefix=redis_prefix)
+    task_id = new_id()
+    await redis_client.lpush(f"{redis_prefix}queue:ready:default", "not-a-uuid")
+    await enqueue_one(queue, task_id, "default")
+
+    assert await pop_one(queue, ["default"], 0.5) == task_id
+
+
+@pytest.mark.integration
+async def test_redis_pop_many_discards_malformed_entries(
+    redis_client: Redis, redis_prefix: str
+) -> None:
+    queue = RedisQueue(redis_client, prefix=redis_prefix)
+    first, second = new_id(), new_id()
+    ready = f"{redis_prefix}queue:ready:default"
+    await redis_client.lpush(ready, "not-a-uuid")
+    await enqueue_one(queue, first, "default")
+    await redis_client.lpush(ready, "")
+    await enqueue_one(queue, second, "default")
+
+    assert await queue.pop_many(["default"], 0, 10) == [first, second]
+    assert await redis_client.llen(ready) == 0
+
+
+@pytest.mark.integration
+async def test_redis_batch_writes_follow_the_single_id_layout(
+    redis_client: Redis, redis_prefix: str
+) -> None:
+    queue = RedisQueue(redis_client, prefix=redis_prefix, marker_ttl=30.0)
+    queued, leased = new_id(), new_id()
+    lease = lease_for(leased, deadline_ms=123)
+    await queue.enqueue_many([(queued, "high")])
+    await queue.set_leases([lease], 20.0)
+
+    keys = {_text(key) async for key in redis_client.scan_iter(match=f"{redis_prefix}*")}
+    assert keys == {
+        f"{redis_prefix}queue:ready:high",
+        f"{redis_prefix}queue:pending:{queued}",
+        f"{redis_prefix}lease:task:{leased}",
+    }
+    assert await redis_client.get(f"{redis_prefix}queue:pending:{queued}") == b"1"
+    assert 20_000 < await redis_client.pttl(f"{redis_prefix}queue:pending:{queued}") <= 30_000
+    assert 0 < await redis_client.pttl(f"{redis_prefix}lease:task:{leased}") <= 20_000
+    assert await redis_client.hgetall(f"{redis_prefix}lease:task:{leased}") == {
+        b"worker_id": b"w-1",
+        b"run_id": str(lease.run_id).encode(),
+        b"deadline_ms": b"123",
+    }
+
+
+@pytest.mark.integration
+async def test_redis_pop_many_keeps_the_popped_id_when_the_follow_up_fails(
+    redis_client: Redis, redis_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a pop_many blocked in BRPOP, whose non-blocking follow-up will fail...
+    queue = RedisQueue(redis_client, prefix=redis_prefix)
+    script = queue._pop_now
+    calls = 0
+
+    async def flaky(**kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls > 1:
+            raise RedisConnectionError("lost after BRPOP")
+        return await script(**kwargs)
+
+    monkeypatch.setattr(queue, "_pop_now", flaky)
+    task_id, other = new_id(), new_id()
+    popper = asyncio.create_task(queue.pop_many(["default"], 5.0, 10))
+    await asyncio.sleep(0.05)
+    await queue.enqueue_many([(task_id, "default"), (other, "default")])
+
+    # ...then the id BRPOP already took is returned rather than lost; the rest stays queued.
+    assert await asyncio.wait_for(popper, 2.0) == [task_id]
+    assert calls == 2
+    ready = f"{redis_prefix}queue:ready:default"
+    assert await redis_client.lrange(ready, 0, -1) == [str(other).encode()]
+
+
+async def test_redis_batch_methods_make_no_round_trip_for_empty_input() -> None:
+    client = Redis(
+        host="127.0.0.1", port=1, socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0)
+    )
+    queue = RedisQueue(client, prefix="dtqtest:down:")
+    try:
+        assert await queue.enqueue_many([]) == 0
+        await queue.release_markers([])
+        await queue.set_leases([], 30.0)
+        await queue.delete_leases([])
+        assert await queue.leases_present([]) == set()
+    finally:
+        await client.aclose()
+
+
+async def test_redis_errors_become_backend_unavailable() -> None:
+    client = Redis(
+        host="127.0.0.1", port=1, socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0)
+    )
+    queue = RedisQueue(client, prefix="dtqtest:down:")
+    try:
+        with pytest.raises(BackendUnavailable) as caught:
+            await queue.ping()
+        assert caught.value.__cause__ is not None
+        with pytest.raises(BackendUnavailable):
+            await enqueue_one(queue, new_id(), "default")
+        with pytest.raises(BackendUnavailable):
+            await pop_one(queue, ["default"], 0.1)
+        with pytest.raises(BackendUnavailable):
+            await queue.leases_present([new_id()])
+        with pytest.raises(BackendUnavailable):
+            await queue.enqueue_many([(new_id(), "default")])
+        with pytest.raises(BackendUnavailable):
+            await queue.release_markers([new_id()])
+        with pytest.raises(BackendUnavailable):
+            await queue.pop_many(["default"], 0, 5)
+        with pytest.raises(BackendUnavailable):
+            await queue.pop_many(["default"], 0.1, 5)
+        with pytest.raises(BackendUnavailable):
+            await queue.set_leases([lease_for(new_id())], 30.0)
+        with pytest.raises(BackendUnavailable):
+            await queue.delete_leases([(new_id(), new_id())])
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.parametrize(
+    ("addr", "host", "port"),
+    [
+        ("127.0.0.1:6379", "127.0.0.1", 6379),
+        ("redis.internal:6380", "redis.internal", 6380),
+        ("localhost", "localhost", 6379),
+        ("[::1]:6381", "::1", 6381),
+        ("redis://cache:6390/2", "cache", 6390),
+    ],
+)
+async def test_connect_redis_parses_addresses(addr: str, host: str, port: int) -> None:
+    client = connect_redis(addr)
+    try:
+        options = client.connection_pool.connection_kwargs
+        assert (options["host"], options["port"]) == (host, port)
+        assert options.get("decode_responses", False) is False
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.parametrize("addr", ["host:notaport", "host:6379/0", ""])
+def test_connect_redis_rejects_bad_addresses(addr: str) -> None:
+    with pytest.raises(ValueError, match="Redis address"):
+        connect_redis(addr)
+
+
+class _ConfigStub:
+    """Stands in for a client in ``check_eviction_policy`` (the shared server is not touched)."""
+
+    def __init__(self, reply: dict[str, str] | Exception) -> None:
+        self._reply = reply
+
+    async def config_get(self, pattern: str) -> dict[str, str]:
+        if isinstance(self._reply, Exception):
+            raise self._reply
+        return self._reply
+
+
+@pytest.mark.parametrize(
+    ("reply", "warns"),
+    [
+        ({"maxmemory-policy": "noeviction"}, False),
+        ({"maxmemory-policy": "allkeys-lru"}, True),
+        (ResponseError("unknown command 'CONFIG'"), True),
+    ],
+)
+async def test_check_eviction_policy_warns_unless_noeviction(reply: Any, warns: bool) -> None:
+    warning = await check_eviction_policy(_ConfigStub(reply))  # type: ignore[arg-type]
+    assert (warning is not None) is warns
+    if warns:
+        assert warning is not None
+        assert "maxmemory-policy" in warning
+
+
+@pytest.mark.integration
+async def test_check_eviction_policy_agrees_with_the_server(redis_client: Redis) -> None:
+    policy = _text(next(iter((await redis_client.config_get("maxmemory-policy")).values())) or "")
+    warning = await check_eviction_policy(redis_client)
+    assert (warning is None) is (policy == "noeviction")
