@@ -116,9 +116,7 @@ def _validate(cmd: SubmitJob) -> None:
     validate_dag([TaskNode(spec.name, tuple(spec.depends_on)) for spec in cmd.tasks])
 
 
-def _new_task(
-    spec: TaskSpec, job_id: UUID, task_id: UUID, now: datetime, *, position: int
-) -> Task:
+def _new_task(spec: TaskSpec, job_id: UUID, task_id: UUID, now: datetime, *, position: int) -> Task:
     return Task(
         id=task_id,
         job_id=job_id,

@@ -269,9 +269,7 @@ class _Reader:
             raise ConfigError(name, f"must be at most {limit}, got {self.raw(name)!r}")
         return seconds
 
-    def integer(
-        self, name: str, default: int, *, minimum: int, maximum: int | None = None
-    ) -> int:
+    def integer(self, name: str, default: int, *, minimum: int, maximum: int | None = None) -> int:
         def parse(value: str) -> int:
             try:
                 return int(value)

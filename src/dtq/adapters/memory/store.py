@@ -265,9 +265,7 @@ class _Tasks:
         for task_id in dict.fromkeys(task_ids):
             parents = [self._tx.task(p) for p in self._edges("dependencies", task_id)]
             if parents:
-                found[task_id] = {
-                    p.name: copy.deepcopy(p.result) for p in parents if p is not None
-                }
+                found[task_id] = {p.name: copy.deepcopy(p.result) for p in parents if p is not None}
         return found
 
     async def results_page(
