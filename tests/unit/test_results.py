@@ -60,7 +60,7 @@ def test_a_result_at_the_limit_is_accepted_and_its_size_returned() -> None:
 
 @pytest.mark.parametrize("text", ["0", "67108865", "lots"])
 def test_api_max_result_bytes_out_of_range_is_a_config_error(text: str) -> None:
-    with pytest.raises(ConfigError, match="^API_MAX_RESULT_BYTES: "):
+    with pytest.raises(ConfigError, match=r"^API_MAX_RESULT_BYTES: "):
         load_settings({"API_MAX_RESULT_BYTES": text})
 
 

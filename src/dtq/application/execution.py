@@ -258,8 +258,9 @@ class ExecutionService:
         Each task ``completed`` with its result (``results[i]`` for ``claims[i]``, any JSON
         value already checked by ``domain.payload.check_result``; None or no ``results``:
         null), written by the same statement that completes it; its run ``succeeded``;
-        dependents whose dependencies are all complete are promoted to ``queued``; job statuses are settled. After the commit the
-        leases are deleted and the promoted tasks pushed. Reporting a success again is a no-op
+        dependents whose dependencies are all complete are promoted to ``queued``; job statuses
+        are settled. After the commit the leases are deleted and the promoted tasks pushed
+        (the result costs no statement of its own). Reporting a success again is a no-op
         (``DUPLICATE``); a report from a run that is no longer live is refused (``STALE``) and
         changes nothing, without affecting the other claims of the batch.
 
