@@ -75,6 +75,20 @@ class JobView:
 
 
 @dataclass(frozen=True, slots=True)
+class JobResultsView:
+    """One page of a job's results (``GET /v1/jobs/{id}/results``).
+
+    Attributes:
+        tasks: the page's tasks in submission order (``Task.position``, then id).
+        next_after: the keyset cursor ``(position, id)`` of the next page, or None on the last.
+    """
+
+    job: Job
+    tasks: list[Task]
+    next_after: tuple[int, UUID] | None
+
+
+@dataclass(frozen=True, slots=True)
 class ExecutionPolicy:
     """Timings and budgets of execution; all durations in seconds.
 
