@@ -268,6 +268,7 @@ def _task_row(job_id: UUID, t: Task) -> tuple[Any, ...]:
         t.current_run_id,
         Int8(t.version),
         Int8(t.position),
+        encode_json(t.result),
     )
 
 

@@ -79,26 +79,27 @@ UPDATE_JOBS: Final = (
 INSERT_TASKS: Final = (
     "INSERT INTO tasks (id, job_id, name, kind, payload, status, scheduled_at, created_at,"
     " updated_at, priority, max_attempts, attempt, reclaims, started_at, finished_at,"
-    " last_error, current_run_id, version, position)"
+    " last_error, current_run_id, version, job_position, result)"
     " SELECT u.id, %s::uuid, u.name, u.kind, u.payload::jsonb, u.status, u.scheduled_at,"
     " u.created_at, u.updated_at, u.priority, u.max_attempts, u.attempt, u.reclaims,"
-    " u.started_at, u.finished_at, u.last_error, u.current_run_id, u.version, u.position"
+    " u.started_at, u.finished_at, u.last_error, u.current_run_id, u.version, u.job_position,"
+    " u.result::jsonb"
     " FROM unnest(%b::uuid[], %b::text[], %b::text[], %b::text[], %b::text[],"
     " %b::timestamptz[], %b::timestamptz[], %b::timestamptz[], %b::text[], %b::bigint[],"
     " %b::bigint[], %b::bigint[], %b::timestamptz[], %b::timestamptz[], %b::text[],"
-    " %b::uuid[], %b::bigint[], %b::bigint[])"
+    " %b::uuid[], %b::bigint[], %b::bigint[], %b::text[])"
     " AS u(id, name, kind, payload, status, scheduled_at, created_at, updated_at, priority,"
     " max_attempts, attempt, reclaims, started_at, finished_at, last_error, current_run_id,"
-    " version, position)"
+    " version, job_position, result)"
 )
 
 # INSERT_TASKS for a job of one task (every POST /v1/tasks): plain VALUES, no arrays.
 INSERT_TASK: Final = (
     "INSERT INTO tasks (id, job_id, name, kind, payload, status, scheduled_at, created_at,"
     " updated_at, priority, max_attempts, attempt, reclaims, started_at, finished_at,"
-    " last_error, current_run_id, version, position)"
+    " last_error, current_run_id, version, job_position, result)"
     " VALUES (%s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,"
-    " %s)"
+    " %s, %s::jsonb)"
 )
 
 INSERT_EDGES: Final = (
@@ -113,38 +114,38 @@ INSERT_EDGES: Final = (
 GET_TASK: Final = (
     "SELECT id, job_id, name, kind, payload::text, status, scheduled_at, created_at,"
     " updated_at, priority, max_attempts, attempt, reclaims, started_at, finished_at,"
-    " last_error, current_run_id, version, result::text, position, now() FROM tasks"
+    " last_error, current_run_id, version, result::text, job_position, now() FROM tasks"
     " WHERE id = %s"
 )
 
 GET_TASKS: Final = (
     "SELECT id, job_id, name, kind, payload::text, status, scheduled_at, created_at,"
     " updated_at, priority, max_attempts, attempt, reclaims, started_at, finished_at,"
-    " last_error, current_run_id, version, result::text, position, now() FROM tasks"
+    " last_error, current_run_id, version, result::text, job_position, now() FROM tasks"
     " WHERE id = ANY(%b::uuid[])"
 )
 
 LIST_TASKS_BY_JOB: Final = (
     "SELECT id, job_id, name, kind, payload::text, status, scheduled_at, created_at,"
     " updated_at, priority, max_attempts, attempt, reclaims, started_at, finished_at,"
-    " last_error, current_run_id, version, result::text, position FROM tasks"
+    " last_error, current_run_id, version, result::text, job_position FROM tasks"
     " WHERE job_id = %s ORDER BY created_at, name, id"
 )
 
-# GET /v1/jobs/{id}/results: served by idx_tasks_job_position (job_id, position, id), a range
+# GET /v1/jobs/{id}/results: served by idx_tasks_job_position (job_id, job_position, id), a range
 # scan after the keyset cursor, no sort. Same columns as GET_TASK but now().
 RESULTS_PAGE_FIRST: Final = (
     "SELECT id, job_id, name, kind, payload::text, status, scheduled_at, created_at,"
     " updated_at, priority, max_attempts, attempt, reclaims, started_at, finished_at,"
-    " last_error, current_run_id, version, result::text, position FROM tasks"
-    " WHERE job_id = %s ORDER BY position, id LIMIT %s"
+    " last_error, current_run_id, version, result::text, job_position FROM tasks"
+    " WHERE job_id = %s ORDER BY job_position, id LIMIT %s"
 )
 RESULTS_PAGE_AFTER: Final = (
     "SELECT id, job_id, name, kind, payload::text, status, scheduled_at, created_at,"
     " updated_at, priority, max_attempts, attempt, reclaims, started_at, finished_at,"
-    " last_error, current_run_id, version, result::text, position FROM tasks"
-    " WHERE job_id = %s AND (position, id) > (%s::bigint, %s::uuid)"
-    " ORDER BY position, id LIMIT %s"
+    " last_error, current_run_id, version, result::text, job_position FROM tasks"
+    " WHERE job_id = %s AND (job_position, id) > (%s::bigint, %s::uuid)"
+    " ORDER BY job_position, id LIMIT %s"
 )
 
 # id, job_id, name, kind, payload and created_at never change after the insert; priority and
