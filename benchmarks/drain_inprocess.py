@@ -111,9 +111,11 @@ def make_runtime(args: argparse.Namespace) -> Runtime:
             option_args[name] = value
     runtime = Runtime(Options(**option_args))
 
+    returned: Any = {"ok": True, "n": 1} if getattr(args, "result", False) else None
+
     @runtime.handler(KIND)
-    async def noop(task: Task) -> None:
-        return None
+    async def noop(task: Task) -> Any:
+        return returned  # --result: a small JSON value, stored as the task's result
 
     return runtime
 
@@ -224,6 +226,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--claim-batch", type=int, default=None)
     parser.add_argument("--complete-batch", type=int, default=None)
     parser.add_argument("--log-level", default="info")
+    parser.add_argument(
+        "--result", action="store_true", help="handlers return a small JSON value (a result)"
+    )
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per drain")
     args = parser.parse_args(argv)
 

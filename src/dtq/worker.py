@@ -7,14 +7,17 @@ Import from here, not from ``dtq.entrypoints``::
     runtime = Runtime(Options(default_timeout=120.0))
 
     @runtime.handler("report.generate")
-    async def generate(task: Task) -> None:
+    async def generate(task: Task) -> dict[str, int]:
         if "account" not in task.payload:
             raise PermanentError("payload has no 'account'")  # failed at once, no retry
-        ...  # return = success; any other exception = failure, retried by policy
+        ...  # any other exception = failure, retried by policy
+        return {"rows": 42}  # success; the return value (JSON) is the task's result
 
 Run it with ``dtq-worker --app mypackage.tasks:runtime``. Handlers may be ``async def`` or plain
 ``def`` (run in a thread pool). Delivery is at-least-once: a handler must be idempotent, and
-``task.attempt`` can repeat after a lost worker (spec §4, §6).
+``task.attempt`` can repeat after a lost worker (spec §4, §6). A handler's return value (any JSON
+value, at most ``API_MAX_RESULT_BYTES`` encoded) is stored as the task's result, and the tasks that
+depend on it receive it in ``task.parents``; a value that cannot be stored fails the run for good.
 
 ``Task``, ``Handler``, ``PermanentError`` and ``Options`` are defined here with the standard
 library only, so importing this module loads no database, Redis, metrics or logging library;
@@ -24,8 +27,8 @@ library only, so importing this module loads no database, Redis, metrics or logg
 from __future__ import annotations
 
 import warnings
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias
 from uuid import UUID
 
@@ -48,6 +51,8 @@ class Task:
         payload: the task's JSON payload, already decoded (dict, list, str, number, bool or None).
         attempt: 1-based attempt number of this delivery. A redelivery after a lost worker
             reuses the number (spec §4 attempt invariant), so it is not a unique run key.
+        parents: the results of the task's direct dependencies, by task name (fan-in): what
+            each dependency's handler returned. Empty for a task without dependencies.
     """
 
     id: UUID
@@ -55,12 +60,13 @@ class Task:
     kind: str
     payload: Any
     attempt: int
+    parents: Mapping[str, Any] = field(default_factory=dict)
 
 
-#: A task handler: ``async def h(task) -> None`` or a plain ``def h(task) -> None``.
-#: Returning means success; raising means failure (retried while attempts remain);
-#: raising :class:`PermanentError` fails the task at once (spec §6 Success / Failure).
-Handler: TypeAlias = Callable[[Task], Awaitable[None]] | Callable[[Task], None]
+#: A task handler: ``async def h(task) -> Any`` or a plain ``def h(task) -> Any``.
+#: Returning means success (the value is the task's result); raising means failure (retried
+#: while attempts remain); raising :class:`PermanentError` fails the task at once (spec §6).
+Handler: TypeAlias = Callable[[Task], Awaitable[Any]] | Callable[[Task], Any]
 
 
 class PermanentError(Exception):

@@ -55,6 +55,8 @@ REFERENCE_COLUMNS: dict[str, list[tuple[str, str, bool]]] = {  # (name, type, nu
         ("version", "bigint", False),
         ("created_at", TS, False),
         ("updated_at", TS, False),
+        ("result", "jsonb", True),
+        ("job_position", "bigint", False),
     ],
     "task_dependencies": [
         ("task_id", "uuid", False),
@@ -87,6 +89,7 @@ REFERENCE_INDEXES: dict[str, tuple[str, str, bool]] = {  # name -> (table, colum
     "idx_tasks_status_scheduled": ("tasks", "status, scheduled_at, id", False),
     "idx_tasks_kind_status": ("tasks", "kind, status", False),
     "idx_tasks_status_id_started": ("tasks", "status, id, started_at", False),
+    "idx_tasks_job_position": ("tasks", "job_id, job_position, id", False),
     "task_dependencies_pkey": ("task_dependencies", "task_id, depends_on_task_id", True),
     "idx_task_dependencies_depends": ("task_dependencies", "depends_on_task_id", False),
     "task_runs_pkey": ("task_runs", "id", True),

@@ -960,3 +960,73 @@ async def test_one_row_batches_keep_the_batch_guards(store: Store) -> None:
     stored_run = (await store.run(lambda tx: tx.runs.get_many([run.id])))[0]
     assert (stored_task.last_error, stored_task.version) == ("one", 1)
     assert stored_run.status is RunStatus.SUCCEEDED
+
+
+# --- results and fan-in (issue 13) ------------------------------------------------------------
+
+
+async def test_results_are_saved_by_save_and_save_many_and_read_back_equal(store: Store) -> None:
+    now = await db_now(store)
+    job = new_job(now)
+    tasks = [new_task(job, f"t{i}", now) for i in range(len(PAYLOADS))]
+    single = new_task(job, "single", now)
+    await add(store, job, [*tasks, single])
+
+    async def write(tx: Transaction) -> None:
+        fresh = await tx.tasks.get_many([t.id for t in tasks])
+        for task in fresh:
+            task.result = PAYLOADS[int(task.name[1:])]
+        await tx.tasks.save_many(fresh)
+        one = await tx.tasks.get(single.id)
+        assert one is not None
+        one.result = {"only": "me"}
+        await tx.tasks.save(one)
+
+    await store.run(write)
+
+    stored = {t.name: t for t in await read(store, lambda tx: tx.tasks.list_by_job(job.id))}
+    assert [stored[f"t{i}"].result for i in range(len(PAYLOADS))] == PAYLOADS
+    assert stored["single"].result == {"only": "me"}
+
+
+async def test_a_new_task_has_no_result(store: Store) -> None:
+    now = await db_now(store)
+    job = new_job(now)
+    task = new_task(job, "a", now)
+    await add(store, job, [task])
+    stored = await get_task(store, task.id)
+    assert stored is not None and stored.result is None
+
+
+async def test_parent_results_name_each_direct_dependency_of_each_task(store: Store) -> None:
+    now = await db_now(store)
+    job = new_job(now)
+    a = new_task(job, "a", now, status=TaskStatus.COMPLETED, result={"x": 1})
+    b = new_task(job, "b", now, status=TaskStatus.COMPLETED, result=[1, "two"])
+    c = new_task(job, "c", now, status=TaskStatus.RUNNING)
+    d = new_task(job, "d", now, status=TaskStatus.PENDING)
+    lone = new_task(job, "lone", now)
+    await add(store, job, [a, b, c, d, lone], [(c.id, a.id), (c.id, b.id), (d.id, c.id)])
+
+    found = await read(store, lambda tx: tx.tasks.parent_results([c.id, d.id, lone.id, uuid4()]))
+
+    assert found == {c.id: {"a": {"x": 1}, "b": [1, "two"]}, d.id: {"c": None}}
+    assert await read(store, lambda tx: tx.tasks.parent_results([])) == {}
+
+
+async def test_results_page_lists_a_job_in_position_order_after_the_cursor(store: Store) -> None:
+    now = await db_now(store)
+    job, other = new_job(now), new_job(now)
+    tasks = [new_task(job, f"n{9 - i}", now, position=i) for i in range(5)]
+    await add(store, job, tasks)
+    await add(store, other, [new_task(other, "x", now, position=0)])
+
+    first = await read(store, lambda tx: tx.tasks.results_page(job.id, after=None, limit=2))
+    cursor = (first[-1].position, first[-1].id)
+    rest = await read(store, lambda tx: tx.tasks.results_page(job.id, after=cursor, limit=10))
+
+    assert [t.name for t in first] == ["n9", "n8"]
+    assert [t.name for t in rest] == ["n7", "n6", "n5"]
+    assert [t.position for t in rest] == [2, 3, 4]
+    none = await read(store, lambda tx: tx.tasks.results_page(uuid4(), after=None, limit=5))
+    assert none == []

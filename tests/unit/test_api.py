@@ -267,6 +267,7 @@ async def test_get_task_returns_every_documented_field(api: Api) -> None:
         "last_error",
         "created_at",
         "updated_at",
+        "result",
         "runs",
     }
     assert body["id"] == ids["task_id"]

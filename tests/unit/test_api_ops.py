@@ -207,6 +207,7 @@ async def test_openapi_document_lists_every_route_with_its_error_responses(api: 
         ("GET", "/v1/tasks/{id}"): {"200", "400", "404", "500", "503"},
         ("POST", "/v1/jobs"): {"201", "200", "400", "409", "413", "415", "500", "503"},
         ("GET", "/v1/jobs/{id}"): {"200", "400", "404", "500", "503"},
+        ("GET", "/v1/jobs/{id}/results"): {"200", "400", "404", "500", "503"},
         ("GET", "/v1/workers"): {"200", "400", "500", "503"},
     }
     error_ref = document["paths"]["/v1/jobs"]["post"]["responses"]["400"]["content"][

@@ -87,6 +87,7 @@ def test_every_variable_is_parsed() -> None:
         "API_MAX_BODY_BYTES": "2048",
         "API_MAX_TASKS_PER_JOB": "50",
         "API_MAX_PAYLOAD_BYTES": "1024",
+        "API_MAX_RESULT_BYTES": "4096",
         "DB_POOL_SIZE": "3",
         "DB_ACQUIRE_TIMEOUT": "1500ms",
         "DTQ_EVENT_LOOP": "asyncio",
@@ -117,6 +118,7 @@ def test_every_variable_is_parsed() -> None:
         api_max_body_bytes=2048,
         api_max_tasks_per_job=50,
         api_max_payload_bytes=1024,
+        api_max_result_bytes=4096,
         db_pool_size=3,
         db_acquire_timeout=1.5,
     )

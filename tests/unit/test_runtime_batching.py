@@ -60,7 +60,9 @@ class CountingExecution(ExecutionService):
                 await asyncio.sleep(self.latency)
             return await super().claim_many(task_ids, worker_id)
 
-    async def complete_many(self, claims: Sequence[Claim]) -> list[ReportOutcome]:
+    async def complete_many(
+        self, claims: Sequence[Claim], results: Sequence[Any] | None = None
+    ) -> list[ReportOutcome]:
         self.complete_sizes.append(len(claims))
         self.completing.set()
         await self.gate.wait()
@@ -70,7 +72,7 @@ class CountingExecution(ExecutionService):
         with self._counted():
             if self.latency:
                 await asyncio.sleep(self.latency)
-            return await super().complete_many(claims)
+            return await super().complete_many(claims, results)
 
     @contextlib.contextmanager
     def _counted(self) -> Iterator[None]:

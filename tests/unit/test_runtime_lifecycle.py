@@ -13,6 +13,7 @@ import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from structlog.testing import capture_logs
@@ -230,11 +231,13 @@ class _FlakyReports(ExecutionService):
 
     failures = 1
 
-    async def complete_many(self, claims: Sequence[Claim]) -> list[ReportOutcome]:
+    async def complete_many(
+        self, claims: Sequence[Claim], results: Sequence[Any] | None = None
+    ) -> list[ReportOutcome]:
         if self.failures:
             self.failures -= 1
             raise BackendUnavailable("connection reset")
-        return await super().complete_many(claims)
+        return await super().complete_many(claims, results)
 
 
 async def test_recording_an_outcome_is_retried_after_a_backend_error() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -74,6 +75,20 @@ class JobView:
 
 
 @dataclass(frozen=True, slots=True)
+class JobResultsView:
+    """One page of a job's results (``GET /v1/jobs/{id}/results``).
+
+    Attributes:
+        tasks: the page's tasks in submission order (``Task.position``, then id).
+        next_after: the keyset cursor ``(position, id)`` of the next page, or None on the last.
+    """
+
+    job: Job
+    tasks: list[Task]
+    next_after: tuple[int, UUID] | None
+
+
+@dataclass(frozen=True, slots=True)
 class ExecutionPolicy:
     """Timings and budgets of execution; all durations in seconds.
 
@@ -87,6 +102,8 @@ class ExecutionPolicy:
         lease_ttl_buffer: most that is added to ``lease_duration`` for the Redis key TTL
             (spec §5); never more than half the lease, so a short lease set for a demo or a
             drill is not stretched by a fixed buffer.
+        max_result_bytes: largest JSON-encoded handler result a task may store, in bytes
+            (``API_MAX_RESULT_BYTES``); see ``domain.payload.check_result``.
     """
 
     lease_duration: float = 30.0
@@ -94,6 +111,7 @@ class ExecutionPolicy:
     stale_running_after: float = 60.0
     max_reclaims: int = 5
     lease_ttl_buffer: float = 5.0
+    max_result_bytes: int = 1024 * 1024
 
     @property
     def lease_ttl(self) -> float:
@@ -105,12 +123,15 @@ class ExecutionPolicy:
 class Claim:
     """A task claimed by a worker: the task as claimed and its new live run.
 
-    ``task.attempt == run.attempt_number`` (1-based).
+    ``task.attempt == run.attempt_number`` (1-based). ``parents`` maps the name of each direct
+    dependency to its result, read in the claim transaction (fan-in, issue 13); empty for a
+    task without dependencies.
     """
 
     task: Task
     run: TaskRun
     worker_id: str
+    parents: Mapping[str, Any] = field(default_factory=dict)
 
 
 class ReportOutcome(StrEnum):

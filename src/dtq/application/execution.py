@@ -14,9 +14,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import dataclasses
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 from uuid import UUID, uuid4
 
 from dtq.application.commands import Claim, ExecutionPolicy, ReportOutcome
@@ -238,12 +240,17 @@ class ExecutionService:
 
     # -- outcomes ------------------------------------------------------------------------------
 
-    async def complete_many(self, claims: Sequence[Claim]) -> list[ReportOutcome]:
+    async def complete_many(
+        self, claims: Sequence[Claim], results: Sequence[Any] | None = None
+    ) -> list[ReportOutcome]:
         """Record handler successes, in one transaction (spec §6 Success).
 
-        Each task ``completed``, its run ``succeeded``; dependents whose dependencies are all
-        complete are promoted to ``queued``; job statuses are settled. After the commit the
-        leases are deleted and the promoted tasks pushed. Reporting a success again is a no-op
+        Each task ``completed`` with its result (``results[i]`` for ``claims[i]``, any JSON
+        value already checked by ``domain.payload.check_result``; None or no ``results``:
+        null), written by the same statement that completes it; its run ``succeeded``;
+        dependents whose dependencies are all complete are promoted to ``queued``; job statuses
+        are settled. After the commit the leases are deleted and the promoted tasks pushed
+        (the result costs no statement of its own). Reporting a success again is a no-op
         (``DUPLICATE``); a report from a run that is no longer live is refused (``STALE``) and
         changes nothing, without affecting the other claims of the batch.
 
@@ -263,23 +270,29 @@ class ExecutionService:
         """
         if not claims:
             return []
+        if results is None:
+            results = [None] * len(claims)
+        elif len(results) != len(claims):
+            raise ValueError(f"{len(results)} results for {len(claims)} claims")
         trust_claims = True
 
         async def tx_fn(tx: Transaction) -> tuple[list[ReportOutcome], list[Task]]:
             nonlocal trust_claims
             trusted, trust_claims = trust_claims, False  # a re-run takes the checked path
             if trusted:
-                recorded = await _complete_as_claimed(tx, claims)
+                recorded = await _complete_as_claimed(tx, claims, results)
                 if recorded is not None:
                     return recorded
-            return await _complete_tx(tx, claims)
+            return await _complete_tx(tx, claims, results)
 
         try:
             outcomes, promoted = await self._store.run(tx_fn)
         except CommitOutcomeUnknown:
             # Recording a success is idempotent: run it again to learn whether it landed, and
             # if it did, redo its Redis side (the dependents it promoted) and count it.
-            outcomes, promoted = await self._store.run(lambda tx: _complete_replayed(tx, claims))
+            outcomes, promoted = await self._store.run(
+                lambda tx: _complete_replayed(tx, claims, results)
+            )
         await self._queue.delete_leases([(c.task.id, c.run.id) for c in claims])
         if promoted:
             await self._queue.enqueue_many([(t.id, t.priority) for t in promoted])
@@ -469,7 +482,22 @@ async def _claim_tx(
         await tx.tasks.save_many([claim.task for claim in batch.claims])
         await tx.runs.add_many([claim.run for claim in batch.claims])
         await mark_jobs_started(tx, (claim.task.job_id for claim in batch.claims), at=now)
+        batch.claims = await _with_parents(tx, batch.claims)
     return batch
+
+
+async def _with_parents(tx: Transaction, claims: list[Claim]) -> list[Claim]:
+    """The claims with their direct dependencies' results (``Claim.parents``): one statement
+    for the whole batch, its cost proportional to the batch's in-degree (issue 13 fan-in)."""
+    parents = await tx.tasks.parent_results([claim.task.id for claim in claims])
+    if not parents:
+        return claims
+    return [
+        dataclasses.replace(claim, parents=parents[claim.task.id])
+        if claim.task.id in parents
+        else claim
+        for claim in claims
+    ]
 
 
 async def _claim_recovered(
@@ -483,11 +511,13 @@ async def _claim_recovered(
         task, run = tasks.get(task_id), runs.get(run_id)
         if task is not None and run is not None and task.current_run_id == run_id:
             batch.claims.append(Claim(task=task, run=run, worker_id=worker_id))
+    if batch.claims:
+        batch.claims = await _with_parents(tx, batch.claims)
     return batch
 
 
 async def _complete_as_claimed(
-    tx: Transaction, claims: Sequence[Claim]
+    tx: Transaction, claims: Sequence[Claim], results: Sequence[Any]
 ) -> tuple[list[ReportOutcome], list[Task]] | None:
     """Record every claim's success from the claim itself, or nothing (returns None).
 
@@ -500,10 +530,10 @@ async def _complete_as_claimed(
     now = await tx.now()
     tasks: list[Task] = []
     runs: list[TaskRun] = []
-    for claim in claims:
+    for claim, result in zip(claims, results, strict=True):
         task, run = copy.copy(claim.task), copy.copy(claim.run)
         try:
-            if not task.succeed(run, at=now):
+            if not task.succeed(run, at=now, result=result):
                 return None
         except StaleRun:
             return None
@@ -527,20 +557,20 @@ async def _after_completion(tx: Transaction, done: Sequence[Task], *, at: dateti
 
 
 async def _complete_tx(
-    tx: Transaction, claims: Sequence[Claim]
+    tx: Transaction, claims: Sequence[Claim], results: Sequence[Any]
 ) -> tuple[list[ReportOutcome], list[Task]]:
     tasks = {t.id: t for t in await tx.tasks.get_many([c.task.id for c in claims])}
     runs = {r.id: r for r in await tx.runs.get_many([c.run.id for c in claims])}
     now = await tx.now()
     outcomes: list[ReportOutcome] = []
     done: list[tuple[Task, TaskRun]] = []
-    for claim in claims:
+    for claim, result in zip(claims, results, strict=True):
         task, run = tasks.get(claim.task.id), runs.get(claim.run.id)
         if task is None or run is None:
             outcomes.append(ReportOutcome.STALE)
             continue
         try:
-            changed = task.succeed(run, at=now)
+            changed = task.succeed(run, at=now, result=result)
         except StaleRun:
             outcomes.append(ReportOutcome.STALE)
             continue
@@ -555,7 +585,7 @@ async def _complete_tx(
 
 
 async def _complete_replayed(
-    tx: Transaction, claims: Sequence[Claim]
+    tx: Transaction, claims: Sequence[Claim], results: Sequence[Any]
 ) -> tuple[list[ReportOutcome], list[Task]]:
     """``_complete_tx`` after an ambiguous COMMIT of the same claims.
 
@@ -564,7 +594,7 @@ async def _complete_replayed(
     claim was already reported): each DUPLICATE is this call's own success, answered RECORDED,
     and the dependents of those tasks now ``queued`` and due are returned to be pushed again.
     """
-    outcomes, promoted = await _complete_tx(tx, claims)
+    outcomes, promoted = await _complete_tx(tx, claims, results)
     if ReportOutcome.RECORDED in outcomes:
         return outcomes, promoted
     landed = [

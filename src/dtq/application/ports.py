@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 from uuid import UUID
 
 from dtq.domain.entities import Job, Task, TaskRun, Worker
@@ -142,6 +142,18 @@ class TaskRepository(Protocol):
 
     async def dependents_many(self, task_ids: Sequence[UUID]) -> list[tuple[UUID, UUID]]:
         """``(depends_on_task_id, task_id)`` edges out of any of ``task_ids`` (one statement)."""
+        ...
+
+    async def parent_results(self, task_ids: Sequence[UUID]) -> dict[UUID, dict[str, Any]]:
+        """Per task of ``task_ids``, its direct dependencies' ``name -> result`` (one statement;
+        cost proportional to the tasks' in-degree). Tasks without dependencies are left out."""
+        ...
+
+    async def results_page(
+        self, job_id: UUID, *, after: tuple[int, UUID] | None, limit: int
+    ) -> list[Task]:
+        """The job's tasks in submission order (``(position, id)``), strictly after the keyset
+        cursor ``after``; at most ``limit`` (an index range scan). Unknown job: empty."""
         ...
 
     async def dependencies_completed(self, task_id: UUID) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 from uuid import UUID
 
-from dtq.application.commands import JobView, TaskView
+from dtq.application.commands import JobResultsView, JobView, TaskView
 from dtq.application.ports import Store, Transaction
 from dtq.domain.entities import Worker
 from dtq.domain.errors import JobNotFound, TaskNotFound, ValidationError
@@ -48,6 +48,33 @@ class QueryService:
             if job is None:
                 raise JobNotFound(f"job {job_id} not found", field="id")
             return JobView(job=job, tasks=await tx.tasks.list_by_job(job_id))
+
+        return await self._store.run(read)
+
+    async def job_results(
+        self, job_id: UUID, *, limit: int, after: tuple[int, UUID] | None = None
+    ) -> JobResultsView:
+        """One page of the job's task results in submission order, keyset-paged: at most
+        ``limit`` tasks strictly after the cursor ``after`` (an index range scan; the cost does
+        not grow with the job's size).
+
+        Raises:
+            JobNotFound: unknown id.
+            ValidationError: ``limit`` below 1.
+        """
+        if limit < 1:
+            raise ValidationError("limit must be at least 1", field="limit")
+
+        async def read(tx: Transaction) -> JobResultsView:
+            job = await tx.jobs.get(job_id)
+            if job is None:
+                raise JobNotFound(f"job {job_id} not found", field="id")
+            tasks = await tx.tasks.results_page(job_id, after=after, limit=limit + 1)
+            more = len(tasks) > limit
+            tasks = tasks[:limit]
+            last = tasks[-1] if more else None
+            next_after = None if last is None else (last.position, last.id)
+            return JobResultsView(job=job, tasks=tasks, next_after=next_after)
 
         return await self._store.run(read)
 

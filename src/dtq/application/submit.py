@@ -74,7 +74,10 @@ class SubmitService:
                 idempotency_key=cmd.idempotency_key,
                 request_hash=cmd.request_hash,
             )
-            tasks = [_new_task(spec, job_id, task_ids[spec.name], now) for spec in cmd.tasks]
+            tasks = [
+                _new_task(spec, job_id, task_ids[spec.name], now, position=i)
+                for i, spec in enumerate(cmd.tasks)
+            ]
             edges = [
                 (task_ids[spec.name], task_ids[dep])
                 for spec in cmd.tasks
@@ -113,7 +116,7 @@ def _validate(cmd: SubmitJob) -> None:
     validate_dag([TaskNode(spec.name, tuple(spec.depends_on)) for spec in cmd.tasks])
 
 
-def _new_task(spec: TaskSpec, job_id: UUID, task_id: UUID, now: datetime) -> Task:
+def _new_task(spec: TaskSpec, job_id: UUID, task_id: UUID, now: datetime, *, position: int) -> Task:
     return Task(
         id=task_id,
         job_id=job_id,
@@ -126,6 +129,7 @@ def _new_task(spec: TaskSpec, job_id: UUID, task_id: UUID, now: datetime) -> Tas
         updated_at=now,
         priority=spec.priority,
         max_attempts=spec.max_attempts,
+        position=position,
     )
 
 

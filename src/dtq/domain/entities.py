@@ -61,6 +61,10 @@ class Task:
             budget (DESIGN §3).
         current_run_id: the live run while ``running``; every write ending a run is fenced on it.
         scheduled_at: the task is not claimable before this instant.
+        result: the handler's return value (any JSON value), set by the success that completed
+            the task; None until then, and when the handler returned None.
+        position: the task's 0-based index in its job's submission (the order results are
+            listed in).
     """
 
     id: UUID
@@ -81,6 +85,8 @@ class Task:
     last_error: str | None = None
     current_run_id: UUID | None = None
     version: int = 0
+    result: Any = None
+    position: int = 0
 
     # -- guard -----------------------------------------------------------------------------
 
@@ -145,8 +151,14 @@ class Task:
             started_at=at,
         )
 
-    def succeed(self, run: TaskRun, *, at: datetime) -> bool:
+    def succeed(self, run: TaskRun, *, at: datetime, result: Any = None) -> bool:
         """Record the handler's success: task ``completed``, run ``succeeded`` (spec §6 Success).
+
+        Args:
+            run: the run reporting it; must be the task's live run.
+            at: completion time (database clock).
+            result: the handler's return value, stored as the task's result (the caller has
+                checked it with ``payload.check_result``). A replay keeps the first result.
 
         Returns:
             True when the state changed; False when this very run had already succeeded
@@ -163,6 +175,7 @@ class Task:
         self.finished_at = at
         self.current_run_id = None
         self.last_error = None
+        self.result = result
         return True
 
     def fail(

@@ -7,6 +7,7 @@ behave the same and a bad payload is a 400, never a 500 or a task stuck mid-tran
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -69,3 +70,39 @@ def _check_scalar(item: object, path: str) -> None:
             raise InvalidPayload("string contains a NUL character (\\u0000)", field=path)
     else:
         raise InvalidPayload(f"not a JSON value: {type(item).__name__}", field=path)
+
+
+#: Where a result too large for the task row should go instead (issue 13 item 4).
+ARTIFACTS_HINT = "store large outputs as an artifact and return its reference"
+
+
+def check_result(value: Any, *, max_bytes: int) -> int:
+    """Raise ``InvalidPayload`` unless a handler's return value can be stored as its result.
+
+    The value must pass :func:`check_storable` (JSON types only, no NUL, finite numbers,
+    signed 64-bit integers, nesting ≤ 64) and encode to at most ``max_bytes`` bytes of UTF-8
+    JSON (``API_MAX_RESULT_BYTES``). None is a valid result (stored as null).
+
+    Returns:
+        The size of the encoded JSON in bytes.
+
+    Raises:
+        InvalidPayload: ``field`` is the path below ``result`` of the offending value, or
+            ``result`` when it is too large; the message says why and points to artifacts.
+    """
+    try:
+        check_storable(value, field="result")
+    except InvalidPayload as exc:
+        raise InvalidPayload(
+            f"result cannot be stored: {exc.detail} at {exc.field}"
+            " (return JSON: dict, list, str, finite number, bool or None)",
+            field=exc.field,
+        ) from None
+    size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+    if size > max_bytes:
+        raise InvalidPayload(
+            f"result is {size} bytes as JSON, over the limit of {max_bytes}"
+            f" (API_MAX_RESULT_BYTES): {ARTIFACTS_HINT}",
+            field="result",
+        )
+    return size

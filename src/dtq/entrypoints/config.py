@@ -52,6 +52,8 @@ LogFormat = Literal["auto", "json", "console"]
 LogLevel = Literal["debug", "info", "warning", "error", "critical"]
 
 _MIB = 1024 * 1024
+#: Upper bound of ``API_MAX_RESULT_BYTES``: a result lives in the task's row.
+MAX_RESULT_BYTES = 64 * _MIB
 _KIB = 1024
 
 #: Every environment variable dtq reads, in the order of ``.env.example``.
@@ -77,6 +79,7 @@ ENV_VARS: tuple[str, ...] = (
     "API_MAX_BODY_BYTES",
     "API_MAX_TASKS_PER_JOB",
     "API_MAX_PAYLOAD_BYTES",
+    "API_MAX_RESULT_BYTES",
     "DB_POOL_SIZE",
     "DB_ACQUIRE_TIMEOUT",
     "DTQ_EVENT_LOOP",
@@ -131,6 +134,8 @@ class Settings:
         api_max_body_bytes: largest accepted request body (``API_MAX_BODY_BYTES``).
         api_max_tasks_per_job: most tasks in one submitted job (``API_MAX_TASKS_PER_JOB``).
         api_max_payload_bytes: largest encoded payload of one task (``API_MAX_PAYLOAD_BYTES``).
+        api_max_result_bytes: largest JSON-encoded result of one task, 1 B..64 MiB
+            (``API_MAX_RESULT_BYTES``); a larger one fails its run permanently.
         db_pool_size: maximum connections in the database pool (``DB_POOL_SIZE``).
         db_acquire_timeout: seconds a request waits for a database connection before it fails
             with ``BackendUnavailable`` (HTTP 503), and the connect timeout of one connection
@@ -158,6 +163,7 @@ class Settings:
     api_max_body_bytes: int = 10 * _MIB
     api_max_tasks_per_job: int = 10_000
     api_max_payload_bytes: int = 256 * _KIB
+    api_max_result_bytes: int = _MIB
     db_pool_size: int = 8
     db_acquire_timeout: float = 3.0
 
@@ -173,6 +179,7 @@ class Settings:
             retry_backoff=self.retry_backoff,
             stale_running_after=self.stale_running_after,
             max_reclaims=self.max_reclaims,
+            max_result_bytes=self.api_max_result_bytes,
         )
 
     def require_dsn(self) -> str:
@@ -262,7 +269,7 @@ class _Reader:
             raise ConfigError(name, f"must be at most {limit}, got {self.raw(name)!r}")
         return seconds
 
-    def integer(self, name: str, default: int, *, minimum: int) -> int:
+    def integer(self, name: str, default: int, *, minimum: int, maximum: int | None = None) -> int:
         def parse(value: str) -> int:
             try:
                 return int(value)
@@ -272,6 +279,8 @@ class _Reader:
         number = self._parsed(name, default, parse)
         if number < minimum:
             raise ConfigError(name, f"must be at least {minimum}, got {number}")
+        if maximum is not None and number > maximum:
+            raise ConfigError(name, f"must be at most {maximum}, got {number}")
         return number
 
     def choice(self, name: str, default: T, choices: tuple[T, ...], aliases: dict[str, T]) -> T:
@@ -345,6 +354,9 @@ def load_settings(environ: Mapping[str, str]) -> Settings:
         api_max_body_bytes=env.integer("API_MAX_BODY_BYTES", 10 * _MIB, minimum=1),
         api_max_tasks_per_job=env.integer("API_MAX_TASKS_PER_JOB", 10_000, minimum=1),
         api_max_payload_bytes=env.integer("API_MAX_PAYLOAD_BYTES", 256 * _KIB, minimum=1),
+        api_max_result_bytes=env.integer(
+            "API_MAX_RESULT_BYTES", _MIB, minimum=1, maximum=MAX_RESULT_BYTES
+        ),
         db_pool_size=env.integer("DB_POOL_SIZE", 8, minimum=1),
         db_acquire_timeout=env.duration("DB_ACQUIRE_TIMEOUT", 3.0, maximum=_MAX_ACQUIRE_TIMEOUT),
     )

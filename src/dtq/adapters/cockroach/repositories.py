@@ -29,6 +29,7 @@ from psycopg.types.numeric import Int8
 
 from dtq.adapters.cockroach import sql
 from dtq.adapters.cockroach.rows import (
+    decode_json,
     encode_json,
     job_from_row,
     run_from_row,
@@ -269,6 +270,8 @@ def _task_row(job_id: UUID, t: Task) -> tuple[Any, ...]:
         t.last_error,
         t.current_run_id,
         Int8(t.version),
+        Int8(t.position),
+        encode_json(t.result),
     )
 
 
@@ -294,6 +297,7 @@ def _task_changes(t: Task) -> tuple[Any, ...]:
         t.finished_at,
         t.last_error,
         t.current_run_id,
+        encode_json(t.result),
     )
 
 
@@ -380,6 +384,29 @@ class PgTaskRepository:
             return []
         cur = await self._conn.execute(sql.DEPENDENTS_MANY, (list(task_ids),))
         return [(row[0], row[1]) for row in await cur.fetchall()]
+
+    async def parent_results(self, task_ids: Sequence[UUID]) -> dict[UUID, dict[str, Any]]:
+        """Per task of ``task_ids``, its direct dependencies' ``name -> result`` (one
+        statement); tasks without dependencies are left out."""
+        if not task_ids:
+            return {}
+        cur = await self._conn.execute(sql.PARENT_RESULTS, (list(task_ids),))
+        found: dict[UUID, dict[str, Any]] = {}
+        for task_id, name, result in await cur.fetchall():
+            found.setdefault(task_id, {})[name] = decode_json(result)
+        return found
+
+    async def results_page(
+        self, job_id: UUID, *, after: tuple[int, UUID] | None, limit: int
+    ) -> list[Task]:
+        """The job's tasks ordered by ``(position, id)`` after the cursor; at most ``limit``."""
+        if after is None:
+            cur = await self._conn.execute(sql.RESULTS_PAGE_FIRST, (job_id, Int8(limit)))
+        else:
+            cur = await self._conn.execute(
+                sql.RESULTS_PAGE_AFTER, (job_id, Int8(after[0]), after[1], Int8(limit))
+            )
+        return [task_from_row(row) for row in await cur.fetchall()]
 
     async def dependencies_completed(self, task_id: UUID) -> bool:
         """True when no direct dependency of ``task_id`` is other than ``completed``."""

@@ -74,6 +74,8 @@ def task_from_row(row: TupleRow) -> Task:
         last_error=row[15],
         current_run_id=row[16],
         version=row[17],
+        result=decode_json(row[18]),
+        position=row[19],
     )
 
 

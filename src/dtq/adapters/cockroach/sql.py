@@ -78,25 +78,27 @@ UPDATE_JOBS: Final = (
 INSERT_TASKS: Final = (
     "INSERT INTO tasks (id, job_id, name, kind, payload, status, scheduled_at, created_at,"
     " updated_at, priority, max_attempts, attempt, reclaims, started_at, finished_at,"
-    " last_error, current_run_id, version)"
+    " last_error, current_run_id, version, job_position, result)"
     " SELECT u.id, %s::uuid, u.name, u.kind, u.payload::jsonb, u.status, u.scheduled_at,"
     " u.created_at, u.updated_at, u.priority, u.max_attempts, u.attempt, u.reclaims,"
-    " u.started_at, u.finished_at, u.last_error, u.current_run_id, u.version"
+    " u.started_at, u.finished_at, u.last_error, u.current_run_id, u.version, u.job_position,"
+    " u.result::jsonb"
     " FROM unnest(%b::uuid[], %b::text[], %b::text[], %b::text[], %b::text[],"
     " %b::timestamptz[], %b::timestamptz[], %b::timestamptz[], %b::text[], %b::bigint[],"
     " %b::bigint[], %b::bigint[], %b::timestamptz[], %b::timestamptz[], %b::text[],"
-    " %b::uuid[], %b::bigint[])"
+    " %b::uuid[], %b::bigint[], %b::bigint[], %b::text[])"
     " AS u(id, name, kind, payload, status, scheduled_at, created_at, updated_at, priority,"
     " max_attempts, attempt, reclaims, started_at, finished_at, last_error, current_run_id,"
-    " version)"
+    " version, job_position, result)"
 )
 
 # INSERT_TASKS for a job of one task (every POST /v1/tasks): plain VALUES, no arrays.
 INSERT_TASK: Final = (
     "INSERT INTO tasks (id, job_id, name, kind, payload, status, scheduled_at, created_at,"
     " updated_at, priority, max_attempts, attempt, reclaims, started_at, finished_at,"
-    " last_error, current_run_id, version)"
-    " VALUES (%s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+    " last_error, current_run_id, version, job_position, result)"
+    " VALUES (%s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,"
+    " %s, %s::jsonb)"
 )
 
 INSERT_EDGES: Final = (
@@ -111,20 +113,38 @@ INSERT_EDGES: Final = (
 GET_TASK: Final = (
     "SELECT id, job_id, name, kind, payload::text, status, scheduled_at, created_at,"
     " updated_at, priority, max_attempts, attempt, reclaims, started_at, finished_at,"
-    " last_error, current_run_id, version, now() FROM tasks WHERE id = %s"
+    " last_error, current_run_id, version, result::text, job_position, now() FROM tasks"
+    " WHERE id = %s"
 )
 
 GET_TASKS: Final = (
     "SELECT id, job_id, name, kind, payload::text, status, scheduled_at, created_at,"
     " updated_at, priority, max_attempts, attempt, reclaims, started_at, finished_at,"
-    " last_error, current_run_id, version, now() FROM tasks WHERE id = ANY(%b::uuid[])"
+    " last_error, current_run_id, version, result::text, job_position, now() FROM tasks"
+    " WHERE id = ANY(%b::uuid[])"
 )
 
 LIST_TASKS_BY_JOB: Final = (
     "SELECT id, job_id, name, kind, payload::text, status, scheduled_at, created_at,"
     " updated_at, priority, max_attempts, attempt, reclaims, started_at, finished_at,"
-    " last_error, current_run_id, version FROM tasks WHERE job_id = %s ORDER BY created_at,"
-    " name, id"
+    " last_error, current_run_id, version, result::text, job_position FROM tasks"
+    " WHERE job_id = %s ORDER BY created_at, name, id"
+)
+
+# GET /v1/jobs/{id}/results: served by idx_tasks_job_position (job_id, job_position, id), a range
+# scan after the keyset cursor, no sort. Same columns as GET_TASK but now().
+RESULTS_PAGE_FIRST: Final = (
+    "SELECT id, job_id, name, kind, payload::text, status, scheduled_at, created_at,"
+    " updated_at, priority, max_attempts, attempt, reclaims, started_at, finished_at,"
+    " last_error, current_run_id, version, result::text, job_position FROM tasks"
+    " WHERE job_id = %s ORDER BY job_position, id LIMIT %s"
+)
+RESULTS_PAGE_AFTER: Final = (
+    "SELECT id, job_id, name, kind, payload::text, status, scheduled_at, created_at,"
+    " updated_at, priority, max_attempts, attempt, reclaims, started_at, finished_at,"
+    " last_error, current_run_id, version, result::text, job_position FROM tasks"
+    " WHERE job_id = %s AND (job_position, id) > (%s::bigint, %s::uuid)"
+    " ORDER BY job_position, id LIMIT %s"
 )
 
 # id, job_id, name, kind, payload and created_at never change after the insert; priority and
@@ -132,7 +152,7 @@ LIST_TASKS_BY_JOB: Final = (
 UPDATE_TASK: Final = (
     "UPDATE tasks SET status = %s, scheduled_at = %s, updated_at = %s, priority = %s,"
     " max_attempts = %s, attempt = %s, reclaims = %s, started_at = %s, finished_at = %s,"
-    " last_error = %s, current_run_id = %s, version = version + 1"
+    " last_error = %s, current_run_id = %s, result = %s::jsonb, version = version + 1"
     " WHERE id = %s AND version = %s"
 )
 
@@ -140,17 +160,17 @@ UPDATE_TASK: Final = (
 UPDATE_TASKS: Final = (
     "WITH v AS (SELECT u.id, u.version, u.status, u.scheduled_at, u.updated_at, u.priority,"
     " u.max_attempts, u.attempt, u.reclaims, u.started_at, u.finished_at, u.last_error,"
-    " u.current_run_id"
+    " u.current_run_id, u.result"
     " FROM unnest(%b::uuid[], %b::bigint[], %b::text[], %b::timestamptz[], %b::timestamptz[],"
     " %b::text[], %b::bigint[], %b::bigint[], %b::bigint[], %b::timestamptz[],"
-    " %b::timestamptz[], %b::text[], %b::uuid[])"
+    " %b::timestamptz[], %b::text[], %b::uuid[], %b::text[])"
     " AS u(id, version, status, scheduled_at, updated_at, priority, max_attempts, attempt,"
-    " reclaims, started_at, finished_at, last_error, current_run_id))"
+    " reclaims, started_at, finished_at, last_error, current_run_id, result))"
     " UPDATE tasks AS t SET status = v.status, scheduled_at = v.scheduled_at,"
     " updated_at = v.updated_at, priority = v.priority, max_attempts = v.max_attempts,"
     " attempt = v.attempt, reclaims = v.reclaims, started_at = v.started_at,"
     " finished_at = v.finished_at, last_error = v.last_error,"
-    " current_run_id = v.current_run_id, version = t.version + 1"
+    " current_run_id = v.current_run_id, result = v.result::jsonb, version = t.version + 1"
     " FROM v WHERE t.id = v.id AND t.version = v.version"
     " AND NOT EXISTS (SELECT 1 FROM v AS s WHERE NOT EXISTS"
     " (SELECT 1 FROM tasks AS c WHERE c.id = s.id AND c.version = s.version))"
@@ -167,6 +187,14 @@ DEPENDENTS: Final = (
 DEPENDENTS_MANY: Final = (
     "SELECT depends_on_task_id, task_id FROM task_dependencies"
     " WHERE depends_on_task_id = ANY(%b::uuid[])"
+)
+
+# Fan-in at claim (task.parents): the direct dependencies' names and results of a claim batch.
+# Served by the task_dependencies primary key (task_id, depends_on_task_id), a range per
+# claimed task, then one tasks primary-key lookup per edge: proportional to the in-degree.
+PARENT_RESULTS: Final = (
+    "SELECT d.task_id, p.name, p.result::text FROM task_dependencies d"
+    " JOIN tasks p ON p.id = d.depends_on_task_id WHERE d.task_id = ANY(%b::uuid[])"
 )
 
 # Served by the task_dependencies primary key (task_id, depends_on_task_id), then the tasks

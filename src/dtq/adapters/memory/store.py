@@ -9,12 +9,13 @@ commits can be injected to exercise the retry paths.
 from __future__ import annotations
 
 import asyncio
+import copy
 import random
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 from uuid import UUID
 
 from dtq.application.ports import Clock, DueTask, RunningTask
@@ -253,10 +254,29 @@ class _Tasks:
                 raise ConcurrentUpdate(f"task {task.id} changed since it was read")
         for task in tasks:
             task.version += 1
-            self._tx._tasks[task.id] = replace(task)
+            # a result is the handler's own object: store a copy, as a database would
+            self._tx._tasks[task.id] = replace(task, result=copy.deepcopy(task.result))
 
     async def dependents(self, task_id: UUID) -> list[UUID]:
         return self._edges("dependents", task_id)
+
+    async def parent_results(self, task_ids: Sequence[UUID]) -> dict[UUID, dict[str, Any]]:
+        found: dict[UUID, dict[str, Any]] = {}
+        for task_id in dict.fromkeys(task_ids):
+            parents = [self._tx.task(p) for p in self._edges("dependencies", task_id)]
+            if parents:
+                found[task_id] = {p.name: copy.deepcopy(p.result) for p in parents if p is not None}
+        return found
+
+    async def results_page(
+        self, job_id: UUID, *, after: tuple[int, UUID] | None, limit: int
+    ) -> list[Task]:
+        tasks = sorted(
+            await self.get_many(self._job_task_ids(job_id)), key=lambda t: (t.position, t.id)
+        )
+        if after is not None:
+            tasks = [t for t in tasks if (t.position, t.id) > after]
+        return tasks[:limit]
 
     async def dependents_many(self, task_ids: Sequence[UUID]) -> list[tuple[UUID, UUID]]:
         return [

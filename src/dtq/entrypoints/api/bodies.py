@@ -8,16 +8,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from dtq.application.commands import JobView, SubmitResult, TaskView
+from dtq.application.commands import JobResultsView, JobView, SubmitResult, TaskView
 from dtq.domain.entities import Task, TaskRun, Worker
 from dtq.entrypoints.api.schemas import (
     HealthBody,
     JobBody,
+    JobResultsBody,
     RunBody,
     SubmitJobResponse,
     SubmitTaskResponse,
     TaskBody,
     TaskDetailBody,
+    TaskResultBody,
     WorkerBody,
     WorkersBody,
 )
@@ -55,6 +57,7 @@ def _task_fields(task: Task) -> dict[str, Any]:
         "last_error": task.last_error,
         "created_at": task.created_at,
         "updated_at": task.updated_at,
+        "result": task.result,
     }
 
 
@@ -87,6 +90,19 @@ def job_body(view: JobView) -> JobBody:
         created_at=job.created_at,
         updated_at=job.updated_at,
         tasks=[task_body(task) for task in view.tasks],
+    )
+
+
+def job_results_body(view: JobResultsView, next_cursor: str | None) -> JobResultsBody:
+    """The response body of ``GET /v1/jobs/{id}/results``: one page, in submission order."""
+    return JobResultsBody(
+        job_id=view.job.id,
+        status=view.job.status,
+        results=[
+            TaskResultBody(name=t.name, task_id=t.id, status=t.status, result=t.result)
+            for t in view.tasks
+        ],
+        next_cursor=next_cursor,
     )
 
 

@@ -2,16 +2,31 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from litestar import Controller, Response, get, post
 from litestar.di import NamedDependency
 from litestar.openapi.datastructures import ResponseSpec
-from litestar.params import JSONBody
+from litestar.params import JSONBody, QueryParameter
 
 from dtq.application.queries import QueryService
 from dtq.entrypoints.api import bodies, commands, guards, responses
 from dtq.entrypoints.api.middleware import CountingSubmit
-from dtq.entrypoints.api.params import IdempotencyKey, ResourceId, parse_id
-from dtq.entrypoints.api.schemas import JobBody, SubmitJobRequest, SubmitJobResponse
+from dtq.entrypoints.api.params import (
+    DEFAULT_RESULTS_LIMIT,
+    IdempotencyKey,
+    ResourceId,
+    format_cursor,
+    parse_cursor,
+    parse_id,
+    parse_limit,
+)
+from dtq.entrypoints.api.schemas import (
+    JobBody,
+    JobResultsBody,
+    SubmitJobRequest,
+    SubmitJobResponse,
+)
 from dtq.entrypoints.config import Settings
 
 REPLAYED = ResponseSpec(
@@ -22,7 +37,7 @@ REPLAYED = ResponseSpec(
 
 
 class JobController(Controller):
-    """Jobs: ``POST /v1/jobs`` and ``GET /v1/jobs/{id}``."""
+    """Jobs: ``POST /v1/jobs``, ``GET /v1/jobs/{id}`` and ``GET /v1/jobs/{id}/results``."""
 
     path = "/v1/jobs"
     tags = ["jobs"]
@@ -55,3 +70,31 @@ class JobController(Controller):
     async def get_job(self, id: ResourceId, queries: NamedDependency[QueryService]) -> JobBody:
         """The job row and every task of it; 404 unknown, 400 not a UUID."""
         return bodies.job_body(await queries.get_job(parse_id(id)))
+
+    @get(
+        "/{id:str}/results",
+        summary="Get the results of a job's tasks, in submission order (keyset-paged)",
+        responses=responses.READ_BY_ID,
+    )
+    async def get_results(
+        self,
+        id: ResourceId,
+        queries: NamedDependency[QueryService],
+        limit: Annotated[
+            str,
+            QueryParameter(description="Page size, 1..1000 tasks (default 100)"),
+        ] = str(DEFAULT_RESULTS_LIMIT),
+        cursor: Annotated[
+            str | None,
+            QueryParameter(description="The next_cursor of the previous page; absent: first"),
+        ] = None,
+    ) -> JobResultsBody:
+        """Each task's name, id, status and result (null until completed) in the order the job
+        was submitted; ``next_cursor`` is null on the last page. 404 unknown job, 400 not a
+        UUID, a ``limit`` outside 1..1000 or a ``cursor`` this API did not issue.
+        """
+        view = await queries.job_results(
+            parse_id(id), limit=parse_limit(limit), after=parse_cursor(cursor)
+        )
+        next_cursor = None if view.next_after is None else format_cursor(view.next_after)
+        return bodies.job_results_body(view, next_cursor)

@@ -79,3 +79,47 @@ def parse_active_since(value: str) -> float:
     if not 0 < seconds <= MAX_ACTIVE_SINCE:
         raise ValidationError(message, field="active_since")
     return seconds
+
+
+#: ``GET /v1/jobs/{id}/results`` page size when ``limit`` is absent, and its largest value.
+DEFAULT_RESULTS_LIMIT = 100
+MAX_RESULTS_LIMIT = 1000
+
+
+def parse_limit(value: str) -> int:
+    """Parse ``?limit=``: an integer in ``1..MAX_RESULTS_LIMIT``.
+
+    Raises:
+        ValidationError: anything else (field ``limit``).
+    """
+    message = f"limit must be an integer from 1 to {MAX_RESULTS_LIMIT}, got {value!r}"
+    if not value.isascii() or not value.isdigit():
+        raise ValidationError(message, field="limit")
+    limit = int(value)
+    if not 1 <= limit <= MAX_RESULTS_LIMIT:
+        raise ValidationError(message, field="limit")
+    return limit
+
+
+def format_cursor(after: tuple[int, UUID]) -> str:
+    """The opaque ``next_cursor`` of a results page: ``<position>.<task id hex>``."""
+    return f"{after[0]}.{after[1].hex}"
+
+
+def parse_cursor(value: str | None) -> tuple[int, UUID] | None:
+    """Parse ``?cursor=`` (a ``next_cursor`` from a previous page); None or empty: first page.
+
+    Raises:
+        ValidationError: not a cursor this API issued (field ``cursor``).
+    """
+    if not value:
+        return None
+    position, _, task_id = value.partition(".")
+    try:
+        if not position.isascii() or not position.isdigit() or len(task_id) != 32:
+            raise ValueError(value)
+        return int(position), UUID(hex=task_id)
+    except ValueError:
+        raise ValidationError(
+            f"{value!r} is not a cursor: pass next_cursor from the previous page", field="cursor"
+        ) from None

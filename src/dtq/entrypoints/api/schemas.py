@@ -169,6 +169,12 @@ class TaskBody(msgspec.Struct, kw_only=True):
     last_error: str | None
     created_at: datetime
     updated_at: datetime
+    result: Annotated[
+        Any,
+        msgspec.Meta(
+            description="What the task's handler returned (any JSON value); null until completed"
+        ),
+    ] = None
 
 
 class TaskDetailBody(TaskBody, kw_only=True):
@@ -187,6 +193,29 @@ class JobBody(msgspec.Struct, kw_only=True):
     created_at: datetime
     updated_at: datetime
     tasks: list[TaskBody]
+
+
+class TaskResultBody(msgspec.Struct, kw_only=True):
+    """One task's result in ``GET /v1/jobs/{id}/results``."""
+
+    name: str
+    task_id: UUID
+    status: TaskStatus
+    result: Annotated[
+        Any, msgspec.Meta(description="The handler's return value; null until completed")
+    ]
+
+
+class JobResultsBody(msgspec.Struct, kw_only=True):
+    """``GET /v1/jobs/{id}/results``: a page of the job's results in submission order."""
+
+    job_id: UUID
+    status: JobStatus
+    results: list[TaskResultBody]
+    next_cursor: Annotated[
+        str | None,
+        msgspec.Meta(description="Pass as ?cursor= for the next page; null on the last page"),
+    ]
 
 
 class WorkerBody(msgspec.Struct, kw_only=True):

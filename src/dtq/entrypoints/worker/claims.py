@@ -45,6 +45,7 @@ class Held:
     task: asyncio.Task[None] | None = None  # the asyncio task running the handler
     interrupted: str | None = None  # LEASE_LOST, LEASE_UNCONFIRMED or SHUTDOWN
     duration: float = 0.0  # handler wall time, seconds
+    result: Any = None  # the handler's return value (checked storable), recorded with success
 
     def interrupt(self, why: str) -> None:
         """Stop the handler (the first reason wins); no-op once it has finished.

@@ -149,9 +149,10 @@ class Completions:
     async def _commit(self, batch: Sequence[Held]) -> None:
         """One ``complete_many`` for the batch (retried by :func:`report`); settle each."""
         claims = [held.claim for held in batch]
+        results = [held.result for held in batch]
         try:
             outcomes, attempts = await report(
-                lambda: self._shared.execution.complete_many(claims),
+                lambda: self._shared.execution.complete_many(claims, results),
                 what="success",
                 claims=claims,
                 log=self._log,

@@ -8,15 +8,23 @@ import inspect
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
+from typing import Any
 
 import structlog
 
 from dtq.application.commands import Claim
-from dtq.worker import Handler, Task
+from dtq.domain.errors import InvalidPayload
+from dtq.domain.payload import check_result
+from dtq.worker import Handler, PermanentError, Task
 
 
 class HandlerTimeout(Exception):
     """The handler outlived ``Options.default_timeout`` (a failure, retried by policy)."""
+
+
+class UnstorableResult(PermanentError):
+    """The handler returned a value that cannot be stored as its result (not JSON, NUL,
+    non-finite number, too deep, or over ``API_MAX_RESULT_BYTES``): the run fails for good."""
 
 
 class HandlerRunner:
@@ -27,23 +35,35 @@ class HandlerRunner:
         handlers: kind -> handler, fixed for the run.
         default_timeout: seconds one call may take, or None for no deadline.
         sync_threads: size of the thread pool for plain handlers.
+        max_result_bytes: largest JSON-encoded return value accepted as the task's result.
     """
 
     def __init__(
-        self, handlers: Mapping[str, Handler], *, default_timeout: float | None, sync_threads: int
+        self,
+        handlers: Mapping[str, Handler],
+        *,
+        default_timeout: float | None,
+        sync_threads: int,
+        max_result_bytes: int = 1024 * 1024,
     ) -> None:
         self._async = {kind: _is_async(h) for kind, h in handlers.items()}
         self._timeout = default_timeout
+        self._max_result_bytes = max_result_bytes
         self._pool = ThreadPoolExecutor(sync_threads, thread_name_prefix="dtq-handler")
 
-    async def invoke(self, handler: Handler, claim: Claim) -> None:
+    async def invoke(self, handler: Handler, claim: Claim) -> Any:
         """Call ``handler`` for ``claim`` under the task's log context and deadline.
 
         The context variables are bound in the calling asyncio task (whose context is a copy
-        made for this claim), so they need no reset and never leak into another loop.
+        made for this claim), so they need no reset and never leak into another loop. The task
+        carries ``claim.parents`` (its dependencies' results) as ``Task.parents``.
+
+        Returns:
+            The handler's return value, checked storable (``domain.payload.check_result``).
 
         Raises:
             HandlerTimeout: the deadline passed (the handler was cancelled or abandoned).
+            UnstorableResult: the return value cannot be stored as the task's result.
             Exception: whatever the handler raised.
         """
         task = Task(
@@ -52,32 +72,43 @@ class HandlerRunner:
             kind=claim.task.kind,
             payload=claim.task.payload,
             attempt=claim.run.attempt_number,
+            parents=claim.parents,
         )
         structlog.contextvars.bind_contextvars(
             task_id=str(task.id), job_id=str(task.job_id), kind=task.kind, attempt=task.attempt
         )
         timeout = self._timeout
         if timeout is None:
-            await self._call(handler, task)
-            return
+            return self._checked(await self._call(handler, task))
         deadline = asyncio.timeout(timeout)
         try:
             async with deadline:
-                await self._call(handler, task)
+                result = await self._call(handler, task)
         except TimeoutError:
             if deadline.expired():
                 raise HandlerTimeout(f"timed out after {timeout:g} s") from None
             raise
+        return self._checked(result)
 
-    async def _call(self, handler: Handler, task: Task) -> None:
+    def _checked(self, result: Any) -> Any:
+        if result is None:
+            return None
+        try:
+            check_result(result, max_bytes=self._max_result_bytes)
+        except InvalidPayload as exc:
+            raise UnstorableResult(exc.detail) from None
+        return result
+
+    async def _call(self, handler: Handler, task: Task) -> Any:
         if self._async[task.kind]:
-            result: object = handler(task)
+            result: Any = handler(task)
         else:
             ctx = contextvars.copy_context()
             loop = asyncio.get_running_loop()
             result = await loop.run_in_executor(self._pool, partial(ctx.run, handler, task))
         if inspect.isawaitable(result):
-            await result
+            result = await result
+        return result
 
     def close(self) -> None:
         """Release the thread pool without waiting for plain handlers still running."""

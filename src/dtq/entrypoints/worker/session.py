@@ -77,7 +77,10 @@ class Session:
         self.handed_back = 0
         turn = asyncio.Lock()  # one hot-path transaction in flight: batch claims, completions
         self._runner = HandlerRunner(
-            handlers, default_timeout=config.default_timeout, sync_threads=config.sync_threads
+            handlers,
+            default_timeout=config.default_timeout,
+            sync_threads=config.sync_threads,
+            max_result_bytes=self._execution.policy.max_result_bytes,
         )
         shared = Shared(config=config, execution=self._execution, meters=self._meters, log=log)
         self._leases = Leases(shared, on_lost=self._lease_lost)
@@ -227,7 +230,7 @@ class Session:
         exc: BaseException | None = None
         held.phase = Phase.RUNNING
         try:
-            await self._runner.invoke(handler, held.claim)
+            held.result = await self._runner.invoke(handler, held.claim)
         except asyncio.CancelledError as cancelled:
             ours = 0 if held.interrupted is None else 1  # cancel requests we made ourselves
             if current is not None and current.cancelling() > ours:

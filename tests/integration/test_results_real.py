@@ -1,0 +1,109 @@
+"""Results and fan-in on PostgreSQL through the services and the HTTP API (issue 13 items 1-3).
+
+The store contract pins each repository method; this file runs the use cases over the real SQL:
+results written by the batched completion, parents read by the batched claim, the results
+route paging with its cursor, and a stale run's result refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+from dependency_injector import providers
+
+from dtq.adapters.cockroach import CockroachStore
+from dtq.application.commands import Claim, ExecutionPolicy, SubmitJob, TaskSpec
+from dtq.entrypoints.api import create_app
+from dtq.entrypoints.bundles import Services
+from dtq.entrypoints.config import Settings
+from dtq.entrypoints.container import build_container
+from dtq.entrypoints.metrics import OrchestratorMetrics, new_registry
+
+pytestmark = pytest.mark.integration
+
+POLICY = ExecutionPolicy(lease_duration=2.0, retry_backoff=0.1, stale_running_after=0.5)
+
+
+@pytest.fixture
+def services(pg_store: CockroachStore) -> Services:
+    """The container on PostgreSQL (the queue stays in memory: this file is about the SQL)."""
+    settings = Settings()
+    c = build_container(settings, backend="memory")
+    c.store.override(providers.Object(pg_store))
+    c.policy.override(providers.Object(POLICY))
+    return Services(
+        settings=settings,
+        store=c.store(),
+        queue=c.queue(),
+        api=c.api_services(),
+        worker=c.worker_services(),
+        reconciler=c.reconciler_services(),
+    )
+
+
+@pytest.fixture
+async def client(services: Services) -> AsyncIterator[httpx.AsyncClient]:
+    registry = new_registry()
+    app = create_app(services.api, services.settings, OrchestratorMetrics(registry), registry)
+    transport = httpx.ASGITransport(app=app)  # type: ignore[arg-type]  # Litestar's scope types
+    async with httpx.AsyncClient(transport=transport, base_url="http://dtq") as http:
+        yield http
+
+
+async def claim_ready(services: Services, worker: str = "w1") -> list[Claim]:
+    ids = await services.queue.pop_many(["default"], timeout=0.05, max_count=16)
+    return await services.worker.execution.claim_many(ids, worker)
+
+
+async def test_results_flow_from_parents_to_the_fan_in_and_out_through_the_api(
+    services: Services, client: httpx.AsyncClient
+) -> None:
+    names = ["p3", "p2", "p1", "p0"]
+    specs = [TaskSpec(n, "count", payload={"n": i}) for i, n in enumerate(names)]
+    result = await services.api.submit.submit_job(
+        SubmitJob(tasks=(*specs, TaskSpec("sum", "total", depends_on=tuple(names))))
+    )
+
+    roots = await claim_ready(services)
+    assert sorted(c.task.name for c in roots) == sorted(names)
+    assert all(c.parents == {} for c in roots)
+    await services.worker.execution.complete_many(
+        roots, [{"n": c.task.payload["n"]} for c in roots]
+    )
+    [child] = await claim_ready(services)
+    parents: dict[str, Any] = dict(child.parents)
+    await services.worker.execution.complete_many([child], [sum(p["n"] for p in parents.values())])
+
+    assert parents == {"p3": {"n": 0}, "p2": {"n": 1}, "p1": {"n": 2}, "p0": {"n": 3}}
+    task = (await client.get(f"/v1/tasks/{result.task_ids['sum']}")).json()
+    assert (task["status"], task["result"]) == ("completed", 6)
+    pages: list[dict[str, Any]] = []
+    params = {"limit": "2"}
+    while True:
+        body = (await client.get(f"/v1/jobs/{result.job_id}/results", params=params)).json()
+        pages.append(body)
+        if body["next_cursor"] is None:
+            break
+        params = {"limit": "2", "cursor": body["next_cursor"]}
+    listed = [(r["name"], r["result"]) for page in pages for r in page["results"]]
+    assert listed == [*((n, {"n": i}) for i, n in enumerate(names)), ("sum", 6)]
+    assert len(pages) == 3
+    assert pages[-1]["status"] == "completed"
+
+
+async def test_a_stale_runs_result_changes_nothing_on_postgres(services: Services) -> None:
+    result = await services.api.submit.submit_job(SubmitJob(tasks=(TaskSpec("a", "echo"),)))
+    [first] = await claim_ready(services)
+    await services.worker.execution.hand_back(first, "shutting down")
+    [second] = await claim_ready(services, "w2")
+    await services.worker.execution.complete_many([second], [["fresh"]])
+
+    outcomes = await services.worker.execution.complete_many([first], [["stale"]])
+    replay = await services.worker.execution.complete_many([second], [["fresh"]])
+
+    task = (await services.api.queries.get_task(result.task_ids["a"])).task
+    assert [o.value for o in outcomes + replay] == ["stale", "duplicate"]
+    assert task.result == ["fresh"]
