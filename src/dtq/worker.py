@@ -19,6 +19,18 @@ Run it with ``dtq-worker --app mypackage.tasks:runtime``. Handlers may be ``asyn
 value, at most ``API_MAX_RESULT_BYTES`` encoded) is stored as the task's result, and the tasks that
 depend on it receive it in ``task.parents``; a value that cannot be stored fails the run for good.
 
+A long handler may report progress with ``task.progress(value)`` (any small JSON value): the
+latest one is stored with the next lease renewal, and an attempt that follows a reclaim, a
+hand-back or a failure receives it as ``task.checkpoint``, so it can resume::
+
+    @runtime.handler("index.build")
+    def build(task: Task) -> int:
+        start = task.checkpoint or 0
+        for chunk in range(start, 100):
+            index_chunk(task.payload, chunk)
+            task.progress(chunk + 1)  # no round trip: the lease renewal carries it
+        return 100
+
 ``Task``, ``Handler``, ``PermanentError`` and ``Options`` are defined here with the standard
 library only, so importing this module loads no database, Redis, metrics or logging library;
 ``Runtime`` (the engine, :mod:`dtq.entrypoints.worker.runtime`) is imported on first use.
@@ -33,11 +45,28 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 from uuid import UUID
 
 from dtq.domain.entities import DEFAULT_PRIORITY
+from dtq.domain.errors import InvalidPayload
+from dtq.domain.payload import MAX_PROGRESS_BYTES, check_progress
 
 if TYPE_CHECKING:
     from dtq.entrypoints.worker.runtime import Runtime
 
-__all__ = ["Handler", "Options", "PermanentError", "Runtime", "Task"]
+__all__ = ["Handler", "Options", "PermanentError", "Runtime", "Task", "UnstorableProgress"]
+
+
+class PermanentError(Exception):
+    """Raise from a handler to fail the task at once, without using its remaining retries.
+
+    Use it for errors another attempt cannot fix (a malformed payload, a rejected request).
+    The message becomes the run's ``error`` text as ``"PermanentError: <message>"``; a subclass
+    is reported under its own class name.
+    """
+
+
+class UnstorableProgress(PermanentError, ValueError):
+    """``task.progress(value)`` got a value that cannot be stored: not JSON (dict, list, str,
+    finite number, bool, None), a NUL in a string, nested deeper than 64 levels, or over
+    64 KiB as JSON. Uncaught, it fails the task at once with this message as the run's error."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +82,9 @@ class Task:
             reuses the number (spec §4 attempt invariant), so it is not a unique run key.
         parents: the results of the task's direct dependencies, by task name (fan-in): what
             each dependency's handler returned. Empty for a task without dependencies.
+        checkpoint: the last progress value stored for this task by an earlier attempt
+            (reclaimed, handed back at shutdown, or failed and retried), or None: where a
+            long task can resume from.
     """
 
     id: UUID
@@ -61,21 +93,33 @@ class Task:
     payload: Any
     attempt: int
     parents: Mapping[str, Any] = field(default_factory=dict)
+    checkpoint: Any = None
+    _report: Callable[[Any], None] | None = field(default=None, repr=False, compare=False)
+
+    def progress(self, value: Any) -> None:
+        """Report how far the handler got (issue 13 item 5); callable from any thread.
+
+        ``value`` is any small JSON value (at most 64 KiB encoded). No round trip: the latest
+        value wins and is written with the next lease renewal, fenced to this run, and the
+        success, failure or hand-back that ends the run writes it too, so nothing reported is
+        lost. It shows as ``"progress"`` in ``GET /v1/tasks/{id}``, and the next attempt gets
+        it as :attr:`checkpoint`. A copy is kept: mutating ``value`` later changes nothing.
+
+        Raises:
+            UnstorableProgress: the value cannot be stored (the message says why and where).
+        """
+        try:
+            check_progress(value, max_bytes=MAX_PROGRESS_BYTES)
+        except InvalidPayload as exc:
+            raise UnstorableProgress(exc.detail) from None
+        if self._report is not None:
+            self._report(value)
 
 
 #: A task handler: ``async def h(task) -> Any`` or a plain ``def h(task) -> Any``.
 #: Returning means success (the value is the task's result); raising means failure (retried
 #: while attempts remain); raising :class:`PermanentError` fails the task at once (spec §6).
 Handler: TypeAlias = Callable[[Task], Awaitable[Any]] | Callable[[Task], Any]
-
-
-class PermanentError(Exception):
-    """Raise from a handler to fail the task at once, without using its remaining retries.
-
-    Use it for errors another attempt cannot fix (a malformed payload, a rejected request).
-    The message becomes the run's ``error`` text as ``"PermanentError: <message>"``; a subclass
-    is reported under its own class name.
-    """
 
 
 @dataclass(frozen=True, slots=True)

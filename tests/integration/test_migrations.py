@@ -57,6 +57,7 @@ REFERENCE_COLUMNS: dict[str, list[tuple[str, str, bool]]] = {  # (name, type, nu
         ("updated_at", TS, False),
         ("result", "jsonb", True),
         ("job_position", "bigint", False),
+        ("progress", "jsonb", True),
     ],
     "task_dependencies": [
         ("task_id", "uuid", False),

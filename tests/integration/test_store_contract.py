@@ -1030,3 +1030,58 @@ async def test_results_page_lists_a_job_in_position_order_after_the_cursor(store
     assert [t.position for t in rest] == [2, 3, 4]
     none = await read(store, lambda tx: tx.tasks.results_page(uuid4(), after=None, limit=5))
     assert none == []
+
+
+# --- progress (issue 13 item 5) ---------------------------------------------------------------
+
+
+async def test_save_progress_writes_only_live_runs_in_one_call_and_keeps_the_version(
+    store: Store,
+) -> None:
+    now = await db_now(store)
+    job = new_job(now)
+    live_run, other_run = uuid4(), uuid4()
+    live = new_task(job, "live", now, status=TaskStatus.RUNNING, current_run_id=live_run)
+    moved = new_task(job, "moved", now, status=TaskStatus.RUNNING, current_run_id=other_run)
+    done = new_task(job, "done", now, status=TaskStatus.COMPLETED, current_run_id=live_run)
+    await add(store, job, [live, moved, done])
+    stale_run = uuid4()
+
+    written = await read(
+        store,
+        lambda tx: tx.tasks.save_progress(
+            [
+                (live.id, live_run, PAYLOADS[0]),
+                (moved.id, stale_run, "stale"),
+                (done.id, live_run, "too late"),
+                (uuid4(), live_run, "unknown"),
+            ]
+        ),
+    )
+
+    assert written == {live.id}
+    stored = {t.name: t for t in await read(store, lambda tx: tx.tasks.list_by_job(job.id))}
+    assert stored["live"].progress == PAYLOADS[0]
+    assert stored["live"].version == live.version  # not a state change: no version bump
+    assert (stored["moved"].progress, stored["done"].progress) == (None, None)
+    assert await read(store, lambda tx: tx.tasks.save_progress([])) == set()
+
+
+async def test_progress_is_saved_by_save_many_and_inserted_with_the_task(store: Store) -> None:
+    now = await db_now(store)
+    job = new_job(now)
+    carried = new_task(job, "carried", now, progress={"chunk": 3})
+    plain = new_task(job, "plain", now)
+    await add(store, job, [carried, plain])
+
+    async def write(tx: Transaction) -> None:
+        fresh = await tx.tasks.get(plain.id)
+        assert fresh is not None
+        fresh.progress = [1, "two"]
+        await tx.tasks.save_many([fresh])
+
+    await store.run(write)
+
+    stored = {t.name: t for t in await read(store, lambda tx: tx.tasks.list_by_job(job.id))}
+    assert stored["carried"].progress == {"chunk": 3}
+    assert stored["plain"].progress == [1, "two"]

@@ -268,6 +268,7 @@ async def test_get_task_returns_every_documented_field(api: Api) -> None:
         "created_at",
         "updated_at",
         "result",
+        "progress",
         "runs",
     }
     assert body["id"] == ids["task_id"]

@@ -11,7 +11,7 @@ import collections
 import contextlib
 import logging
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 from uuid import UUID, uuid4
@@ -61,7 +61,11 @@ class CountingExecution(ExecutionService):
             return await super().claim_many(task_ids, worker_id)
 
     async def complete_many(
-        self, claims: Sequence[Claim], results: Sequence[Any] | None = None
+        self,
+        claims: Sequence[Claim],
+        results: Sequence[Any] | None = None,
+        *,
+        progress: Mapping[UUID, Any] | None = None,
     ) -> list[ReportOutcome]:
         self.complete_sizes.append(len(claims))
         self.completing.set()
@@ -72,7 +76,7 @@ class CountingExecution(ExecutionService):
         with self._counted():
             if self.latency:
                 await asyncio.sleep(self.latency)
-            return await super().complete_many(claims, results)
+            return await super().complete_many(claims, results, progress=progress)
 
     @contextlib.contextmanager
     def _counted(self) -> Iterator[None]:

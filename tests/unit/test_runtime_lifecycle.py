@@ -11,9 +11,10 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
+from uuid import UUID
 
 import pytest
 from structlog.testing import capture_logs
@@ -232,12 +233,16 @@ class _FlakyReports(ExecutionService):
     failures = 1
 
     async def complete_many(
-        self, claims: Sequence[Claim], results: Sequence[Any] | None = None
+        self,
+        claims: Sequence[Claim],
+        results: Sequence[Any] | None = None,
+        *,
+        progress: Mapping[UUID, Any] | None = None,
     ) -> list[ReportOutcome]:
         if self.failures:
             self.failures -= 1
             raise BackendUnavailable("connection reset")
-        return await super().complete_many(claims, results)
+        return await super().complete_many(claims, results, progress=progress)
 
 
 async def test_recording_an_outcome_is_retried_after_a_backend_error() -> None:

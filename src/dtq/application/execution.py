@@ -241,7 +241,11 @@ class ExecutionService:
     # -- outcomes ------------------------------------------------------------------------------
 
     async def complete_many(
-        self, claims: Sequence[Claim], results: Sequence[Any] | None = None
+        self,
+        claims: Sequence[Claim],
+        results: Sequence[Any] | None = None,
+        *,
+        progress: Mapping[UUID, Any] | None = None,
     ) -> list[ReportOutcome]:
         """Record handler successes, in one transaction (spec §6 Success).
 
@@ -250,7 +254,10 @@ class ExecutionService:
         null), written by the same statement that completes it; its run ``succeeded``;
         dependents whose dependencies are all complete are promoted to ``queued``; job statuses
         are settled. After the commit the leases are deleted and the promoted tasks pushed
-        (the result costs no statement of its own). Reporting a success again is a no-op
+        (the result costs no statement of its own). ``progress`` (task id -> the latest value
+        the run reported, see :meth:`record_progress`) is written with the success by the same
+        statement; pass every task whose handler reported any, since the first try writes the
+        task back as claimed. Reporting a success again is a no-op
         (``DUPLICATE``); a report from a run that is no longer live is refused (``STALE``) and
         changes nothing, without affecting the other claims of the batch.
 
@@ -280,10 +287,10 @@ class ExecutionService:
             nonlocal trust_claims
             trusted, trust_claims = trust_claims, False  # a re-run takes the checked path
             if trusted:
-                recorded = await _complete_as_claimed(tx, claims, results)
+                recorded = await _complete_as_claimed(tx, claims, results, progress)
                 if recorded is not None:
                     return recorded
-            return await _complete_tx(tx, claims, results)
+            return await _complete_tx(tx, claims, results, progress)
 
         try:
             outcomes, promoted = await self._store.run(tx_fn)
@@ -291,20 +298,28 @@ class ExecutionService:
             # Recording a success is idempotent: run it again to learn whether it landed, and
             # if it did, redo its Redis side (the dependents it promoted) and count it.
             outcomes, promoted = await self._store.run(
-                lambda tx: _complete_replayed(tx, claims, results)
+                lambda tx: _complete_replayed(tx, claims, results, progress)
             )
         await self._queue.delete_leases([(c.task.id, c.run.id) for c in claims])
         if promoted:
             await self._queue.enqueue_many([(t.id, t.priority) for t in promoted])
         return outcomes
 
-    async def fail(self, claim: Claim, error: str, *, permanent: bool = False) -> FailOutcome:
+    async def fail(
+        self,
+        claim: Claim,
+        error: str,
+        *,
+        permanent: bool = False,
+        progress: Mapping[UUID, Any] | None = None,
+    ) -> FailOutcome:
         """Record the handler's failure (spec §6 Failure, Unknown kind).
 
         The run becomes ``failed`` with ``error``; the task is retried after
         ``policy.retry_backoff`` seconds through the scheduled set while attempts remain and
         the error is not ``permanent``, else it fails and its pending dependents are failed
-        transitively, and the job fails.
+        transitively, and the job fails. ``progress`` (as for :meth:`complete_many`) is
+        written in the same transaction and stays the task's checkpoint for the retry.
 
         After a COMMIT whose outcome was unknown the report is replayed; a replay that finds
         the failure recorded takes it as its own: RECORDED, and the retry (if the task still
@@ -320,6 +335,7 @@ class ExecutionService:
         async def tx_fn(tx: Transaction, replay: bool) -> _Followup:
             nonlocal retry_at
             task, run = await _load_run(tx, claim)
+            _flush_progress(task, run.id, progress)
             now = await tx.now()
             decision = task.fail(run, error=error, permanent=permanent, backoff=backoff, at=now)
             if decision is None:
@@ -340,13 +356,17 @@ class ExecutionService:
         outcome = await self._report(claim, tx_fn)
         return FailOutcome(outcome, retry_at if outcome is not ReportOutcome.STALE else None)
 
-    async def hand_back(self, claim: Claim, reason: str) -> ReportOutcome:
+    async def hand_back(
+        self, claim: Claim, reason: str, *, progress: Mapping[UUID, Any] | None = None
+    ) -> ReportOutcome:
         """Give an unfinished task back at once (graceful shutdown, spec §6).
 
         Like a reclaim — run ``dead``, task ``queued`` due now, attempt rolled back — but the
         crash budget is not charged. After commit the marker is released and the id re-pushed.
         A replay after a COMMIT whose outcome was unknown that finds this hand-back recorded
         (the run ``dead`` with ``reason``) re-pushes the task if it is still ``queued``.
+        ``progress`` (as for :meth:`complete_many`) is written in the same transaction: the
+        next attempt reads it as its checkpoint.
 
         Returns:
             RECORDED, or STALE when the run is no longer live.
@@ -354,6 +374,7 @@ class ExecutionService:
 
         async def tx_fn(tx: Transaction, replay: bool) -> _Followup:
             task, run = await _load_run(tx, claim)
+            _flush_progress(task, run.id, progress)
             now = await tx.now()
             try:
                 requeued = task.reclaim(
@@ -404,6 +425,26 @@ class ExecutionService:
         return followup.outcome
 
     # -- lease ---------------------------------------------------------------------------------
+
+    async def record_progress(self, reports: Sequence[tuple[Claim, Any]]) -> set[UUID]:
+        """Store the held claims' latest progress values (issue 13 item 5), in one transaction
+        of one statement (``TaskRepository.save_progress``); the lease renewal calls it once
+        per tick with the values changed since its last write, so no call costs nothing.
+
+        Each value (already checked by ``domain.payload.check_progress``) is written only
+        while its run is the task's live run (``running``, same run id): a stale run's value
+        changes nothing (DESIGN §7).
+
+        Returns:
+            The ids of the tasks whose progress was written.
+
+        Raises:
+            BackendUnavailable: the database failed (nothing was written).
+        """
+        updates = [(claim.task.id, claim.run.id, value) for claim, value in reports]
+        if not updates:
+            return set()
+        return await self._store.run(lambda tx: tx.tasks.save_progress(updates))
 
     async def heartbeat(self, claim: Claim) -> LeaseState:
         """Extend the claim's lease (spec §6 Lease / heartbeat, DESIGN §3 lease ownership).
@@ -516,8 +557,19 @@ async def _claim_recovered(
     return batch
 
 
+def _flush_progress(task: Task, run_id: UUID, progress: Mapping[UUID, Any] | None) -> None:
+    """Set the run's last reported progress on ``task`` before its outcome, if there is one;
+    a stale run's value is dropped (its outcome is refused anyway)."""
+    if progress and task.id in progress:
+        with contextlib.suppress(StaleRun):
+            task.record_progress(run_id, progress[task.id])
+
+
 async def _complete_as_claimed(
-    tx: Transaction, claims: Sequence[Claim], results: Sequence[Any]
+    tx: Transaction,
+    claims: Sequence[Claim],
+    results: Sequence[Any],
+    progress: Mapping[UUID, Any] | None,
 ) -> tuple[list[ReportOutcome], list[Task]] | None:
     """Record every claim's success from the claim itself, or nothing (returns None).
 
@@ -532,6 +584,7 @@ async def _complete_as_claimed(
     runs: list[TaskRun] = []
     for claim, result in zip(claims, results, strict=True):
         task, run = copy.copy(claim.task), copy.copy(claim.run)
+        _flush_progress(task, run.id, progress)
         try:
             if not task.succeed(run, at=now, result=result):
                 return None
@@ -557,7 +610,10 @@ async def _after_completion(tx: Transaction, done: Sequence[Task], *, at: dateti
 
 
 async def _complete_tx(
-    tx: Transaction, claims: Sequence[Claim], results: Sequence[Any]
+    tx: Transaction,
+    claims: Sequence[Claim],
+    results: Sequence[Any],
+    progress: Mapping[UUID, Any] | None,
 ) -> tuple[list[ReportOutcome], list[Task]]:
     tasks = {t.id: t for t in await tx.tasks.get_many([c.task.id for c in claims])}
     runs = {r.id: r for r in await tx.runs.get_many([c.run.id for c in claims])}
@@ -569,6 +625,7 @@ async def _complete_tx(
         if task is None or run is None:
             outcomes.append(ReportOutcome.STALE)
             continue
+        _flush_progress(task, run.id, progress)
         try:
             changed = task.succeed(run, at=now, result=result)
         except StaleRun:
@@ -585,7 +642,10 @@ async def _complete_tx(
 
 
 async def _complete_replayed(
-    tx: Transaction, claims: Sequence[Claim], results: Sequence[Any]
+    tx: Transaction,
+    claims: Sequence[Claim],
+    results: Sequence[Any],
+    progress: Mapping[UUID, Any] | None,
 ) -> tuple[list[ReportOutcome], list[Task]]:
     """``_complete_tx`` after an ambiguous COMMIT of the same claims.
 
@@ -594,7 +654,7 @@ async def _complete_replayed(
     claim was already reported): each DUPLICATE is this call's own success, answered RECORDED,
     and the dependents of those tasks now ``queued`` and due are returned to be pushed again.
     """
-    outcomes, promoted = await _complete_tx(tx, claims, results)
+    outcomes, promoted = await _complete_tx(tx, claims, results, progress)
     if ReportOutcome.RECORDED in outcomes:
         return outcomes, promoted
     landed = [

@@ -136,6 +136,15 @@ class TaskRepository(Protocol):
         """
         ...
 
+    async def save_progress(self, updates: Sequence[tuple[UUID, UUID, Any]]) -> set[UUID]:
+        """Set ``progress`` of each ``(task_id, run_id, value)`` whose run is still the task's
+        live run (``running``, same run id), in one statement; ``version`` is not bumped.
+
+        Returns:
+            The ids of the tasks written (a stale run's task is left out, unchanged).
+        """
+        ...
+
     async def dependents(self, task_id: UUID) -> list[UUID]:
         """Ids of the tasks that depend directly on ``task_id``."""
         ...

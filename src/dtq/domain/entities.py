@@ -65,6 +65,10 @@ class Task:
             the task; None until then, and when the handler returned None.
         position: the task's 0-based index in its job's submission (the order results are
             listed in).
+        progress: the latest JSON value a handler reported with ``task.progress()`` (issue 13
+            item 5), written fenced to the live run; None until one is reported. It survives
+            the run: the next attempt (after a reclaim, a hand-back or a retried failure) reads
+            it as ``task.checkpoint``.
     """
 
     id: UUID
@@ -87,6 +91,7 @@ class Task:
     version: int = 0
     result: Any = None
     position: int = 0
+    progress: Any = None
 
     # -- guard -----------------------------------------------------------------------------
 
@@ -104,6 +109,28 @@ class Task:
             or run.status is not RunStatus.RUNNING
         ):
             raise StaleRun(f"run {run.id} is no longer the live run of task {self.id}")
+
+    # -- progress ----------------------------------------------------------------------------
+
+    def record_progress(self, run_id: UUID, value: Any) -> bool:
+        """Store ``value`` as the progress of run ``run_id`` (DESIGN §7: fenced like an outcome).
+
+        Args:
+            run_id: the reporting run; must be the task's live run.
+            value: the handler's latest progress (checked with ``payload.check_progress``).
+
+        Returns:
+            True when the stored value changed, False when it already was ``value``.
+
+        Raises:
+            StaleRun: the task is not ``running`` under ``run_id`` (reclaimed, or ended).
+        """
+        if self.status is not TaskStatus.RUNNING or self.current_run_id != run_id:
+            raise StaleRun(f"run {run_id} is no longer the live run of task {self.id}")
+        if self.progress == value:
+            return False
+        self.progress = value
+        return True
 
     # -- transitions -------------------------------------------------------------------------
 

@@ -106,3 +106,38 @@ def check_result(value: Any, *, max_bytes: int) -> int:
             field="result",
         )
     return size
+
+
+#: Largest progress value, in bytes of UTF-8 JSON (``task.progress``, issue 13 item 5): it is
+#: written on lease renewals, so it stays small; large state belongs in an artifact.
+MAX_PROGRESS_BYTES = 64 * 1024
+
+
+def check_progress(value: Any, *, max_bytes: int = MAX_PROGRESS_BYTES) -> int:
+    """Raise ``InvalidPayload`` unless ``value`` can be stored as a task's progress.
+
+    The rules of :func:`check_storable` (JSON types only, no NUL, finite numbers, signed 64-bit
+    integers, nesting ≤ 64) and at most ``max_bytes`` bytes of UTF-8 JSON (64 KiB by default).
+
+    Returns:
+        The size of the encoded JSON in bytes.
+
+    Raises:
+        InvalidPayload: ``field`` is the path below ``progress`` of the offending value, or
+            ``progress`` when it is too large; the message says why.
+    """
+    try:
+        check_storable(value, field="progress")
+    except InvalidPayload as exc:
+        raise InvalidPayload(
+            f"progress cannot be stored: {exc.detail} at {exc.field}"
+            " (report JSON: dict, list, str, finite number, bool or None)",
+            field=exc.field,
+        ) from None
+    size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+    if size > max_bytes:
+        raise InvalidPayload(
+            f"progress is {size} bytes as JSON, over the limit of {max_bytes}: {ARTIFACTS_HINT}",
+            field="progress",
+        )
+    return size

@@ -272,6 +272,7 @@ def _task_row(job_id: UUID, t: Task) -> tuple[Any, ...]:
         Int8(t.version),
         Int8(t.position),
         encode_json(t.result),
+        encode_json(t.progress),
     )
 
 
@@ -298,6 +299,7 @@ def _task_changes(t: Task) -> tuple[Any, ...]:
         t.last_error,
         t.current_run_id,
         encode_json(t.result),
+        encode_json(t.progress),
     )
 
 
@@ -371,6 +373,29 @@ class PgTaskRepository:
         if written:
             for task in tasks:
                 task.version += 1
+
+    async def save_progress(self, updates: Sequence[tuple[UUID, UUID, Any]]) -> set[UUID]:
+        """Write each ``(task_id, run_id, progress)`` whose run is still the task's live run,
+        in one statement (``sql.UPDATE_PROGRESS``); ``version`` is left alone.
+
+        Returns:
+            The ids of the tasks written; the others' runs are no longer live.
+
+        Raises:
+            InvalidPayload: a value is not JSON-encodable.
+        """
+        if not updates:
+            return set()
+        cur = await self._conn.execute(
+            sql.UPDATE_PROGRESS,
+            (
+                [u[0] for u in updates],
+                [u[1] for u in updates],
+                [encode_json(u[2]) for u in updates],
+                TaskStatus.RUNNING.value,
+            ),
+        )
+        return {row[0] for row in await cur.fetchall()}
 
     async def dependents(self, task_id: UUID) -> list[UUID]:
         """Ids of the tasks that depend directly on ``task_id`` (ordered by id)."""

@@ -76,6 +76,7 @@ def task_from_row(row: TupleRow) -> Task:
         version=row[17],
         result=decode_json(row[18]),
         position=row[19],
+        progress=decode_json(row[20]),
     )
 
 

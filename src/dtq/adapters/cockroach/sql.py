@@ -78,27 +78,27 @@ UPDATE_JOBS: Final = (
 INSERT_TASKS: Final = (
     "INSERT INTO tasks (id, job_id, name, kind, payload, status, scheduled_at, created_at,"
     " updated_at, priority, max_attempts, attempt, reclaims, started_at, finished_at,"
-    " last_error, current_run_id, version, job_position, result)"
+    " last_error, current_run_id, version, job_position, result, progress)"
     " SELECT u.id, %s::uuid, u.name, u.kind, u.payload::jsonb, u.status, u.scheduled_at,"
     " u.created_at, u.updated_at, u.priority, u.max_attempts, u.attempt, u.reclaims,"
     " u.started_at, u.finished_at, u.last_error, u.current_run_id, u.version, u.job_position,"
-    " u.result::jsonb"
+    " u.result::jsonb, u.progress::jsonb"
     " FROM unnest(%b::uuid[], %b::text[], %b::text[], %b::text[], %b::text[],"
     " %b::timestamptz[], %b::timestamptz[], %b::timestamptz[], %b::text[], %b::bigint[],"
     " %b::bigint[], %b::bigint[], %b::timestamptz[], %b::timestamptz[], %b::text[],"
-    " %b::uuid[], %b::bigint[], %b::bigint[], %b::text[])"
+    " %b::uuid[], %b::bigint[], %b::bigint[], %b::text[], %b::text[])"
     " AS u(id, name, kind, payload, status, scheduled_at, created_at, updated_at, priority,"
     " max_attempts, attempt, reclaims, started_at, finished_at, last_error, current_run_id,"
-    " version, job_position, result)"
+    " version, job_position, result, progress)"
 )
 
 # INSERT_TASKS for a job of one task (every POST /v1/tasks): plain VALUES, no arrays.
 INSERT_TASK: Final = (
     "INSERT INTO tasks (id, job_id, name, kind, payload, status, scheduled_at, created_at,"
     " updated_at, priority, max_attempts, attempt, reclaims, started_at, finished_at,"
-    " last_error, current_run_id, version, job_position, result)"
+    " last_error, current_run_id, version, job_position, result, progress)"
     " VALUES (%s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,"
-    " %s, %s::jsonb)"
+    " %s, %s::jsonb, %s::jsonb)"
 )
 
 INSERT_EDGES: Final = (
@@ -113,21 +113,24 @@ INSERT_EDGES: Final = (
 GET_TASK: Final = (
     "SELECT id, job_id, name, kind, payload::text, status, scheduled_at, created_at,"
     " updated_at, priority, max_attempts, attempt, reclaims, started_at, finished_at,"
-    " last_error, current_run_id, version, result::text, job_position, now() FROM tasks"
+    " last_error, current_run_id, version, result::text, job_position,"
+    " progress::text, now() FROM tasks"
     " WHERE id = %s"
 )
 
 GET_TASKS: Final = (
     "SELECT id, job_id, name, kind, payload::text, status, scheduled_at, created_at,"
     " updated_at, priority, max_attempts, attempt, reclaims, started_at, finished_at,"
-    " last_error, current_run_id, version, result::text, job_position, now() FROM tasks"
+    " last_error, current_run_id, version, result::text, job_position,"
+    " progress::text, now() FROM tasks"
     " WHERE id = ANY(%b::uuid[])"
 )
 
 LIST_TASKS_BY_JOB: Final = (
     "SELECT id, job_id, name, kind, payload::text, status, scheduled_at, created_at,"
     " updated_at, priority, max_attempts, attempt, reclaims, started_at, finished_at,"
-    " last_error, current_run_id, version, result::text, job_position FROM tasks"
+    " last_error, current_run_id, version, result::text, job_position,"
+    " progress::text FROM tasks"
     " WHERE job_id = %s ORDER BY created_at, name, id"
 )
 
@@ -136,13 +139,15 @@ LIST_TASKS_BY_JOB: Final = (
 RESULTS_PAGE_FIRST: Final = (
     "SELECT id, job_id, name, kind, payload::text, status, scheduled_at, created_at,"
     " updated_at, priority, max_attempts, attempt, reclaims, started_at, finished_at,"
-    " last_error, current_run_id, version, result::text, job_position FROM tasks"
+    " last_error, current_run_id, version, result::text, job_position,"
+    " progress::text FROM tasks"
     " WHERE job_id = %s ORDER BY job_position, id LIMIT %s"
 )
 RESULTS_PAGE_AFTER: Final = (
     "SELECT id, job_id, name, kind, payload::text, status, scheduled_at, created_at,"
     " updated_at, priority, max_attempts, attempt, reclaims, started_at, finished_at,"
-    " last_error, current_run_id, version, result::text, job_position FROM tasks"
+    " last_error, current_run_id, version, result::text, job_position,"
+    " progress::text FROM tasks"
     " WHERE job_id = %s AND (job_position, id) > (%s::bigint, %s::uuid)"
     " ORDER BY job_position, id LIMIT %s"
 )
@@ -152,28 +157,41 @@ RESULTS_PAGE_AFTER: Final = (
 UPDATE_TASK: Final = (
     "UPDATE tasks SET status = %s, scheduled_at = %s, updated_at = %s, priority = %s,"
     " max_attempts = %s, attempt = %s, reclaims = %s, started_at = %s, finished_at = %s,"
-    " last_error = %s, current_run_id = %s, result = %s::jsonb, version = version + 1"
-    " WHERE id = %s AND version = %s"
+    " last_error = %s, current_run_id = %s, result = %s::jsonb, progress = %s::jsonb,"
+    " version = version + 1 WHERE id = %s AND version = %s"
 )
 
 # UPDATE_TASK for many rows in one statement, all or nothing (see UPDATE_JOBS): same columns.
 UPDATE_TASKS: Final = (
     "WITH v AS (SELECT u.id, u.version, u.status, u.scheduled_at, u.updated_at, u.priority,"
     " u.max_attempts, u.attempt, u.reclaims, u.started_at, u.finished_at, u.last_error,"
-    " u.current_run_id, u.result"
+    " u.current_run_id, u.result, u.progress"
     " FROM unnest(%b::uuid[], %b::bigint[], %b::text[], %b::timestamptz[], %b::timestamptz[],"
     " %b::text[], %b::bigint[], %b::bigint[], %b::bigint[], %b::timestamptz[],"
-    " %b::timestamptz[], %b::text[], %b::uuid[], %b::text[])"
+    " %b::timestamptz[], %b::text[], %b::uuid[], %b::text[], %b::text[])"
     " AS u(id, version, status, scheduled_at, updated_at, priority, max_attempts, attempt,"
-    " reclaims, started_at, finished_at, last_error, current_run_id, result))"
+    " reclaims, started_at, finished_at, last_error, current_run_id, result, progress))"
     " UPDATE tasks AS t SET status = v.status, scheduled_at = v.scheduled_at,"
     " updated_at = v.updated_at, priority = v.priority, max_attempts = v.max_attempts,"
     " attempt = v.attempt, reclaims = v.reclaims, started_at = v.started_at,"
     " finished_at = v.finished_at, last_error = v.last_error,"
-    " current_run_id = v.current_run_id, result = v.result::jsonb, version = t.version + 1"
+    " current_run_id = v.current_run_id, result = v.result::jsonb,"
+    " progress = v.progress::jsonb, version = t.version + 1"
     " FROM v WHERE t.id = v.id AND t.version = v.version"
     " AND NOT EXISTS (SELECT 1 FROM v AS s WHERE NOT EXISTS"
     " (SELECT 1 FROM tasks AS c WHERE c.id = s.id AND c.version = s.version))"
+    " RETURNING t.id"
+)
+
+# Progress of the held claims (task.progress), one statement per lease renewal tick: each row
+# fenced on the run still being live (current_run_id and status 'running'), so a stale run's
+# value changes nothing; RETURNING lists the rows written. Plain UPDATE ... FROM unnest (no
+# UPSERT); version is not bumped: progress is not part of the task's state machine, and a
+# concurrent outcome write of the same row is a serialization conflict (retried) anyway.
+UPDATE_PROGRESS: Final = (
+    "UPDATE tasks AS t SET progress = v.progress::jsonb"
+    " FROM unnest(%b::uuid[], %b::uuid[], %b::text[]) AS v(id, run_id, progress)"
+    " WHERE t.id = v.id AND t.current_run_id = v.run_id AND t.status = %s"
     " RETURNING t.id"
 )
 

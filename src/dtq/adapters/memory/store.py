@@ -25,6 +25,7 @@ from dtq.domain.errors import (
     CommitOutcomeUnknown,
     ConcurrentUpdate,
     DuplicateIdempotencyKey,
+    StaleRun,
 )
 from dtq.domain.status import RunStatus, TaskStatus
 
@@ -255,7 +256,24 @@ class _Tasks:
         for task in tasks:
             task.version += 1
             # a result is the handler's own object: store a copy, as a database would
-            self._tx._tasks[task.id] = replace(task, result=copy.deepcopy(task.result))
+            self._tx._tasks[task.id] = replace(
+                task, result=copy.deepcopy(task.result), progress=copy.deepcopy(task.progress)
+            )
+
+    async def save_progress(self, updates: Sequence[tuple[UUID, UUID, Any]]) -> set[UUID]:
+        written: set[UUID] = set()
+        for task_id, run_id, value in updates:
+            stored = self._tx.task(task_id)
+            if stored is None:
+                continue
+            task = replace(stored)  # version left alone, as UPDATE_PROGRESS does
+            try:
+                task.record_progress(run_id, copy.deepcopy(value))
+            except StaleRun:
+                continue
+            self._tx._tasks[task_id] = task
+            written.add(task_id)
+        return written
 
     async def dependents(self, task_id: UUID) -> list[UUID]:
         return self._edges("dependents", task_id)

@@ -58,6 +58,7 @@ def _task_fields(task: Task) -> dict[str, Any]:
         "created_at": task.created_at,
         "updated_at": task.updated_at,
         "result": task.result,
+        "progress": task.progress,
     }
 
 

@@ -175,6 +175,15 @@ class TaskBody(msgspec.Struct, kw_only=True):
             description="What the task's handler returned (any JSON value); null until completed"
         ),
     ] = None
+    progress: Annotated[
+        Any,
+        msgspec.Meta(
+            description=(
+                "The latest progress the task's handler reported (any JSON value, stored with"
+                " the lease renewal); null until reported. The next attempt resumes from it."
+            )
+        ),
+    ] = None
 
 
 class TaskDetailBody(TaskBody, kw_only=True):

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+from uuid import UUID
 
 from prometheus_client import Counter, Histogram
 from structlog.typing import FilteringBoundLogger
@@ -36,6 +39,14 @@ class Phase(enum.Enum):
 INTERRUPTIBLE = frozenset({Phase.STARTING, Phase.RUNNING})
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class Reported:
+    """One ``task.progress(value)`` call (a copy of the value); compared by identity, so a new
+    report is told apart from the one last written even when the value is None."""
+
+    value: Any
+
+
 @dataclass(eq=False, slots=True)
 class Held:
     """A claim this worker holds, from its claim until its outcome is settled."""
@@ -46,6 +57,29 @@ class Held:
     interrupted: str | None = None  # LEASE_LOST, LEASE_UNCONFIRMED or SHUTDOWN
     duration: float = 0.0  # handler wall time, seconds
     result: Any = None  # the handler's return value (checked storable), recorded with success
+    progress: Reported | None = None  # the handler's latest progress report (task.progress)
+    progress_written: Reported | None = None  # the report the lease renewal last stored
+
+    def report_progress(self, value: Any) -> None:
+        """Keep ``value`` (already checked) as the latest progress; one attribute store, so
+        safe from a sync handler's thread. The lease renewal writes it."""
+        self.progress = Reported(copy.deepcopy(value))
+
+    @property
+    def unwritten_progress(self) -> Reported | None:
+        """The latest report when its value differs from the last one the renewal stored."""
+        latest, written = self.progress, self.progress_written
+        if latest is None or latest is written:
+            return None
+        if written is not None and latest.value == written.value:
+            return None
+        return latest
+
+    def final_progress(self) -> Mapping[UUID, Any] | None:
+        """The ``progress`` argument of the report that ends this run: the latest value if the
+        handler reported any (the outcome's transaction writes it), else None."""
+        latest = self.progress
+        return None if latest is None else {self.claim.task.id: latest.value}
 
     def interrupt(self, why: str) -> None:
         """Stop the handler (the first reason wins); no-op once it has finished.

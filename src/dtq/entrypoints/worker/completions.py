@@ -12,6 +12,7 @@ import random
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
+from uuid import UUID
 
 from structlog.typing import FilteringBoundLogger
 
@@ -150,9 +151,14 @@ class Completions:
         """One ``complete_many`` for the batch (retried by :func:`report`); settle each."""
         claims = [held.claim for held in batch]
         results = [held.result for held in batch]
+        progress: dict[UUID, Any] = {}
+        for held in batch:
+            progress.update(held.final_progress() or {})
         try:
             outcomes, attempts = await report(
-                lambda: self._shared.execution.complete_many(claims, results),
+                lambda: self._shared.execution.complete_many(
+                    claims, results, progress=progress or None
+                ),
                 what="success",
                 claims=claims,
                 log=self._log,

@@ -1,4 +1,5 @@
-"""The lease renewal loop: keep every held claim's lease alive, or stop its handler (spec §6)."""
+"""The lease renewal loop: keep every held claim's lease alive, or stop its handler (spec §6);
+each tick also stores the handlers' changed progress values (issue 13 item 5)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,11 @@ class Leases:
     can no longer be shown to be ours, e.g. Redis unreachable), are released and passed to
     ``on_lost(held, reason)`` with ``LEASE_LOST`` or ``LEASE_UNCONFIRMED``. Build it inside the
     running event loop (it reads that loop's clock).
+
+    Each tick also writes the progress of the running claims whose latest ``task.progress``
+    value differs from the one last written, all in one ``execution.record_progress`` call (one
+    statement), alongside the lease extensions; a tick with nothing new writes nothing. A
+    failed write is logged and tried again on the next tick with the then-latest values.
 
     Args:
         shared: ``every`` is ``config.lease_renew_every``, ``window`` is
@@ -66,6 +72,28 @@ class Leases:
 
     async def _renew_all(self) -> None:
         held = list(self._confirmed)
+        await asyncio.gather(self._write_progress(held), self._extend_all(held))
+
+    async def _write_progress(self, held: list[Held]) -> None:
+        """Store the changed progress of the running claims among ``held`` (one statement)."""
+        sent = [
+            (h, reported)
+            for h in held
+            if h.phase is Phase.RUNNING and (reported := h.unwritten_progress) is not None
+        ]
+        if not sent:
+            return
+        try:
+            await self._execution.record_progress([(h.claim, r.value) for h, r in sent])
+        except Exception as exc:  # logged and retried next tick; never ends the renewal loop
+            self._log.warning(
+                "progress write failed", tasks=len(sent), error=f"{type(exc).__name__}: {exc}"
+            )
+            return
+        for h, reported in sent:  # a stale run's value is dropped too: its lease says LOST
+            h.progress_written = reported
+
+    async def _extend_all(self, held: list[Held]) -> None:
         loop = asyncio.get_running_loop()
         failed = 0
         last: BaseException | None = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
@@ -51,12 +51,19 @@ class HandlerRunner:
         self._max_result_bytes = max_result_bytes
         self._pool = ThreadPoolExecutor(sync_threads, thread_name_prefix="dtq-handler")
 
-    async def invoke(self, handler: Handler, claim: Claim) -> Any:
+    async def invoke(
+        self,
+        handler: Handler,
+        claim: Claim,
+        report_progress: Callable[[Any], None] | None = None,
+    ) -> Any:
         """Call ``handler`` for ``claim`` under the task's log context and deadline.
 
         The context variables are bound in the calling asyncio task (whose context is a copy
         made for this claim), so they need no reset and never leak into another loop. The task
-        carries ``claim.parents`` (its dependencies' results) as ``Task.parents``.
+        carries ``claim.parents`` (its dependencies' results) as ``Task.parents``, the task's
+        stored progress as ``Task.checkpoint``, and hands ``task.progress(value)`` calls (values
+        already checked) to ``report_progress``.
 
         Returns:
             The handler's return value, checked storable (``domain.payload.check_result``).
@@ -73,6 +80,8 @@ class HandlerRunner:
             payload=claim.task.payload,
             attempt=claim.run.attempt_number,
             parents=claim.parents,
+            checkpoint=claim.task.progress,
+            _report=report_progress,
         )
         structlog.contextvars.bind_contextvars(
             task_id=str(task.id), job_id=str(task.job_id), kind=task.kind, attempt=task.attempt

@@ -230,7 +230,7 @@ class Session:
         exc: BaseException | None = None
         held.phase = Phase.RUNNING
         try:
-            held.result = await self._runner.invoke(handler, held.claim)
+            held.result = await self._runner.invoke(handler, held.claim, held.report_progress)
         except asyncio.CancelledError as cancelled:
             ours = 0 if held.interrupted is None else 1  # cancel requests we made ourselves
             if current is not None and current.cancelling() > ours:
@@ -314,7 +314,9 @@ class Session:
         self, held: Held, error: str, *, permanent: bool
     ) -> FailOutcome | None:
         result, _ = await report(
-            lambda: self._execution.fail(held.claim, error, permanent=permanent),
+            lambda: self._execution.fail(
+                held.claim, error, permanent=permanent, progress=held.final_progress()
+            ),
             what="failure",
             claims=[held.claim],
             log=self._log,
@@ -326,7 +328,9 @@ class Session:
     async def _hand_back(self, held: Held) -> None:
         """Give the task back at once instead of waiting for reclaim (spec §6 shutdown)."""
         outcome, _ = await report(
-            lambda: self._execution.hand_back(held.claim, HAND_BACK_REASON),
+            lambda: self._execution.hand_back(
+                held.claim, HAND_BACK_REASON, progress=held.final_progress()
+            ),
             what="hand-back",
             claims=[held.claim],
             log=self._log,

@@ -1,0 +1,99 @@
+"""Progress and checkpoints on PostgreSQL through the services and the HTTP API (issue 13 item 5).
+
+The store contract pins ``save_progress``; this file runs the use cases over the real SQL: the
+renewal's batched write fenced to the live run, the claim-time copy written back by the trusted
+success, the hand-back's flush read by the next claim as the checkpoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+from dependency_injector import providers
+
+from dtq.adapters.cockroach import CockroachStore
+from dtq.application.commands import Claim, ExecutionPolicy, ReportOutcome, SubmitJob, TaskSpec
+from dtq.entrypoints.api import create_app
+from dtq.entrypoints.bundles import Services
+from dtq.entrypoints.config import Settings
+from dtq.entrypoints.container import build_container
+from dtq.entrypoints.metrics import OrchestratorMetrics, new_registry
+
+pytestmark = pytest.mark.integration
+
+POLICY = ExecutionPolicy(lease_duration=2.0, retry_backoff=0.1, stale_running_after=0.5)
+
+
+@pytest.fixture
+def services(pg_store: CockroachStore) -> Services:
+    """The container on PostgreSQL (the queue stays in memory: this file is about the SQL)."""
+    settings = Settings()
+    c = build_container(settings, backend="memory")
+    c.store.override(providers.Object(pg_store))
+    c.policy.override(providers.Object(POLICY))
+    return Services(
+        settings=settings,
+        store=c.store(),
+        queue=c.queue(),
+        api=c.api_services(),
+        worker=c.worker_services(),
+        reconciler=c.reconciler_services(),
+    )
+
+
+@pytest.fixture
+async def client(services: Services) -> AsyncIterator[httpx.AsyncClient]:
+    registry = new_registry()
+    app = create_app(services.api, services.settings, OrchestratorMetrics(registry), registry)
+    transport = httpx.ASGITransport(app=app)  # type: ignore[arg-type]  # Litestar's scope types
+    async with httpx.AsyncClient(transport=transport, base_url="http://dtq") as http:
+        yield http
+
+
+async def claim_ready(services: Services, worker: str = "w1") -> list[Claim]:
+    ids = await services.queue.pop_many(["default"], timeout=0.05, max_count=16)
+    return await services.worker.execution.claim_many(ids, worker)
+
+
+async def test_progress_is_fenced_shown_while_running_and_kept_by_the_success(
+    services: Services, client: httpx.AsyncClient
+) -> None:
+    execution = services.worker.execution
+    await services.api.submit.submit_job(SubmitJob(tasks=(TaskSpec("a", "k"), TaskSpec("b", "k"))))
+    a, b = await claim_ready(services)
+
+    written = await execution.record_progress([(a, {"done": 1}), (b, "b at 1")])
+    await execution.record_progress([(a, {"done": 2, "of": 3})])
+    shown = (await client.get(f"/v1/tasks/{a.task.id}")).json()
+    outcomes = await execution.complete_many(
+        [a, b], [None, None], progress={a.task.id: {"done": 3, "of": 3}, b.task.id: "b at 1"}
+    )
+
+    assert written == {a.task.id, b.task.id}
+    assert (shown["status"], shown["progress"]) == ("running", {"done": 2, "of": 3})
+    assert outcomes == [ReportOutcome.RECORDED, ReportOutcome.RECORDED]
+    done = (await client.get(f"/v1/tasks/{a.task.id}")).json()
+    assert (done["status"], done["progress"]) == ("completed", {"done": 3, "of": 3})
+    assert (await client.get(f"/v1/tasks/{b.task.id}")).json()["progress"] == "b at 1"
+
+
+async def test_a_handed_back_task_is_claimed_again_with_its_checkpoint_and_the_old_run_is_fenced(
+    services: Services,
+) -> None:
+    execution = services.worker.execution
+    await services.api.submit.submit_job(SubmitJob(tasks=(TaskSpec("a", "k"),)))
+    [first] = await claim_ready(services)
+    await execution.record_progress([(first, {"chunk": 4})])
+
+    assert await execution.hand_back(first, "shutdown", progress={first.task.id: {"chunk": 5}}) == (
+        ReportOutcome.RECORDED
+    )
+    [second] = await claim_ready(services, "w2")
+    stale = await execution.record_progress([(first, {"chunk": 99})])
+
+    assert second.task.progress == {"chunk": 5}
+    assert stale == set()
+    view = await services.api.queries.get_task(first.task.id)
+    assert view.task.progress == {"chunk": 5}
