@@ -18,6 +18,9 @@ Run it with ``dtq-worker --app mypackage.tasks:runtime``. Handlers may be ``asyn
 ``task.attempt`` can repeat after a lost worker (spec §4, §6). A handler's return value (any JSON
 value, at most ``API_MAX_RESULT_BYTES`` encoded) is stored as the task's result, and the tasks that
 depend on it receive it in ``task.parents``; a value that cannot be stored fails the run for good.
+Large data goes by reference: ``ref = await task.artifacts.put(data)`` stores bytes (or a file)
+and returns a plain-JSON ref to put in a result or payload; ``await task.artifacts.open(ref)``
+streams them back (see :class:`Artifacts`).
 
 ``Task``, ``Handler``, ``PermanentError`` and ``Options`` are defined here with the standard
 library only, so importing this module loads no database, Redis, metrics or logging library;
@@ -26,10 +29,11 @@ library only, so importing this module loads no database, Redis, metrics or logg
 
 from __future__ import annotations
 
+import os
 import warnings
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import IO, TYPE_CHECKING, Any, Protocol, TypeAlias
 from uuid import UUID
 
 from dtq.domain.entities import DEFAULT_PRIORITY
@@ -37,7 +41,59 @@ from dtq.domain.entities import DEFAULT_PRIORITY
 if TYPE_CHECKING:
     from dtq.entrypoints.worker.runtime import Runtime
 
-__all__ = ["Handler", "Options", "PermanentError", "Runtime", "Task"]
+__all__ = [
+    "ArtifactData",
+    "ArtifactNotFound",
+    "ArtifactRef",
+    "Artifacts",
+    "Handler",
+    "Options",
+    "PermanentError",
+    "Runtime",
+    "Task",
+]
+
+#: A plain-JSON artifact ref: ``{"artifact_id": "<uuid>", "size": <int>, "sha256": "<hex>"}``
+#: (what ``task.artifacts.put`` and ``POST /v1/artifacts`` return); ``open`` needs only the id.
+ArtifactRef: TypeAlias = Mapping[str, Any]
+#: What ``task.artifacts.put`` stores: bytes, a binary file object, a path, or async chunks.
+ArtifactData: TypeAlias = (
+    bytes | bytearray | memoryview | IO[bytes] | os.PathLike[str] | AsyncIterable[bytes]
+)
+
+
+class Artifacts(Protocol):
+    """``task.artifacts``: store and read large data by reference (issue 13 item 4).
+
+    The worker runtime provides the implementation (``ARTIFACT_BACKEND``: a directory or an
+    S3-compatible bucket shared with the orchestrator, whose ``/v1/artifacts`` serves the same ids).
+    """
+
+    async def put(self, data: ArtifactData) -> dict[str, Any]:
+        """Store ``data`` (read in chunks, never whole for files and streams) as a new artifact.
+
+        Returns:
+            Its ref, ``{"artifact_id", "size", "sha256"}``: plain JSON.
+        """
+        ...
+
+    async def open(self, ref: ArtifactRef | str) -> AsyncIterator[bytes]:
+        """Stream an artifact's bytes, by ref or by id.
+
+        Raises:
+            ArtifactNotFound: no artifact has that id, or the ref/id is malformed.
+        """
+        ...
+
+
+class _NoArtifacts:
+    """``task.artifacts`` of a Task built outside a worker runtime: every call says so."""
+
+    async def put(self, data: ArtifactData) -> dict[str, Any]:
+        raise RuntimeError("this Task has no artifact store (it was not delivered by a Runtime)")
+
+    async def open(self, ref: ArtifactRef | str) -> AsyncIterator[bytes]:
+        raise RuntimeError("this Task has no artifact store (it was not delivered by a Runtime)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +109,7 @@ class Task:
             reuses the number (spec §4 attempt invariant), so it is not a unique run key.
         parents: the results of the task's direct dependencies, by task name (fan-in): what
             each dependency's handler returned. Empty for a task without dependencies.
+        artifacts: large inputs and outputs by reference (:class:`Artifacts`).
     """
 
     id: UUID
@@ -61,6 +118,7 @@ class Task:
     payload: Any
     attempt: int
     parents: Mapping[str, Any] = field(default_factory=dict)
+    artifacts: Artifacts = field(default_factory=_NoArtifacts, repr=False, compare=False)
 
 
 #: A task handler: ``async def h(task) -> Any`` or a plain ``def h(task) -> Any``.
@@ -76,6 +134,11 @@ class PermanentError(Exception):
     The message becomes the run's ``error`` text as ``"PermanentError: <message>"``; a subclass
     is reported under its own class name.
     """
+
+
+class ArtifactNotFound(PermanentError):
+    """``task.artifacts.open`` was given a ref whose artifact does not exist (or a malformed
+    ref). Uncaught, it fails the task at once: another attempt would not find it either."""
 
 
 @dataclass(frozen=True, slots=True)

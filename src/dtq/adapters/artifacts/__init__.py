@@ -1,4 +1,4 @@
-"""Artifact storage adapters: a local directory (:mod:`.fs`) and an S3-compatible bucket (:mod:`.s3`).
+"""Artifact storage adapters: a directory (:mod:`.fs`) and an S3-compatible bucket (:mod:`.s3`).
 
 The S3 adapter imports ``obstore`` (the optional ``s3`` extra) only when it is built.
 """

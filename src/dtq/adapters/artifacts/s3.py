@@ -99,9 +99,7 @@ class S3ArtifactStore:
         """See :meth:`ArtifactStore.open`."""
         options: dict[str, Any] = {}
         if start or length is not None:
-            options["range"] = (
-                {"offset": start} if length is None else (start, start + length)
-            )
+            options["range"] = {"offset": start} if length is None else (start, start + length)
         try:
             result = await obstore.get_async(self._store, self._key(key), options=options)  # type: ignore[arg-type]
         except FileNotFoundError:
