@@ -21,6 +21,7 @@ from litestar import Controller, MediaType, Request, Response, get, head, post
 from litestar.di import NamedDependency
 from litestar.exceptions import HTTPException
 from litestar.exceptions.http_exceptions import RequestEntityTooLarge
+from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import HeaderParameter
 from litestar.response import Stream
 
@@ -28,6 +29,7 @@ from dtq.application.artifacts import ArtifactService
 from dtq.domain.errors import ValidationError
 from dtq.entrypoints.api import responses
 from dtq.entrypoints.api.params import ResourceId
+from dtq.entrypoints.api.schemas import ErrorBody
 from dtq.entrypoints.config import Settings
 
 OCTET_STREAM = "application/octet-stream"
@@ -63,7 +65,19 @@ RangeHeader = Annotated[
     ),
 ]
 
-_READ = {**responses.READ_BY_ID, 416: responses._error("Range starts at or past the end")}
+_READ = {
+    **responses.READ_BY_ID,
+    416: ResponseSpec(
+        data_container=ErrorBody,
+        description="Range starts at or past the end",
+        generate_examples=False,
+    ),
+}
+_TOO_LARGE = ResponseSpec(
+    data_container=ErrorBody,
+    description="Body larger than API_MAX_ARTIFACT_BYTES (`request_too_large`); nothing is kept",
+    generate_examples=False,
+)
 
 
 def parse_range(header: str, size: int) -> tuple[int, int]:
@@ -106,7 +120,7 @@ class ArtifactController(Controller):
         summary="Upload an artifact (raw body, any content type)",
         description="The body is stored as is; at most API_MAX_ARTIFACT_BYTES (413 past it).",
         request_max_body_size=None,  # counted here against API_MAX_ARTIFACT_BYTES, streamed
-        responses={400: responses.BAD_REQUEST, 413: responses.TOO_LARGE, **responses.COMMON},
+        responses={413: _TOO_LARGE, **responses.COMMON},
     )
     async def upload(
         self,
@@ -151,7 +165,9 @@ class ArtifactController(Controller):
         headers["Content-Length"] = str(length)
         return Stream(stream, status_code=206, media_type=OCTET_STREAM, headers=headers)
 
-    @head("/{id:str}", summary="An artifact's size (Content-Length)", responses=_READ)
+    @head(
+        "/{id:str}", summary="An artifact's size (Content-Length)", responses=responses.READ_BY_ID
+    )
     async def size(
         self, id: ResourceId, artifacts: NamedDependency[ArtifactService]
     ) -> Response[None]:
