@@ -189,3 +189,23 @@ async def test_fs_interrupted_upload_leaves_no_temp_file(fs_store: FsArtifactSto
         await fs_store.put(str(uuid.uuid4()), _broken(b"x" * 4096))
     leftovers = [p for p in fs_store.root.rglob("*") if p.is_file()]
     assert leftovers == []
+
+
+async def test_s3_store_unreachable_is_backend_unavailable_in_seconds() -> None:
+    """Nothing listens on the endpoint: one line, no driver exception, no 3-minute retry."""
+    from dtq.adapters.artifacts.s3 import S3ArtifactStore
+    from dtq.domain.errors import BackendUnavailable
+
+    store = S3ArtifactStore(
+        BUCKET,
+        endpoint=f"http://127.0.0.1:{free_port()}",
+        region="us-east-1",
+        access_key_id=None,
+        secret_access_key=None,
+    )
+    started = time.monotonic()
+    with pytest.raises(BackendUnavailable) as caught:
+        await store.stat(str(uuid.uuid4()))
+    assert time.monotonic() - started < 20
+    assert "\n" not in caught.value.detail
+    assert caught.value.detail.startswith(f"artifact bucket {BUCKET}: ")

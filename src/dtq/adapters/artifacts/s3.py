@@ -9,6 +9,7 @@ Reads are ranged ``GET`` s streamed chunk by chunk.
 from __future__ import annotations
 
 from collections.abc import AsyncIterable, AsyncIterator
+from datetime import timedelta
 from typing import Any
 
 import obstore
@@ -21,6 +22,11 @@ from dtq.domain.errors import BackendUnavailable
 PART_SIZE = 8 * 1024 * 1024
 #: Smallest chunk yielded when streaming a download.
 READ_CHUNK = 1024 * 1024
+#: Seconds to open a connection; retries of one request (transient errors, 5xx) and the seconds
+#: they may take in all, so an unreachable bucket is a BackendUnavailable (503) within seconds.
+CONNECT_TIMEOUT = 5.0
+MAX_RETRIES = 3
+RETRY_TIMEOUT = 15.0
 
 
 class S3ArtifactStore:
@@ -54,8 +60,25 @@ class S3ArtifactStore:
             config["secret_access_key"] = secret_access_key
         else:
             config["skip_signature"] = True
-        client_options = {"allow_http": bool(endpoint and endpoint.startswith("http://"))}
-        self._store = S3Store(bucket, config=config, client_options=client_options)  # type: ignore[arg-type]
+        client_options: dict[str, Any] = {
+            "allow_http": bool(endpoint and endpoint.startswith("http://")),
+            "connect_timeout": timedelta(seconds=CONNECT_TIMEOUT),
+        }
+        retry: dict[str, Any] = {
+            "max_retries": MAX_RETRIES,
+            "retry_timeout": timedelta(seconds=RETRY_TIMEOUT),
+            "backoff": {
+                "init_backoff": timedelta(milliseconds=100),
+                "max_backoff": timedelta(seconds=2),
+                "base": 2,
+            },
+        }
+        self._store = S3Store(
+            bucket,
+            config=config,  # type: ignore[arg-type]
+            client_options=client_options,  # type: ignore[arg-type]
+            retry_config=retry,  # type: ignore[arg-type]
+        )
         self._prefix = prefix
         self._bucket = bucket
 
