@@ -18,6 +18,9 @@ Run it with ``dtq-worker --app mypackage.tasks:runtime``. Handlers may be ``asyn
 ``task.attempt`` can repeat after a lost worker (spec §4, §6). A handler's return value (any JSON
 value, at most ``API_MAX_RESULT_BYTES`` encoded) is stored as the task's result, and the tasks that
 depend on it receive it in ``task.parents``; a value that cannot be stored fails the run for good.
+Large data goes by reference: ``ref = await task.artifacts.put(data)`` stores bytes (or a file)
+and returns a plain-JSON ref to put in a result or payload; ``await task.artifacts.open(ref)``
+streams them back (see :class:`Artifacts`).
 
 A long handler may report progress with ``task.progress(value)`` (any small JSON value): the
 latest one is stored with the next lease renewal, and an attempt that follows a reclaim, a
@@ -38,10 +41,11 @@ library only, so importing this module loads no database, Redis, metrics or logg
 
 from __future__ import annotations
 
+import os
 import warnings
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import IO, TYPE_CHECKING, Any, Protocol, TypeAlias
 from uuid import UUID
 
 from dtq.domain.entities import DEFAULT_PRIORITY
@@ -51,7 +55,18 @@ from dtq.domain.payload import MAX_PROGRESS_BYTES, check_progress
 if TYPE_CHECKING:
     from dtq.entrypoints.worker.runtime import Runtime
 
-__all__ = ["Handler", "Options", "PermanentError", "Runtime", "Task", "UnstorableProgress"]
+__all__ = [
+    "ArtifactData",
+    "ArtifactNotFound",
+    "ArtifactRef",
+    "Artifacts",
+    "Handler",
+    "Options",
+    "PermanentError",
+    "Runtime",
+    "Task",
+    "UnstorableProgress",
+]
 
 
 class PermanentError(Exception):
@@ -67,6 +82,54 @@ class UnstorableProgress(PermanentError, ValueError):
     """``task.progress(value)`` got a value that cannot be stored: not JSON (dict, list, str,
     finite number, bool, None), a NUL in a string, nested deeper than 64 levels, or over
     64 KiB as JSON. Uncaught, it fails the task at once with this message as the run's error."""
+
+
+class ArtifactNotFound(PermanentError):
+    """``task.artifacts.open`` was given a ref whose artifact does not exist (or a malformed
+    ref). Uncaught, it fails the task at once: another attempt would not find it either."""
+
+
+#: A plain-JSON artifact ref: ``{"artifact_id": "<uuid>", "size": <int>, "sha256": "<hex>"}``
+#: (what ``task.artifacts.put`` and ``POST /v1/artifacts`` return); ``open`` needs only the id.
+ArtifactRef: TypeAlias = Mapping[str, Any]
+#: What ``task.artifacts.put`` stores: bytes, a binary file object, a path, or async chunks.
+ArtifactData: TypeAlias = (
+    bytes | bytearray | memoryview | IO[bytes] | os.PathLike[str] | AsyncIterable[bytes]
+)
+
+
+class Artifacts(Protocol):
+    """``task.artifacts``: store and read large data by reference (issue 13 item 4).
+
+    The worker runtime provides the implementation (``ARTIFACT_BACKEND``: a directory or an
+    S3-compatible bucket shared with the orchestrator, whose ``/v1/artifacts`` serves the same ids).
+    """
+
+    async def put(self, data: ArtifactData) -> dict[str, Any]:
+        """Store ``data`` (read in chunks, never whole for files and streams) as a new artifact.
+
+        Returns:
+            Its ref, ``{"artifact_id", "size", "sha256"}``: plain JSON.
+        """
+        ...
+
+    async def open(self, ref: ArtifactRef | str) -> AsyncIterator[bytes]:
+        """Stream an artifact's bytes, by ref or by id.
+
+        Raises:
+            ArtifactNotFound: no artifact has that id, or the ref/id is malformed.
+        """
+        ...
+
+
+class _NoArtifacts:
+    """``task.artifacts`` of a Task built outside a worker runtime: every call says so."""
+
+    async def put(self, data: ArtifactData) -> dict[str, Any]:
+        raise RuntimeError("this Task has no artifact store (it was not delivered by a Runtime)")
+
+    async def open(self, ref: ArtifactRef | str) -> AsyncIterator[bytes]:
+        raise RuntimeError("this Task has no artifact store (it was not delivered by a Runtime)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +148,7 @@ class Task:
         checkpoint: the last progress value stored for this task by an earlier attempt
             (reclaimed, handed back at shutdown, or failed and retried), or None: where a
             long task can resume from.
+        artifacts: large inputs and outputs by reference (:class:`Artifacts`).
     """
 
     id: UUID
@@ -95,6 +159,8 @@ class Task:
     parents: Mapping[str, Any] = field(default_factory=dict)
     checkpoint: Any = None
     _report: Callable[[Any], None] | None = field(default=None, repr=False, compare=False)
+
+    artifacts: Artifacts = field(default_factory=_NoArtifacts, repr=False, compare=False)
 
     def progress(self, value: Any) -> None:
         """Report how far the handler got (issue 13 item 5); callable from any thread.

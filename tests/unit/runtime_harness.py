@@ -9,17 +9,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, TypeVar
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from prometheus_client import CollectorRegistry
 
+from dtq.adapters.artifacts.fs import FsArtifactStore
 from dtq.adapters.clock import SystemClock
 from dtq.adapters.memory.queue import InMemoryQueue
 from dtq.adapters.memory.store import InMemoryStore
+from dtq.application.artifacts import ArtifactService
 from dtq.application.commands import (
     ExecutionPolicy,
     JobView,
@@ -73,10 +77,16 @@ class Harness:
     registry: WorkerRegistryService
     settings: Settings
     metrics: WorkerMetrics = field(default_factory=lambda: WorkerMetrics(CollectorRegistry()))
+    # artifacts in a fresh directory under the system temp dir, created on first write
+    artifacts: ArtifactService = field(
+        default_factory=lambda: ArtifactService(
+            store=FsArtifactStore(Path(tempfile.gettempdir()) / "dtq-test-artifacts" / uuid4().hex)
+        )
+    )
 
     @property
     def services(self) -> WorkerServices:
-        return WorkerServices(self.execution, self.registry, self.queue)
+        return WorkerServices(self.execution, self.registry, self.queue, self.artifacts)
 
     async def submit_tasks(self, *specs: TaskSpec) -> SubmitResult:
         return await self.submit.submit_job(SubmitJob(tasks=tuple(specs)))

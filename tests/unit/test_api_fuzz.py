@@ -10,7 +10,10 @@ orchestrator::
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
 from typing import Any
+from uuid import uuid4
 
 import pytest
 
@@ -20,9 +23,11 @@ from hypothesis import HealthCheck, settings  # noqa: E402
 from litestar import Litestar  # noqa: E402
 from schemathesis.checks import not_a_server_error  # noqa: E402
 
+from dtq.adapters.artifacts.fs import FsArtifactStore  # noqa: E402
 from dtq.adapters.clock import SystemClock  # noqa: E402
 from dtq.adapters.memory.queue import InMemoryQueue  # noqa: E402
 from dtq.adapters.memory.store import InMemoryStore  # noqa: E402
+from dtq.application.artifacts import ArtifactService  # noqa: E402
 from dtq.application.health import HealthService  # noqa: E402
 from dtq.application.queries import QueryService  # noqa: E402
 from dtq.application.submit import SubmitService  # noqa: E402
@@ -41,6 +46,9 @@ def memory_services() -> ApiServices:
         submit=SubmitService(store=store, queue=queue),
         queries=QueryService(store=store),
         health=HealthService(store=store, queue=queue),
+        artifacts=ArtifactService(
+            store=FsArtifactStore(Path(tempfile.gettempdir()) / "dtq-fuzz-artifacts" / uuid4().hex)
+        ),
     )
 
 

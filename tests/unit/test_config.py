@@ -91,6 +91,11 @@ def test_every_variable_is_parsed() -> None:
         "DB_POOL_SIZE": "3",
         "DB_ACQUIRE_TIMEOUT": "1500ms",
         "DTQ_EVENT_LOOP": "asyncio",
+        "ARTIFACT_BACKEND": "S3",
+        "ARTIFACT_DIR": "/srv/artifacts",
+        "ARTIFACT_S3_BUCKET": "dtq-artifacts",
+        "ARTIFACT_S3_ENDPOINT": "http://127.0.0.1:8333",
+        "API_MAX_ARTIFACT_BYTES": "1048576",
     }
     assert set(env) == set(ENV_VARS)
 
@@ -121,6 +126,11 @@ def test_every_variable_is_parsed() -> None:
         api_max_result_bytes=4096,
         db_pool_size=3,
         db_acquire_timeout=1.5,
+        artifact_backend="s3",
+        artifact_dir=Path("/srv/artifacts"),
+        artifact_s3_bucket="dtq-artifacts",
+        artifact_s3_endpoint="http://127.0.0.1:8333",
+        api_max_artifact_bytes=1048576,
     )
 
 
@@ -408,6 +418,33 @@ def test_usable_redis_addresses_are_accepted(value: str) -> None:
 def test_an_unknown_sslmode_is_refused_at_once(dsn: str) -> None:
     with pytest.raises(ConfigError, match=r"^CRDB_DSN: sslmode must be one of disable\|allow"):
         Settings(crdb_dsn=dsn).require_dsn()
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"ARTIFACT_BACKEND": "ftp"}, "ARTIFACT_BACKEND: must be one of fs|s3, got 'ftp'"),
+        ({"ARTIFACT_BACKEND": "s3"}, "ARTIFACT_S3_BUCKET: required when ARTIFACT_BACKEND=s3"),
+        (
+            {"ARTIFACT_S3_ENDPOINT": "127.0.0.1:8333"},
+            "ARTIFACT_S3_ENDPOINT: must be an http(s):// URL, got '127.0.0.1:8333'",
+        ),
+        ({"API_MAX_ARTIFACT_BYTES": "0"}, "API_MAX_ARTIFACT_BYTES: must be at least 1, got 0"),
+        ({"API_MAX_ARTIFACT_BYTES": "2TB"}, "API_MAX_ARTIFACT_BYTES: must be an integer"),
+    ],
+)
+def test_bad_artifact_settings_are_one_line_errors(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_settings(env)
+    assert str(caught.value).startswith(message)
+    assert "\n" not in str(caught.value)
+
+
+def test_artifact_settings_default_to_a_directory() -> None:
+    s = load_settings({"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "secret"})
+    assert (s.artifact_backend, s.artifact_dir, s.api_max_artifact_bytes) == ("fs", None, 256 << 20)
+    assert s.artifact_s3_credentials == ("k", "secret", "us-east-1")
+    assert "secret" not in repr(s)
 
 
 def test_the_event_loop_variable_is_listed_with_the_others() -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dtq.application.artifacts import ArtifactService
 from dtq.application.execution import ExecutionService
 from dtq.application.health import HealthService
 from dtq.application.ports import Queue, Store
@@ -34,11 +35,13 @@ class ApiServices:
         submit: job and task submission.
         queries: the read side (tasks, jobs, workers).
         health: backend pings for ``/healthz``.
+        artifacts: artifact upload and download (``/v1/artifacts``).
     """
 
     submit: SubmitService
     queries: QueryService
     health: HealthService
+    artifacts: ArtifactService
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,11 +52,13 @@ class WorkerServices:
         execution: claim, report, lease renewal and hand-back.
         registry: the ``workers`` registry heartbeat (spec §4).
         queue: the ready lists the fetch loop pops from.
+        artifacts: what handlers reach as ``task.artifacts``.
     """
 
     execution: ExecutionService
     registry: WorkerRegistryService
     queue: Queue
+    artifacts: ArtifactService
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,8 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
+from urllib.parse import urlsplit
 
 import psycopg
 from dotenv import dotenv_values
@@ -50,6 +51,7 @@ T = TypeVar("T")
 
 LogFormat = Literal["auto", "json", "console"]
 LogLevel = Literal["debug", "info", "warning", "error", "critical"]
+ArtifactBackend = Literal["fs", "s3"]
 
 _MIB = 1024 * 1024
 #: Upper bound of ``API_MAX_RESULT_BYTES``: a result lives in the task's row.
@@ -83,11 +85,19 @@ ENV_VARS: tuple[str, ...] = (
     "DB_POOL_SIZE",
     "DB_ACQUIRE_TIMEOUT",
     "DTQ_EVENT_LOOP",
+    "ARTIFACT_BACKEND",
+    "ARTIFACT_DIR",
+    "ARTIFACT_S3_BUCKET",
+    "ARTIFACT_S3_ENDPOINT",
+    "API_MAX_ARTIFACT_BYTES",
 )
 
 _LOG_FORMATS: tuple[LogFormat, ...] = ("auto", "json", "console")
 _LOG_LEVELS: tuple[LogLevel, ...] = ("debug", "info", "warning", "error", "critical")
 _MIN_HEARTBEAT_INTERVAL = 1.0
+_ARTIFACT_BACKENDS: tuple[ArtifactBackend, ...] = ("fs", "s3")
+#: Upper bound of ``API_MAX_ARTIFACT_BYTES`` (1 TiB): one upload is one streamed request.
+_MAX_ARTIFACT_BYTES = 1024 * 1024 * _MIB
 #: Longest accepted duration, in seconds (7 days). Far beyond any sensible lease or interval, and
 #: far below what overflows a timestamp when added to the database's ``now()``.
 MAX_DURATION = 7 * 24 * 3600.0
@@ -140,6 +150,16 @@ class Settings:
         db_acquire_timeout: seconds a request waits for a database connection before it fails
             with ``BackendUnavailable`` (HTTP 503), and the connect timeout of one connection
             attempt (``DB_ACQUIRE_TIMEOUT``).
+        artifact_backend: ``fs`` (a directory) or ``s3`` (a bucket) (``ARTIFACT_BACKEND``).
+        artifact_dir: the fs backend's directory (``ARTIFACT_DIR``); None means ``./artifacts``
+            (``dtq dev``: a new temporary directory).
+        artifact_s3_bucket: the s3 backend's bucket (``ARTIFACT_S3_BUCKET``, required for s3).
+        artifact_s3_endpoint: an S3-compatible endpoint URL, or None for AWS
+            (``ARTIFACT_S3_ENDPOINT``).
+        artifact_s3_credentials: ``(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION)``
+            from the environment; empty keys mean unsigned requests. Not shown in ``repr``.
+        api_max_artifact_bytes: largest accepted ``POST /v1/artifacts`` body, 1 B..1 TiB
+            (``API_MAX_ARTIFACT_BYTES``; 413 above it).
     """
 
     crdb_dsn: str | None = None
@@ -166,6 +186,12 @@ class Settings:
     api_max_result_bytes: int = _MIB
     db_pool_size: int = 8
     db_acquire_timeout: float = 3.0
+    artifact_backend: ArtifactBackend = "fs"
+    artifact_dir: Path | None = None
+    artifact_s3_bucket: str | None = None
+    artifact_s3_endpoint: str | None = None
+    artifact_s3_credentials: tuple[str, str, str] = field(default=("", "", "us-east-1"), repr=False)
+    api_max_artifact_bytes: int = 256 * _MIB
 
     def execution_policy(self) -> ExecutionPolicy:
         """The timings and budgets the execution and reconcile services run with.
@@ -359,4 +385,35 @@ def load_settings(environ: Mapping[str, str]) -> Settings:
         ),
         db_pool_size=env.integer("DB_POOL_SIZE", 8, minimum=1),
         db_acquire_timeout=env.duration("DB_ACQUIRE_TIMEOUT", 3.0, maximum=_MAX_ACQUIRE_TIMEOUT),
+        **_artifact_settings(env),
     )
+
+
+def _artifact_settings(env: _Reader) -> dict[str, Any]:
+    """The ``ARTIFACT_*`` settings and ``API_MAX_ARTIFACT_BYTES``, checked (issue 13 item 4)."""
+    backend = env.choice("ARTIFACT_BACKEND", "fs", _ARTIFACT_BACKENDS, {})
+    bucket = env.raw("ARTIFACT_S3_BUCKET")
+    if backend == "s3" and bucket is None:
+        raise ConfigError("ARTIFACT_S3_BUCKET", "required when ARTIFACT_BACKEND=s3")
+    endpoint = env.raw("ARTIFACT_S3_ENDPOINT")
+    if endpoint is not None:
+        parts = urlsplit(endpoint)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigError(
+                "ARTIFACT_S3_ENDPOINT", f"must be an http(s):// URL, got {endpoint!r}"
+            )
+    directory = env.raw("ARTIFACT_DIR")
+    return {
+        "artifact_backend": backend,
+        "artifact_dir": None if directory is None else Path(directory).expanduser(),
+        "artifact_s3_bucket": bucket,
+        "artifact_s3_endpoint": endpoint,
+        "artifact_s3_credentials": (
+            env.raw("AWS_ACCESS_KEY_ID") or "",
+            env.raw("AWS_SECRET_ACCESS_KEY") or "",
+            env.raw("AWS_REGION") or env.raw("AWS_DEFAULT_REGION") or "us-east-1",
+        ),
+        "api_max_artifact_bytes": env.integer(
+            "API_MAX_ARTIFACT_BYTES", 256 * _MIB, minimum=1, maximum=_MAX_ARTIFACT_BYTES
+        ),
+    }

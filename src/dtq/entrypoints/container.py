@@ -29,6 +29,7 @@ from dependency_injector import containers, providers
 from dtq.adapters.clock import SystemClock
 from dtq.adapters.memory.queue import InMemoryQueue
 from dtq.adapters.memory.store import InMemoryStore
+from dtq.application.artifacts import ArtifactService, ArtifactStore
 from dtq.application.commands import ExecutionPolicy
 from dtq.application.execution import ExecutionService
 from dtq.application.health import HealthService
@@ -89,6 +90,38 @@ async def _redis_queue(addr: str, prefix: str, marker_ttl: float) -> AsyncIterat
         await client.aclose()
 
 
+#: ``ARTIFACT_DIR`` when unset (relative to the working directory; ``dtq dev`` uses a temp dir).
+DEFAULT_ARTIFACT_DIR = "artifacts"
+
+
+def _artifact_store(settings: Settings) -> ArtifactStore:
+    """The artifact store ``ARTIFACT_BACKEND`` names: a directory, or an S3-compatible bucket.
+
+    Raises:
+        ConfigError: ``ARTIFACT_BACKEND=s3`` but the ``s3`` extra (``obstore``) is missing.
+    """
+    if settings.artifact_backend == "fs":
+        from pathlib import Path
+
+        from dtq.adapters.artifacts.fs import FsArtifactStore
+
+        return FsArtifactStore(settings.artifact_dir or Path(DEFAULT_ARTIFACT_DIR))
+    try:
+        from dtq.adapters.artifacts.s3 import S3ArtifactStore
+    except ImportError:
+        raise ConfigError(
+            "ARTIFACT_BACKEND", "s3 needs the obstore package: pip install 'dtq[s3]'"
+        ) from None
+    key_id, secret, region = settings.artifact_s3_credentials
+    return S3ArtifactStore(
+        settings.artifact_s3_bucket or "",
+        endpoint=settings.artifact_s3_endpoint,
+        region=region,
+        access_key_id=key_id or None,
+        secret_access_key=secret or None,
+    )
+
+
 def _policy(settings: Settings) -> ExecutionPolicy:
     return settings.execution_policy()
 
@@ -116,6 +149,8 @@ class Container(containers.DeclarativeContainer):
         policy: the ``ExecutionPolicy`` derived from the settings.
         store, queue: selected by ``backend``; memory ones are singletons, real ones resources.
         submit, queries, health, execution, registry: stateless services (factories).
+        artifact_store, artifacts: the ``ARTIFACT_BACKEND`` store (one per container) and the
+            artifact service on it.
         reconcile: the reconcile service; a singleton, since it keeps keyset cursors. Its
             ``worker_alive_within`` is :func:`worker_alive_within` of the settings.
         api_services, worker_services, reconciler_services: the per-process bundles.
@@ -149,6 +184,9 @@ class Container(containers.DeclarativeContainer):
     store = providers.Selector(backend, memory=memory_store, real=real_store)
     queue = providers.Selector(backend, memory=memory_queue, real=real_queue)
 
+    artifact_store = providers.Singleton(_artifact_store, settings)
+    artifacts = providers.Factory(ArtifactService, store=artifact_store)
+
     submit = providers.Factory(SubmitService, store=store, queue=queue)
     queries = providers.Factory(QueryService, store=store)
     health = providers.Factory(HealthService, store=store, queue=queue)
@@ -164,9 +202,11 @@ class Container(containers.DeclarativeContainer):
     )
     registry = providers.Factory(WorkerRegistryService, store=store)
 
-    api_services = providers.Factory(ApiServices, submit=submit, queries=queries, health=health)
+    api_services = providers.Factory(
+        ApiServices, submit=submit, queries=queries, health=health, artifacts=artifacts
+    )
     worker_services = providers.Factory(
-        WorkerServices, execution=execution, registry=registry, queue=queue
+        WorkerServices, execution=execution, registry=registry, queue=queue, artifacts=artifacts
     )
     reconciler_services = providers.Factory(ReconcilerServices, reconcile=reconcile)
 

@@ -14,8 +14,10 @@ from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
 from prometheus_client import CollectorRegistry
 
+from dtq.application.artifacts import ArtifactService
 from dtq.application.health import HealthService
 from dtq.application.queries import QueryService
+from dtq.entrypoints.api.artifacts import ArtifactController
 from dtq.entrypoints.api.errors import EXCEPTION_HANDLERS
 from dtq.entrypoints.api.health import HealthController, MetricsController
 from dtq.entrypoints.api.jobs import JobController
@@ -54,6 +56,9 @@ def _dependencies(
     def provide_health() -> HealthService:
         return services.health
 
+    def provide_artifacts() -> ArtifactService:
+        return services.artifacts
+
     def provide_settings() -> Settings:
         return settings
 
@@ -64,6 +69,7 @@ def _dependencies(
         "submit": provide_submit,
         "queries": provide_queries,
         "health": provide_health,
+        "artifacts": provide_artifacts,
         "settings": provide_settings,
         "registry": provide_registry,
     }
@@ -83,7 +89,8 @@ def create_app(
     """Build the orchestrator's HTTP API.
 
     Routes: ``GET /healthz``, ``GET /metrics``, ``POST /v1/tasks``, ``GET /v1/tasks/{id}``,
-    ``POST /v1/jobs``, ``GET /v1/jobs/{id}``, ``GET /v1/workers`` (spec §7), and the OpenAPI
+    ``POST /v1/jobs``, ``GET /v1/jobs/{id}``, ``GET /v1/workers`` (spec §7), ``POST /v1/artifacts``,
+    ``GET``/``HEAD /v1/artifacts/{id}`` (issue 13), and the OpenAPI
     document under ``/schema`` (``/schema/openapi.json``).
 
     Args:
@@ -106,6 +113,7 @@ def create_app(
             TaskController,
             JobController,
             WorkerController,
+            ArtifactController,
         ],
         dependencies=_dependencies(services, settings, metrics, registry),
         exception_handlers=EXCEPTION_HANDLERS,

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import tempfile
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -19,7 +21,7 @@ from dtq.entrypoints.cli.common import (
     run,
     say,
 )
-from dtq.entrypoints.config import listen_address
+from dtq.entrypoints.config import Settings, listen_address
 
 #: Timings of ``dtq dev`` unless the environment sets them: fast feedback on one machine.
 DEV_DEFAULTS: Mapping[str, str] = {
@@ -54,8 +56,19 @@ def cmd_dev(args: argparse.Namespace) -> int:
     if args.port is not None:
         host, _ = listen_address(settings.orchestrator_listen)
         settings = dataclasses.replace(settings, orchestrator_listen=f"[{host}]:{args.port}")
+    settings = dev_artifact_dir(settings)
     runtime = load_runtime(args.app)
     return exit_without_lingering_threads(run(serve(settings, backend="memory", runtime=runtime)))
+
+
+def dev_artifact_dir(settings: Settings) -> Settings:
+    """``settings`` with a new temporary ``ARTIFACT_DIR`` when the fs backend has none set
+    (said on stdout; the directory is left in place for inspection after the run)."""
+    if settings.artifact_backend != "fs" or settings.artifact_dir is not None:
+        return settings
+    directory = Path(tempfile.mkdtemp(prefix="dtq-dev-artifacts-"))
+    say(f"dtq dev: artifacts in {directory} (ARTIFACT_DIR)")
+    return dataclasses.replace(settings, artifact_dir=directory)
 
 
 async def announce(server: uvicorn.Server) -> None:

@@ -15,7 +15,7 @@ import structlog
 from dtq.application.commands import Claim
 from dtq.domain.errors import InvalidPayload
 from dtq.domain.payload import check_result
-from dtq.worker import Handler, PermanentError, Task
+from dtq.worker import Artifacts, Handler, PermanentError, Task
 
 
 class HandlerTimeout(Exception):
@@ -36,6 +36,7 @@ class HandlerRunner:
         default_timeout: seconds one call may take, or None for no deadline.
         sync_threads: size of the thread pool for plain handlers.
         max_result_bytes: largest JSON-encoded return value accepted as the task's result.
+        artifacts: what every task gets as ``task.artifacts``; None leaves Task's default.
     """
 
     def __init__(
@@ -45,7 +46,9 @@ class HandlerRunner:
         default_timeout: float | None,
         sync_threads: int,
         max_result_bytes: int = 1024 * 1024,
+        artifacts: Artifacts | None = None,
     ) -> None:
+        self._artifacts = artifacts
         self._async = {kind: _is_async(h) for kind, h in handlers.items()}
         self._timeout = default_timeout
         self._max_result_bytes = max_result_bytes
@@ -82,6 +85,7 @@ class HandlerRunner:
             parents=claim.parents,
             checkpoint=claim.task.progress,
             _report=report_progress,
+            **({} if self._artifacts is None else {"artifacts": self._artifacts}),
         )
         structlog.contextvars.bind_contextvars(
             task_id=str(task.id), job_id=str(task.job_id), kind=task.kind, attempt=task.attempt

@@ -22,6 +22,7 @@ from dtq.application.execution import ExecutionService, FailOutcome
 from dtq.domain.entities import DEFAULT_PRIORITY
 from dtq.entrypoints.bundles import WorkerServices
 from dtq.entrypoints.metrics import WorkerMetrics
+from dtq.entrypoints.worker.artifacts import TaskArtifacts
 from dtq.entrypoints.worker.claims import (
     HAND_BACK_REASON,
     LEASE_LOST,
@@ -81,6 +82,7 @@ class Session:
             default_timeout=config.default_timeout,
             sync_threads=config.sync_threads,
             max_result_bytes=self._execution.policy.max_result_bytes,
+            artifacts=TaskArtifacts(services.artifacts),
         )
         shared = Shared(config=config, execution=self._execution, meters=self._meters, log=log)
         self._leases = Leases(shared, on_lost=self._lease_lost)
