@@ -498,7 +498,7 @@ async def _with_parents(
     ``roots`` are tasks known to have no dependencies: read ``queued`` at version 0, i.e.
     never written since a submit that stored them ``queued``, which it does only for a task
     without ``depends_on`` (a dependent is stored ``pending`` and becomes ``queued`` through a
-    write). They are not looked up; a batch of roots only costs no statement at all.
+    write). They are not looked up: a batch of roots alone runs no statement.
     """
     wanted = [claim.task.id for claim in claims if claim.task.id not in roots]
     if not wanted:
