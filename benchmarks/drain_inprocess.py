@@ -17,7 +17,9 @@ Usage::
 
 Each run also prints the hot-path store transactions (``claim_many`` / ``complete_many`` calls
 and their mean duration; ``claim`` / ``complete`` on code without the batch methods) and the
-store's transaction re-runs by reason (``40001`` = serialization failure). To measure another
+store's transaction re-runs by reason (``40001`` = serialization failure); ``--statements`` adds
+the SQL statements the drain sent, by text (deterministic, so it compares revisions on a busy
+machine where the timings cannot). To measure another
 revision, put its ``src`` first on ``PYTHONPATH`` (with ``migrations/`` next to it); the script
 uses only APIs that older revisions have too.
 
@@ -97,6 +99,26 @@ def count_calls(target: Any, names: tuple[str, ...]) -> dict[str, CallStats]:
 
         setattr(target, name, wrap(method, name))
     return stats
+
+
+@contextlib.contextmanager
+def counting_statements() -> Iterator[dict[str, int]]:
+    """Count the statements sent through ``psycopg.AsyncConnection.execute`` while open, keyed
+    by their first 60 characters: a per-batch cost that, unlike the timings, does not move
+    with the load other processes put on the machine."""
+    counts: dict[str, int] = {}
+    real = psycopg.AsyncConnection.execute
+
+    async def execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        key = " ".join(str(query).split())[:60]
+        counts[key] = counts.get(key, 0) + 1
+        return await real(self, query, *args, **kwargs)
+
+    psycopg.AsyncConnection.execute = execute  # type: ignore[method-assign]
+    try:
+        yield counts
+    finally:
+        psycopg.AsyncConnection.execute = real  # type: ignore[method-assign]
 
 
 def make_runtime(args: argparse.Namespace) -> Runtime:
@@ -201,7 +223,9 @@ async def drain_once(args: argparse.Namespace, dsn: str, prefix: str) -> dict[st
         batch = hasattr(execution, "claim_many")
         names = ("claim_many", "complete_many") if batch else ("claim", "complete")
         calls = count_calls(execution, names)
-        elapsed = await run_until_drained(runtime, services, metrics, args)
+        with contextlib.ExitStack() as stack:
+            statements = stack.enter_context(counting_statements()) if args.statements else {}
+            elapsed = await run_until_drained(runtime, services, metrics, args)
 
     with psycopg.connect(dsn) as conn:
         row = conn.execute("SELECT count(*) FROM tasks WHERE status = 'completed'").fetchone()
@@ -214,6 +238,7 @@ async def drain_once(args: argparse.Namespace, dsn: str, prefix: str) -> dict[st
         "submitted_in": submitted_in,
         "calls": calls,
         "retries": dict(retries),
+        "statements": dict(statements),
     }
 
 
@@ -228,6 +253,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log-level", default="info")
     parser.add_argument(
         "--result", action="store_true", help="handlers return a small JSON value (a result)"
+    )
+    parser.add_argument(
+        "--statements", action="store_true", help="count the SQL statements the drain sends"
     )
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per drain")
     args = parser.parse_args(argv)
@@ -249,6 +277,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"calls: {calls}; store re-runs: {result['retries'] or 0})",
                 flush=True,
             )
+            for text, count in sorted(result["statements"].items(), key=lambda kv: -kv[1]):
+                print(f"  {count:6d}  {text}")
     print(
         f"drain, 1 in-process runtime, concurrency {args.concurrency}: "
         f"median {statistics.median(rates):,.0f} tasks/s "

@@ -508,10 +508,13 @@ async def _claim_tx(
     tasks = {task.id: task for task in await tx.tasks.get_many(task_ids)}
     now = await tx.now()
     batch = _ClaimBatch(now=now)
+    roots: set[UUID] = set()
     for task_id in task_ids:
         task = tasks.get(task_id)
         if task is None:
             continue
+        if task.version == 0 and task.status is TaskStatus.QUEUED:
+            roots.add(task_id)  # read before the claim: see _with_parents
         try:
             run = task.claim(run_id=run_ids[task_id], worker_id=worker_id, at=now)
         except TaskNotClaimable as refused:
@@ -523,14 +526,25 @@ async def _claim_tx(
         await tx.tasks.save_many([claim.task for claim in batch.claims])
         await tx.runs.add_many([claim.run for claim in batch.claims])
         await mark_jobs_started(tx, (claim.task.job_id for claim in batch.claims), at=now)
-        batch.claims = await _with_parents(tx, batch.claims)
+        batch.claims = await _with_parents(tx, batch.claims, roots=roots)
     return batch
 
 
-async def _with_parents(tx: Transaction, claims: list[Claim]) -> list[Claim]:
+async def _with_parents(
+    tx: Transaction, claims: list[Claim], *, roots: set[UUID] | frozenset[UUID] = frozenset()
+) -> list[Claim]:
     """The claims with their direct dependencies' results (``Claim.parents``): one statement
-    for the whole batch, its cost proportional to the batch's in-degree (issue 13 fan-in)."""
-    parents = await tx.tasks.parent_results([claim.task.id for claim in claims])
+    for the whole batch, its cost proportional to the batch's in-degree (issue 13 fan-in).
+
+    ``roots`` are tasks known to have no dependencies: read ``queued`` at version 0, i.e.
+    never written since a submit that stored them ``queued``, which it does only for a task
+    without ``depends_on`` (a dependent is stored ``pending`` and becomes ``queued`` through a
+    write). They are not looked up: a batch of roots alone runs no statement.
+    """
+    wanted = [claim.task.id for claim in claims if claim.task.id not in roots]
+    if not wanted:
+        return claims
+    parents = await tx.tasks.parent_results(wanted)
     if not parents:
         return claims
     return [
