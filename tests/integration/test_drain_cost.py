@@ -4,7 +4,7 @@ The drain benchmark found it (benchmarks/PROFILE.md, third pass): once ``job_pos
 ``result`` widened the task row, every completion's settle probe (``JOB_HAS_STATUS``) visited
 ~2,000 dead index entries instead of ~50-200 halfway through a 5,000-task drain, because the
 row versions that claims and completions leave behind were no longer pruned as they had been.
-Keeping 10 % of each ``tasks`` heap page free (migration 0019) restored the old figures.
+Keeping 10 % of each ``tasks`` heap page free (migration 0018) restored the old figures.
 """
 
 from __future__ import annotations
