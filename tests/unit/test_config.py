@@ -422,6 +422,7 @@ def test_the_event_loop_variable_is_listed_with_the_others() -> None:
         ("REDIS_ADDR", "garbage"),
         ("CRDB_DSN", "postgresql://postgres@127.0.0.1:1/postgres?sslmode=bogus"),
         ("STALE_RUNNING_AFTER", "1s"),
+        ("RECONCILE_BATCH", "99999999999999999999"),
     ],
 )
 def test_the_cli_refuses_bad_configuration_in_one_line_with_exit_2(
@@ -442,3 +443,30 @@ def test_the_cli_refuses_bad_configuration_in_one_line_with_exit_2(
     assert status == 2, err
     assert err.count("\n") == 1 and "Traceback" not in err, err
     assert err.startswith(f"dtq: {variable}: "), err
+
+
+INTEGER_VARIABLES = [
+    "WORKER_CONCURRENCY",
+    "MAX_RECLAIMS",
+    "RECONCILE_BATCH",
+    "API_MAX_BODY_BYTES",
+    "API_MAX_TASKS_PER_JOB",
+    "API_MAX_PAYLOAD_BYTES",
+    "API_MAX_RESULT_BYTES",
+    "DB_POOL_SIZE",
+]
+
+
+@pytest.mark.parametrize("variable", INTEGER_VARIABLES)
+@pytest.mark.parametrize("value", ["99999999999999999999", "9223372036854775807", "9" * 5000])
+def test_huge_integers_are_refused_naming_the_variable(variable: str, value: str) -> None:
+    with pytest.raises(ConfigError, match=f"^{variable}: must be at most ") as caught:
+        load_settings({variable: value})
+
+    assert "\n" not in str(caught.value) and len(str(caught.value)) < 200
+
+
+def test_every_integer_variable_is_bounded_and_listed() -> None:
+    assert set(INTEGER_VARIABLES) == {
+        name for name in ENV_VARS if isinstance(getattr(Settings(), name.lower(), None), int)
+    }
