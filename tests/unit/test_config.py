@@ -141,7 +141,9 @@ def test_go_durations_are_parsed_to_seconds(text: str, seconds: float) -> None:
     assert load_settings({"LEASE_DURATION": text}).lease_duration == pytest.approx(seconds)
 
 
-@pytest.mark.parametrize("text", ["30", "1d", "abc", "1h-5m", "s", "5 s", "1.2.3s"])
+@pytest.mark.parametrize(
+    "text", ["30", "1d", "abc", "1h-5m", "s", "5 s", "1.2.3s", "\uff130s", "1.\uff15s"]
+)
 def test_non_go_durations_are_refused_naming_the_variable(text: str) -> None:
     with pytest.raises(ConfigError) as caught:
         load_settings({"RECONCILE_INTERVAL": text})
@@ -193,6 +195,9 @@ def test_worker_heartbeat_interval_of_exactly_one_second_is_accepted() -> None:
     [
         ("WORKER_CONCURRENCY", "0"),
         ("WORKER_CONCURRENCY", "two"),
+        ("WORKER_CONCURRENCY", "\u0661"),  # Unicode digits: int() takes them, Go does not
+        ("DB_POOL_SIZE", "\uff18"),
+        ("MAX_RECLAIMS", "1_0"),
         ("MAX_RECLAIMS", "-1"),
         ("RECONCILE_BATCH", "0"),
         ("API_MAX_BODY_BYTES", "0"),
@@ -203,6 +208,7 @@ def test_worker_heartbeat_interval_of_exactly_one_second_is_accepted() -> None:
         ("ORCHESTRATOR_LISTEN", "8080"),
         ("ORCHESTRATOR_LISTEN", ":http"),
         ("ORCHESTRATOR_LISTEN", ":70000"),
+        ("ORCHESTRATOR_LISTEN", ":\uff18080"),
         ("WORKER_METRICS_LISTEN", "localhost"),
         ("LOG_FORMAT", "xml"),
         ("LOG_LEVEL", "verbose"),

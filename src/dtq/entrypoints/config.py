@@ -27,6 +27,7 @@ from psycopg.conninfo import conninfo_to_dict
 from dtq.application.commands import ExecutionPolicy
 from dtq.entrypoints.config_values import (
     ConfigError,
+    ascii_int,
     listen_address,
     parse_duration,
     redis_address,
@@ -286,7 +287,7 @@ class _Reader:
                 shown = value if len(value) <= 40 else f"{value[:20]}... ({len(value)} chars)"
                 raise ConfigError(name, f"must be at most {maximum}, got {shown}")
             try:
-                return int(value)
+                return ascii_int(value.strip())
             except ValueError:
                 raise ConfigError(name, f"must be an integer, got {value!r}") from None
 
