@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import uuid
 from pathlib import Path
 
@@ -476,3 +477,11 @@ def test_every_integer_variable_is_bounded_and_listed() -> None:
     assert set(INTEGER_VARIABLES) == {
         name for name in ENV_VARS if isinstance(getattr(Settings(), name.lower(), None), int)
     }
+
+
+@pytest.mark.parametrize("text", ["\u0661", "\uff18080", "1_0"])
+def test_cli_integer_options_take_ascii_digits_only(text: str) -> None:
+    for parse in (cli_common.positive_int, cli_common.port):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse(text)
+    assert (cli_common.positive_int("8"), cli_common.port("8080")) == (8, 8080)
