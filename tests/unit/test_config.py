@@ -485,3 +485,11 @@ def test_cli_integer_options_take_ascii_digits_only(text: str) -> None:
         with pytest.raises(argparse.ArgumentTypeError):
             parse(text)
     assert (cli_common.positive_int("8"), cli_common.port("8080")) == (8, 8080)
+
+
+@pytest.mark.parametrize("value", ["-" + "9" * 5000, "x" * 5000])
+def test_a_huge_bad_integer_is_refused_in_a_short_line(value: str) -> None:
+    with pytest.raises(ConfigError, match=r"^MAX_RECLAIMS: must be (at least 0|an integer)") as e:
+        load_settings({"MAX_RECLAIMS": value})
+
+    assert len(str(e.value)) < 120

@@ -281,15 +281,17 @@ class _Reader:
 
     def integer(self, name: str, default: int, *, minimum: int, maximum: int) -> int:
         def parse(value: str) -> int:
+            shown = repr(value) if len(value) <= 40 else f"{value[:20]!r}... ({len(value)} chars)"
             digits = value.lstrip("+-")
-            if len(digits) > len(str(maximum)) and digits.isdigit():
-                # Checked before int(): a 5000-digit value is "too big", not "not an integer".
-                shown = value if len(value) <= 40 else f"{value[:20]}... ({len(value)} chars)"
+            if len(digits) > len(str(maximum)) and digits.isascii() and digits.isdigit():
+                # Checked before int(): a 5000-digit value is out of range, not "not an integer".
+                if value.startswith("-"):
+                    raise ConfigError(name, f"must be at least {minimum}, got {shown}")
                 raise ConfigError(name, f"must be at most {maximum}, got {shown}")
             try:
-                return ascii_int(value.strip())
+                return ascii_int(value)
             except ValueError:
-                raise ConfigError(name, f"must be an integer, got {value!r}") from None
+                raise ConfigError(name, f"must be an integer, got {shown}") from None
 
         number = self._parsed(name, default, parse)
         if number < minimum:
