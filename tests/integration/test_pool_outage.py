@@ -10,7 +10,10 @@ from collections.abc import AsyncIterator
 import psycopg
 import pytest
 
+from dtq.adapters.clock import SystemClock
 from dtq.adapters.cockroach.store import CockroachStore, open_pool
+from dtq.adapters.memory.queue import InMemoryQueue
+from dtq.application.health import HealthService
 from dtq.domain.errors import BackendUnavailable
 from tests.tcp_proxy import CuttableProxy
 
@@ -67,3 +70,23 @@ async def test_calls_fail_fast_during_an_outage_and_resume_soon_after(
     print(f"\npool outage: calls failed in at most {max(failures):.2f}s; resumed in {resumed:.2f}s")
     assert max(failures) < FAIL_FAST_BOUND
     assert resumed < RESUME_BOUND
+
+
+async def test_healthz_answers_within_two_seconds_when_the_database_is_a_black_hole(
+    proxied_store: tuple[CockroachStore, CuttableProxy],
+) -> None:
+    store, proxy = proxied_store
+    health = HealthService(store=store, queue=InMemoryQueue(SystemClock()))
+    assert (await health.check())["store"] is None
+
+    proxy.stall()  # connections are accepted, no byte is passed on
+    took: list[float] = []
+    for _ in range(3):
+        started = time.monotonic()
+        checks = await health.check()
+        took.append(time.monotonic() - started)
+        assert checks["store"] is not None and checks["queue"] is None, checks
+    proxy.restore()
+
+    print(f"\nblack-hole /healthz checks took {', '.join(f'{t:.2f}s' for t in took)}")
+    assert max(took) < 2.0

@@ -169,7 +169,9 @@ async def test_active_since_widens_or_narrows_the_window(
     assert {w["id"] for w in response.json()["workers"]} == expected
 
 
-@pytest.mark.parametrize("window", ["0s", "-5m", "abc", "", "5", "1d", "5m junk", "1e3s"])
+@pytest.mark.parametrize(
+    "window", ["0s", "-5m", "abc", "", "5", "1d", "5m junk", "1e3s", "\uff15m", "1\u0665s"]
+)
 async def test_active_since_must_be_a_positive_duration(api: Api, window: str) -> None:
     response = await api.client.get("/v1/workers", params={"active_since": window})
 

@@ -178,3 +178,29 @@ async def test_a_body_that_never_finishes_arriving_is_timed_out_with_a_408() -> 
         writer.close()
         assert (status, body["error"]["code"]) == (408, "request_timeout")
         assert server.requests("408") == 1
+
+
+@pytest.mark.parametrize("path", ["/healthz", "/healthz/"])
+async def test_head_healthz_announces_the_get_body_length_and_sends_no_body(path: str) -> None:
+    async with serving() as server:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        try:
+            writer.write(f"GET {path} HTTP/1.1\r\nHost: test\r\n\r\n".encode())
+            _, body = await read_response(reader)
+            get_length = len(json.dumps(body, separators=(",", ":")))
+            writer.write(f"HEAD {path} HTTP/1.1\r\nHost: test\r\n\r\n".encode())
+            lines = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+            headers = dict(line.lower().split(": ", 1) for line in lines[1:] if line)
+            # A second request on the same connection: its status line must come next, with
+            # no body bytes of the HEAD response in between.
+            writer.write(f"GET {path} HTTP/1.1\r\nHost: test\r\n\r\n".encode())
+            async with asyncio.timeout(5):
+                following = await reader.readuntil(b"\r\n")
+        finally:
+            writer.close()
+            await writer.wait_closed()
+
+    assert lines[0].split()[1] == "200"
+    assert sum(line.lower().startswith("content-length:") for line in lines) == 1, lines
+    assert int(headers["content-length"]) in (0, get_length), headers
+    assert following.startswith(b"HTTP/1.1 200"), following

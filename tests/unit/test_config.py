@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import uuid
 from pathlib import Path
 
@@ -151,7 +152,9 @@ def test_go_durations_are_parsed_to_seconds(text: str, seconds: float) -> None:
     assert load_settings({"LEASE_DURATION": text}).lease_duration == pytest.approx(seconds)
 
 
-@pytest.mark.parametrize("text", ["30", "1d", "abc", "1h-5m", "s", "5 s", "1.2.3s"])
+@pytest.mark.parametrize(
+    "text", ["30", "1d", "abc", "1h-5m", "s", "5 s", "1.2.3s", "\uff130s", "1.\uff15s"]
+)
 def test_non_go_durations_are_refused_naming_the_variable(text: str) -> None:
     with pytest.raises(ConfigError) as caught:
         load_settings({"RECONCILE_INTERVAL": text})
@@ -203,6 +206,9 @@ def test_worker_heartbeat_interval_of_exactly_one_second_is_accepted() -> None:
     [
         ("WORKER_CONCURRENCY", "0"),
         ("WORKER_CONCURRENCY", "two"),
+        ("WORKER_CONCURRENCY", "\u0661"),  # Unicode digits: int() takes them, Go does not
+        ("DB_POOL_SIZE", "\uff18"),
+        ("MAX_RECLAIMS", "1_0"),
         ("MAX_RECLAIMS", "-1"),
         ("RECONCILE_BATCH", "0"),
         ("API_MAX_BODY_BYTES", "0"),
@@ -213,6 +219,7 @@ def test_worker_heartbeat_interval_of_exactly_one_second_is_accepted() -> None:
         ("ORCHESTRATOR_LISTEN", "8080"),
         ("ORCHESTRATOR_LISTEN", ":http"),
         ("ORCHESTRATOR_LISTEN", ":70000"),
+        ("ORCHESTRATOR_LISTEN", ":\uff18080"),
         ("WORKER_METRICS_LISTEN", "localhost"),
         ("LOG_FORMAT", "xml"),
         ("LOG_LEVEL", "verbose"),
@@ -459,6 +466,7 @@ def test_the_event_loop_variable_is_listed_with_the_others() -> None:
         ("REDIS_ADDR", "garbage"),
         ("CRDB_DSN", "postgresql://postgres@127.0.0.1:1/postgres?sslmode=bogus"),
         ("STALE_RUNNING_AFTER", "1s"),
+        ("RECONCILE_BATCH", "99999999999999999999"),
     ],
 )
 def test_the_cli_refuses_bad_configuration_in_one_line_with_exit_2(
@@ -479,3 +487,47 @@ def test_the_cli_refuses_bad_configuration_in_one_line_with_exit_2(
     assert status == 2, err
     assert err.count("\n") == 1 and "Traceback" not in err, err
     assert err.startswith(f"dtq: {variable}: "), err
+
+
+INTEGER_VARIABLES = [
+    "WORKER_CONCURRENCY",
+    "MAX_RECLAIMS",
+    "RECONCILE_BATCH",
+    "API_MAX_BODY_BYTES",
+    "API_MAX_TASKS_PER_JOB",
+    "API_MAX_PAYLOAD_BYTES",
+    "API_MAX_RESULT_BYTES",
+    "API_MAX_ARTIFACT_BYTES",
+    "DB_POOL_SIZE",
+]
+
+
+@pytest.mark.parametrize("variable", INTEGER_VARIABLES)
+@pytest.mark.parametrize("value", ["99999999999999999999", "9223372036854775807", "9" * 5000])
+def test_huge_integers_are_refused_naming_the_variable(variable: str, value: str) -> None:
+    with pytest.raises(ConfigError, match=f"^{variable}: must be at most ") as caught:
+        load_settings({variable: value})
+
+    assert "\n" not in str(caught.value) and len(str(caught.value)) < 200
+
+
+def test_every_integer_variable_is_bounded_and_listed() -> None:
+    assert set(INTEGER_VARIABLES) == {
+        name for name in ENV_VARS if isinstance(getattr(Settings(), name.lower(), None), int)
+    }
+
+
+@pytest.mark.parametrize("text", ["\u0661", "\uff18080", "1_0"])
+def test_cli_integer_options_take_ascii_digits_only(text: str) -> None:
+    for parse in (cli_common.positive_int, cli_common.port):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse(text)
+    assert (cli_common.positive_int("8"), cli_common.port("8080")) == (8, 8080)
+
+
+@pytest.mark.parametrize("value", ["-" + "9" * 5000, "x" * 5000])
+def test_a_huge_bad_integer_is_refused_in_a_short_line(value: str) -> None:
+    with pytest.raises(ConfigError, match=r"^MAX_RECLAIMS: must be (at least 0|an integer)") as e:
+        load_settings({"MAX_RECLAIMS": value})
+
+    assert len(str(e.value)) < 120

@@ -108,6 +108,9 @@ async def test_results_of_an_unknown_job_are_404(api: Api) -> None:
         ({"limit": "-1"}, "limit"),
         ({"cursor": "nonsense"}, "cursor"),
         ({"cursor": "1.zz"}, "cursor"),
+        # One past int64: the database's BIGINT cannot hold it (a 500 on PostgreSQL).
+        ({"cursor": f"{2**63}.{'0' * 32}"}, "cursor"),
+        ({"cursor": f"{'9' * 40}.{'0' * 32}"}, "cursor"),
     ],
 )
 async def test_bad_paging_parameters_are_400_naming_the_field(

@@ -252,11 +252,19 @@ async def test_the_lease_is_kept_until_the_completion_is_committed() -> None:
     assert h.queue.get_lease(task_id) is None
 
 
-async def test_a_batch_that_cannot_be_recorded_is_left_to_reclaim_and_redone(
+async def test_a_batch_that_cannot_be_recorded_while_its_lease_lapses_is_left_to_reclaim_and_redone(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(completions, "backoff_delay", lambda failures: 0.01)
+    # A success is retried for as long as its lease is renewed; here no renewal succeeds
+    # (Redis unreachable for the lease), so after a lease window (0.6 s) the worker gives the
+    # success up once its bounded tries (4 pauses of 0.3 s) are spent.
+    monkeypatch.setattr(completions, "backoff_delay", lambda failures: 0.3)
     h, execution = counting_harness()
+
+    async def unreachable(claim: Claim) -> object:
+        raise BackendUnavailable("injected: redis unreachable")
+
+    monkeypatch.setattr(execution, "heartbeat", unreachable)
     execution.complete_failures = completions.REPORT_ATTEMPTS  # the first batch gives up
     runtime = Runtime(FAST)
     calls: list[int] = []

@@ -29,6 +29,8 @@ class HealthService:
         self._store = store
         self._queue = queue
         self._timeout = timeout
+        # Timed-out pings still unwinding: referenced so they are not garbage-collected.
+        self._unwinding: set[asyncio.Future[None]] = set()
 
     async def check(self) -> dict[str, str | None]:
         """Ping both backends; return within about ``timeout`` seconds.
@@ -45,10 +47,24 @@ class HealthService:
         return {"store": store, "queue": queue}
 
     async def _ping(self, ping: Callable[[], Awaitable[None]]) -> str | None:
-        try:
-            await asyncio.wait_for(ping(), self._timeout)
-        except TimeoutError:
+        # Not wait_for: it waits for the cancelled ping to finish, and a ping cancelled mid-query
+        # may take long to unwind (psycopg sends the server a cancel request and waits up to
+        # 10 s for it on a black-holed database). The slow ping is cancelled and left to unwind
+        # on its own; the answer does not wait for it.
+        task = asyncio.ensure_future(ping())
+        done, _ = await asyncio.wait({task}, timeout=self._timeout)
+        if not done:
+            task.cancel()
+            self._unwinding.add(task)
+            task.add_done_callback(self._unwound)
             return f"TimeoutError: no answer within {self._timeout:g}s"
+        try:
+            task.result()
         except Exception as exc:  # a health check reports every failure
             return f"{type(exc).__name__}: {exc}"
         return None
+
+    def _unwound(self, task: asyncio.Future[None]) -> None:
+        self._unwinding.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved, so asyncio does not log "never retrieved"

@@ -28,6 +28,7 @@ from psycopg.conninfo import conninfo_to_dict
 from dtq.application.commands import ExecutionPolicy
 from dtq.entrypoints.config_values import (
     ConfigError,
+    ascii_int,
     listen_address,
     parse_duration,
     redis_address,
@@ -103,6 +104,15 @@ _MAX_ARTIFACT_BYTES = 1024 * 1024 * _MIB
 MAX_DURATION = 7 * 24 * 3600.0
 #: Longest ``DB_ACQUIRE_TIMEOUT``: past a minute a request is better failed (503) than held.
 _MAX_ACQUIRE_TIMEOUT = 60.0
+#: Upper bounds of the integer variables: far past any sensible value, and far below what
+#: overflows the database's BIGINT or a Python allocation.
+_MAX_CONCURRENCY = 4096
+_MAX_RECLAIMS = 1000
+_MAX_RECONCILE_BATCH = 100_000
+_MAX_BODY_BYTES = 1024 * _MIB
+_MAX_TASKS_PER_JOB = 1_000_000
+_MAX_PAYLOAD_BYTES = 64 * _MIB
+_MAX_POOL_SIZE = 1000
 #: libpq's ``sslmode`` values; any other makes every connection attempt fail.
 _SSLMODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
 
@@ -295,17 +305,24 @@ class _Reader:
             raise ConfigError(name, f"must be at most {limit}, got {self.raw(name)!r}")
         return seconds
 
-    def integer(self, name: str, default: int, *, minimum: int, maximum: int | None = None) -> int:
+    def integer(self, name: str, default: int, *, minimum: int, maximum: int) -> int:
         def parse(value: str) -> int:
+            shown = repr(value) if len(value) <= 40 else f"{value[:20]!r}... ({len(value)} chars)"
+            digits = value.lstrip("+-")
+            if len(digits) > len(str(maximum)) and digits.isascii() and digits.isdigit():
+                # Checked before int(): a 5000-digit value is out of range, not "not an integer".
+                if value.startswith("-"):
+                    raise ConfigError(name, f"must be at least {minimum}, got {shown}")
+                raise ConfigError(name, f"must be at most {maximum}, got {shown}")
             try:
-                return int(value)
+                return ascii_int(value)
             except ValueError:
-                raise ConfigError(name, f"must be an integer, got {value!r}") from None
+                raise ConfigError(name, f"must be an integer, got {shown}") from None
 
         number = self._parsed(name, default, parse)
         if number < minimum:
             raise ConfigError(name, f"must be at least {minimum}, got {number}")
-        if maximum is not None and number > maximum:
+        if number > maximum:
             raise ConfigError(name, f"must be at most {maximum}, got {number}")
         return number
 
@@ -365,25 +382,35 @@ def load_settings(environ: Mapping[str, str]) -> Settings:
         lease_duration=lease,
         stale_running_after=stale,
         worker_id=env.raw("WORKER_ID") or _new_worker_id(),
-        worker_concurrency=env.integer("WORKER_CONCURRENCY", 1, minimum=1),
+        worker_concurrency=env.integer(
+            "WORKER_CONCURRENCY", 1, minimum=1, maximum=_MAX_CONCURRENCY
+        ),
         worker_heartbeat_interval=env.duration(
             "WORKER_HEARTBEAT_INTERVAL", 30.0, minimum=_MIN_HEARTBEAT_INTERVAL
         ),
         retry_backoff=env.duration("RETRY_BACKOFF", 5.0),
         pending_marker_ttl=env.duration("PENDING_MARKER_TTL", 15.0),
-        max_reclaims=env.integer("MAX_RECLAIMS", 5, minimum=0),
+        max_reclaims=env.integer("MAX_RECLAIMS", 5, minimum=0, maximum=_MAX_RECLAIMS),
         promote_interval=env.duration("PROMOTE_INTERVAL", 0.025),
-        reconcile_batch=env.integer("RECONCILE_BATCH", 500, minimum=1),
+        reconcile_batch=env.integer(
+            "RECONCILE_BATCH", 500, minimum=1, maximum=_MAX_RECONCILE_BATCH
+        ),
         worker_metrics_listen=metrics_listen,
         log_format=env.choice("LOG_FORMAT", "auto", _LOG_FORMATS, {}),
         log_level=env.choice("LOG_LEVEL", "info", _LOG_LEVELS, {"warn": "warning"}),
-        api_max_body_bytes=env.integer("API_MAX_BODY_BYTES", 10 * _MIB, minimum=1),
-        api_max_tasks_per_job=env.integer("API_MAX_TASKS_PER_JOB", 10_000, minimum=1),
-        api_max_payload_bytes=env.integer("API_MAX_PAYLOAD_BYTES", 256 * _KIB, minimum=1),
+        api_max_body_bytes=env.integer(
+            "API_MAX_BODY_BYTES", 10 * _MIB, minimum=1, maximum=_MAX_BODY_BYTES
+        ),
+        api_max_tasks_per_job=env.integer(
+            "API_MAX_TASKS_PER_JOB", 10_000, minimum=1, maximum=_MAX_TASKS_PER_JOB
+        ),
+        api_max_payload_bytes=env.integer(
+            "API_MAX_PAYLOAD_BYTES", 256 * _KIB, minimum=1, maximum=_MAX_PAYLOAD_BYTES
+        ),
         api_max_result_bytes=env.integer(
             "API_MAX_RESULT_BYTES", _MIB, minimum=1, maximum=MAX_RESULT_BYTES
         ),
-        db_pool_size=env.integer("DB_POOL_SIZE", 8, minimum=1),
+        db_pool_size=env.integer("DB_POOL_SIZE", 8, minimum=1, maximum=_MAX_POOL_SIZE),
         db_acquire_timeout=env.duration("DB_ACQUIRE_TIMEOUT", 3.0, maximum=_MAX_ACQUIRE_TIMEOUT),
         **_artifact_settings(env),
     )

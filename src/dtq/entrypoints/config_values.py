@@ -12,8 +12,14 @@ from urllib.parse import urlsplit
 import durationpy
 
 # Go's time.ParseDuration grammar: an optional sign, then one or more decimal numbers each with
-# a unit; or the bare "0". durationpy alone is more lenient (it takes "1d" and "1h-5m").
-_GO_DURATION = re.compile(r"[-+]?(?:(?:\d+(?:\.\d*)?|\.\d+)(?:ns|us|µs|μs|ms|s|m|h))+|[-+]?0")
+# a unit; or the bare "0". durationpy alone is more lenient (it takes "1d" and "1h-5m"). Digits
+# are ASCII only ([0-9], not \d): Go and the docs mean 0-9, while \d and int() also take
+# fullwidth or Arabic-Indic digits.
+_GO_DURATION = re.compile(
+    r"[-+]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:ns|us|µs|μs|ms|s|m|h))+|[-+]?0"
+)
+#: A decimal integer as dtq accepts one: optional sign, ASCII digits (no "_", no Unicode digits).
+_ASCII_INTEGER = re.compile(r"[-+]?[0-9]+")
 _MAX_PORT = 65535
 _REDIS_SCHEMES = ("redis", "rediss", "unix")
 
@@ -30,6 +36,19 @@ class ConfigError(Exception):
         self.variable = variable
         self.message = message
         super().__init__(f"{variable}: {message}")
+
+
+def ascii_int(text: str) -> int:
+    """Parse a decimal integer of ASCII digits with an optional sign; the one integer parser of
+    configuration values (``int()`` alone also takes ``"1_000"`` and non-ASCII digits such as
+    fullwidth or Arabic-Indic ones).
+
+    Raises:
+        ValueError: anything else.
+    """
+    if not _ASCII_INTEGER.fullmatch(text):
+        raise ValueError(f"not an ASCII decimal integer: {text!r}")
+    return int(text)
 
 
 def listen_address(value: str, *, variable: str = "ORCHESTRATOR_LISTEN") -> tuple[str, int]:
@@ -53,7 +72,7 @@ def listen_address(value: str, *, variable: str = "ORCHESTRATOR_LISTEN") -> tupl
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     try:
-        port = int(port_text)
+        port = ascii_int(port_text)
     except ValueError:
         raise ConfigError(variable, f"port must be an integer, got {value!r}") from None
     if not 0 <= port <= _MAX_PORT:

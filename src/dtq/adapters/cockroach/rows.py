@@ -6,6 +6,7 @@ with msgspec for ``%s::jsonb`` parameters, read back as ``column::text`` and dec
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import msgspec
@@ -34,8 +35,36 @@ def encode_json(value: Any) -> str | None:
 
 
 def decode_json(text: str | None) -> Any:
-    """Decode JSONB read back as text (``column::text``); SQL NULL gives None."""
-    return None if text is None else _DECODER.decode(text)
+    """Decode JSONB read back as text (``column::text``); SQL NULL gives None.
+
+    JSONB keeps a number's value, not its spelling, so a float such as ``1.5e300`` comes back
+    as a 301-digit integer literal. The API never stores an integer outside the signed 64-bit
+    range, so any such integer is turned back into a float. Only text with a run of 19 or
+    more digits is walked for them.
+    """
+    if text is None:
+        return None
+    value = _DECODER.decode(text)
+    return _floats_back(value) if _LONG_DIGITS.search(text) else value
+
+
+#: A run of digits long enough to hold an integer outside int64 (2**63 has 19 digits).
+_LONG_DIGITS = re.compile(r"[0-9]{19}")
+_INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
+
+
+def _floats_back(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _floats_back(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_floats_back(v) for v in value]
+    if type(value) is int and not _INT64_MIN <= value <= _INT64_MAX:
+        try:
+            return float(value)
+        except OverflowError:  # past a double: cannot have been a float the API accepted
+            return value
+    return value
 
 
 def job_from_row(row: TupleRow) -> Job:

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import msgspec
 from litestar import Controller, Response, get, head
 from litestar.di import NamedDependency
 from litestar.openapi.datastructures import ResponseSpec
@@ -48,9 +49,15 @@ class HealthController(Controller):
     # Left out of the OpenAPI document: HEAD is GET without the body (RFC 9110), described there.
     @head("/", include_in_schema=False)
     async def healthz_head(self, health: NamedDependency[HealthService]) -> Response[None]:
-        """The status of ``GET /healthz`` (200 or 503) without a body, for load balancers."""
-        _, status = bodies.health_body(await health.check())
-        return Response(None, status_code=status, headers=_headers(status))
+        """The status of ``GET /healthz`` (200 or 503) without a body, for load balancers.
+
+        ``Content-Length`` is the length the GET body would have (RFC 9110 §9.3.2), never the
+        4 bytes of an encoded ``null``: a client that trusts it must not wait for body bytes.
+        """
+        body, status = bodies.health_body(await health.check())
+        headers = _headers(status) or {}
+        headers["content-length"] = str(len(msgspec.json.encode(body)))
+        return Response(None, status_code=status, headers=headers)
 
 
 def _headers(status: int) -> dict[str, str] | None:

@@ -84,6 +84,8 @@ def parse_active_since(value: str) -> float:
 #: ``GET /v1/jobs/{id}/results`` page size when ``limit`` is absent, and its largest value.
 DEFAULT_RESULTS_LIMIT = 100
 MAX_RESULTS_LIMIT = 1000
+#: Largest cursor position: the database stores positions as ``BIGINT`` (signed 64-bit).
+MAX_CURSOR_POSITION = 2**63 - 1
 
 
 def parse_limit(value: str) -> int:
@@ -110,13 +112,16 @@ def parse_cursor(value: str | None) -> tuple[int, UUID] | None:
     """Parse ``?cursor=`` (a ``next_cursor`` from a previous page); None or empty: first page.
 
     Raises:
-        ValidationError: not a cursor this API issued (field ``cursor``).
+        ValidationError: not a cursor this API issued (field ``cursor``), including a
+            position outside ``0..MAX_CURSOR_POSITION``.
     """
     if not value:
         return None
     position, _, task_id = value.partition(".")
     try:
         if not position.isascii() or not position.isdigit() or len(task_id) != 32:
+            raise ValueError(value)
+        if len(position) > len(str(MAX_CURSOR_POSITION)) or int(position) > MAX_CURSOR_POSITION:
             raise ValueError(value)
         return int(position), UUID(hex=task_id)
     except ValueError:

@@ -13,6 +13,7 @@ from typing import Any
 from dtq.domain.errors import BackendUnavailable
 from dtq.entrypoints import eventloop
 from dtq.entrypoints.config import ConfigError, Settings, load_dotenv_file, load_settings
+from dtq.entrypoints.config_values import ascii_int
 from dtq.entrypoints.logging import configure_logging
 
 PROG = "dtq"
@@ -48,9 +49,9 @@ def say(line: str) -> None:
 
 
 def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
+    """argparse type: an integer >= 1 (ASCII digits)."""
     try:
-        value = int(text)
+        value = ascii_int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
     if value < 1:
@@ -61,7 +62,7 @@ def positive_int(text: str) -> int:
 def port(text: str) -> int:
     """argparse type: a TCP port, 0..65535 (0 = any free port)."""
     try:
-        value = int(text)
+        value = ascii_int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
     if not 0 <= value <= 65535:

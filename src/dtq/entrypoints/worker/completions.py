@@ -45,6 +45,7 @@ async def report(
     claims: Sequence[Claim],
     log: FilteringBoundLogger,
     turn: asyncio.Lock | None = None,
+    keep_trying: Callable[[], bool] | None = None,
 ) -> tuple[T | None, int]:
     """Record an outcome with ``call``, retrying ``BackendUnavailable`` (a replay is a no-op).
 
@@ -54,20 +55,25 @@ async def report(
         claims: the claims concerned (one for a single report), named in log lines.
         log: where retries and give-ups are logged.
         turn: a lock held around each attempt (the hot-path transaction turn), or None.
+        keep_trying: asked after each failed attempt from the ``REPORT_ATTEMPTS``-th on; while
+            it answers True the retries go on (pauses capped at ``RESUME_CAP``). None: stop
+            after ``REPORT_ATTEMPTS`` tries.
 
     Returns:
-        The call's result (None when it was refused or still failed after
-        ``REPORT_ATTEMPTS`` tries: the lease then lapses and the reconciler reclaims the task,
-        so the work is redone) and how many attempts were made.
+        The call's result (None when it was refused or still failed when the tries ran out:
+        the lease then lapses and the reconciler reclaims the task, so the work is redone) and
+        how many attempts were made.
     """
-    for attempt in range(1, REPORT_ATTEMPTS + 1):
+    attempt = 0
+    while True:
+        attempt += 1
         try:
             if turn is None:
                 return await call(), attempt
             async with turn:
                 return await call(), attempt
         except BackendUnavailable as exc:
-            if attempt == REPORT_ATTEMPTS:
+            if attempt >= REPORT_ATTEMPTS and (keep_trying is None or not keep_trying()):
                 break
             about = _about(claims)
             log.warning("recording outcome failed; retrying", report=what, error=str(exc), **about)
@@ -80,7 +86,7 @@ async def report(
         log.error(
             "outcome not recorded; the task will be reclaimed", report=what, **task_fields(claim)
         )
-    return None, REPORT_ATTEMPTS
+    return None, attempt
 
 
 def _about(claims: Sequence[Claim]) -> Mapping[str, Any]:
@@ -114,6 +120,12 @@ class Completions:
         #: Set while fewer than ``limit`` successes wait: the fetch loop claims only then.
         self.room = asyncio.Event()
         self.room.set()
+        self._stopping = False  # shutdown: a failing commit gets the bounded tries only
+
+    def stop_retrying(self) -> None:
+        """Shutdown: from now on a failing commit is given up after ``REPORT_ATTEMPTS`` tries
+        (before, it is retried for as long as some claim of its batch keeps its lease)."""
+        self._stopping = True
 
     def add(self, held: Held) -> None:
         """Queue a handler success for the next batch."""
@@ -163,6 +175,11 @@ class Completions:
                 claims=claims,
                 log=self._log,
                 turn=self._turn,
+                # A finished success is not dropped while the worker runs and the lease renewal
+                # has not found a lease of the batch lost (it marks a committing claim).
+                keep_trying=lambda: (
+                    not self._stopping and any(held.interrupted is None for held in batch)
+                ),
             )
         except Exception:  # a bug: never let it end the completion loop
             self._log.exception("recording successes failed", tasks=len(batch))

@@ -136,7 +136,10 @@ class Leases:
 
     def _lost(self, held: Held, reason: str) -> None:
         if held.phase is Phase.COMMITTING:
-            return  # its complete_many is in flight: the fence there decides (STALE)
+            # Its complete_many is in flight: the fence there decides (STALE); the mark ends
+            # that report's retries once its bounded tries are spent.
+            held.interrupted = held.interrupted or reason
+            return
         self._meters.metrics.lease_losses.labels(kind=held.claim.task.kind).inc()
         self._confirmed.pop(held, None)
         self._on_lost(held, reason)

@@ -176,6 +176,7 @@ class Session:
         Successes already waiting for a commit are still committed.
         """
         self._abandoning = True
+        self._completions.stop_retrying()
         for held in self._leases.held:
             held.interrupt(SHUTDOWN)
 
