@@ -10,13 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from dependency_injector import providers
 
 from dtq.adapters.cockroach import CockroachStore
 from dtq.application.commands import ExecutionPolicy, SubmitJob, TaskSpec
 from dtq.entrypoints.bundles import Services
-from dtq.entrypoints.config import Settings
-from dtq.entrypoints.container import build_container
+from tests.integration.wiring import services_on
 
 pytestmark = pytest.mark.integration
 
@@ -33,18 +31,7 @@ PAYLOAD: dict[str, Any] = {
 
 @pytest.fixture
 def services(pg_store: CockroachStore) -> Services:
-    settings = Settings()
-    c = build_container(settings, backend="memory")
-    c.store.override(providers.Object(pg_store))
-    c.policy.override(providers.Object(ExecutionPolicy(lease_duration=2.0)))
-    return Services(
-        settings=settings,
-        store=c.store(),
-        queue=c.queue(),
-        api=c.api_services(),
-        worker=c.worker_services(),
-        reconciler=c.reconciler_services(),
-    )
+    return services_on(pg_store, policy=ExecutionPolicy(lease_duration=2.0))
 
 
 def assert_same_numbers(value: dict[str, Any]) -> None:

@@ -11,44 +11,24 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
-from dependency_injector import providers
 
 from dtq.adapters.cockroach import CockroachStore
-from dtq.application.commands import Claim, ExecutionPolicy, ReportOutcome, SubmitJob, TaskSpec
-from dtq.entrypoints.api import create_app
+from dtq.application.commands import Claim, ReportOutcome, SubmitJob, TaskSpec
 from dtq.entrypoints.bundles import Services
-from dtq.entrypoints.config import Settings
-from dtq.entrypoints.container import build_container
-from dtq.entrypoints.metrics import OrchestratorMetrics, new_registry
+from tests.integration.wiring import api_client, services_on
 
 pytestmark = pytest.mark.integration
-
-POLICY = ExecutionPolicy(lease_duration=2.0, retry_backoff=0.1, stale_running_after=0.5)
 
 
 @pytest.fixture
 def services(pg_store: CockroachStore) -> Services:
     """The container on PostgreSQL (the queue stays in memory: this file is about the SQL)."""
-    settings = Settings()
-    c = build_container(settings, backend="memory")
-    c.store.override(providers.Object(pg_store))
-    c.policy.override(providers.Object(POLICY))
-    return Services(
-        settings=settings,
-        store=c.store(),
-        queue=c.queue(),
-        api=c.api_services(),
-        worker=c.worker_services(),
-        reconciler=c.reconciler_services(),
-    )
+    return services_on(pg_store)
 
 
 @pytest.fixture
 async def client(services: Services) -> AsyncIterator[httpx.AsyncClient]:
-    registry = new_registry()
-    app = create_app(services.api, services.settings, OrchestratorMetrics(registry), registry)
-    transport = httpx.ASGITransport(app=app)  # type: ignore[arg-type]  # Litestar's scope types
-    async with httpx.AsyncClient(transport=transport, base_url="http://dtq") as http:
+    async with api_client(services) as http:
         yield http
 
 

@@ -14,23 +14,19 @@ from uuid import UUID
 
 import httpx
 import pytest
-from dependency_injector import providers
 from redis.asyncio import Redis
 
 from dtq.adapters.cockroach import CockroachStore
 from dtq.adapters.redis import RedisQueue
-from dtq.application.commands import Claim, ExecutionPolicy, SubmitJob, TaskSpec
+from dtq.application.commands import Claim, SubmitJob, TaskSpec
 from dtq.domain.status import JobStatus, RunStatus, TaskStatus
 from dtq.entrypoints.api import create_app
 from dtq.entrypoints.bundles import Services
-from dtq.entrypoints.config import Settings
-from dtq.entrypoints.container import build_container
 from dtq.entrypoints.metrics import OrchestratorMetrics, new_registry
+from tests.integration.wiring import POLICY, services_on
 from tests.single import claim_one, complete_one, pop_one
 
 pytestmark = pytest.mark.integration
-
-POLICY = ExecutionPolicy(lease_duration=2.0, retry_backoff=0.1, stale_running_after=0.5)
 
 
 @pytest.fixture
@@ -39,19 +35,7 @@ async def services(pg_store: CockroachStore, redis_client: Redis, redis_prefix: 
     whose data set is long established (its epoch began at the Unix epoch): a fresh prefix
     would otherwise look like a Redis that just lost its data, and hold reclaims back."""
     await redis_client.set(f"{redis_prefix}epoch", "fixture|0")
-    settings = Settings()
-    c = build_container(settings, backend="memory")
-    c.store.override(providers.Object(pg_store))
-    c.queue.override(providers.Object(RedisQueue(redis_client, prefix=redis_prefix)))
-    c.policy.override(providers.Object(POLICY))
-    return Services(
-        settings=settings,
-        store=c.store(),
-        queue=c.queue(),
-        api=c.api_services(),
-        worker=c.worker_services(),
-        reconciler=c.reconciler_services(),
-    )
+    return services_on(pg_store, queue=RedisQueue(redis_client, prefix=redis_prefix))
 
 
 async def drain(services: Services, worker: str, *, rounds: int = 200) -> list[Claim]:

@@ -1,0 +1,58 @@
+"""The production container with real adapters plugged in, for the integration tests.
+
+``services_on`` overrides the store (and optionally the queue) of a memory-backend container, so
+a test runs the real wiring of every service over PostgreSQL (and Redis, when given), with a
+short execution policy; ``api_client`` serves that container's API over httpx's ASGI transport
+on the test's own event loop, where the pool and the Redis client live (Litestar's test client
+would run the app on a portal thread's loop).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import httpx
+from dependency_injector import providers
+
+from dtq.application.commands import ExecutionPolicy
+from dtq.application.ports import Queue, Store
+from dtq.entrypoints.api import create_app
+from dtq.entrypoints.bundles import Services
+from dtq.entrypoints.config import Settings
+from dtq.entrypoints.container import build_container
+from dtq.entrypoints.metrics import OrchestratorMetrics, new_registry
+
+#: Leases, backoff and the stale threshold short enough for tests that wait them out.
+POLICY = ExecutionPolicy(lease_duration=2.0, retry_backoff=0.1, stale_running_after=0.5)
+
+
+def services_on(
+    store: Store, *, queue: Queue | None = None, policy: ExecutionPolicy = POLICY
+) -> Services:
+    """Every bundle of one container whose store is ``store`` (and queue ``queue``, else the
+    in-memory one), under ``policy``."""
+    settings = Settings()
+    c = build_container(settings, backend="memory")
+    c.store.override(providers.Object(store))
+    if queue is not None:
+        c.queue.override(providers.Object(queue))
+    c.policy.override(providers.Object(policy))
+    return Services(
+        settings=settings,
+        store=c.store(),
+        queue=c.queue(),
+        api=c.api_services(),
+        worker=c.worker_services(),
+        reconciler=c.reconciler_services(),
+    )
+
+
+@asynccontextmanager
+async def api_client(services: Services) -> AsyncIterator[httpx.AsyncClient]:
+    """An httpx client of ``services``' HTTP API (base URL ``http://dtq``)."""
+    registry = new_registry()
+    app = create_app(services.api, services.settings, OrchestratorMetrics(registry), registry)
+    transport = httpx.ASGITransport(app=app)  # type: ignore[arg-type]  # Litestar's scope types
+    async with httpx.AsyncClient(transport=transport, base_url="http://dtq") as http:
+        yield http
