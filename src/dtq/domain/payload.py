@@ -90,22 +90,7 @@ def check_result(value: Any, *, max_bytes: int) -> int:
         InvalidPayload: ``field`` is the path below ``result`` of the offending value, or
             ``result`` when it is too large; the message says why and points to artifacts.
     """
-    try:
-        check_storable(value, field="result")
-    except InvalidPayload as exc:
-        raise InvalidPayload(
-            f"result cannot be stored: {exc.detail} at {exc.field}"
-            " (return JSON: dict, list, str, finite number, bool or None)",
-            field=exc.field,
-        ) from None
-    size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
-    if size > max_bytes:
-        raise InvalidPayload(
-            f"result is {size} bytes as JSON, over the limit of {max_bytes}"
-            f" (API_MAX_RESULT_BYTES): {ARTIFACTS_HINT}",
-            field="result",
-        )
-    return size
+    return _check_stored(value, "result", "return", max_bytes, " (API_MAX_RESULT_BYTES)")
 
 
 #: Largest progress value, in bytes of UTF-8 JSON (``task.progress``, issue 13 item 5): it is
@@ -126,18 +111,29 @@ def check_progress(value: Any, *, max_bytes: int = MAX_PROGRESS_BYTES) -> int:
         InvalidPayload: ``field`` is the path below ``progress`` of the offending value, or
             ``progress`` when it is too large; the message says why.
     """
+    return _check_stored(value, "progress", "report", max_bytes, "")
+
+
+#: Compact UTF-8 JSON, the size a stored value is measured in (built once).
+_COMPACT_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
+def _check_stored(value: Any, what: str, verb: str, max_bytes: int, setting: str) -> int:
+    """The rules of :func:`check_storable` below ``what``, then at most ``max_bytes`` of compact
+    UTF-8 JSON; returns the size. ``verb`` and ``setting`` only shape the messages."""
     try:
-        check_storable(value, field="progress")
+        check_storable(value, field=what)
     except InvalidPayload as exc:
         raise InvalidPayload(
-            f"progress cannot be stored: {exc.detail} at {exc.field}"
-            " (report JSON: dict, list, str, finite number, bool or None)",
+            f"{what} cannot be stored: {exc.detail} at {exc.field}"
+            f" ({verb} JSON: dict, list, str, finite number, bool or None)",
             field=exc.field,
         ) from None
-    size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+    size = len(_COMPACT_JSON.encode(value).encode())
     if size > max_bytes:
         raise InvalidPayload(
-            f"progress is {size} bytes as JSON, over the limit of {max_bytes}: {ARTIFACTS_HINT}",
-            field="progress",
+            f"{what} is {size} bytes as JSON, over the limit of {max_bytes}{setting}:"
+            f" {ARTIFACTS_HINT}",
+            field=what,
         )
     return size
