@@ -1,0 +1,1 @@
+"""Example applications built on dtq (not part of the installed package)."""
