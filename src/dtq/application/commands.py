@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 from uuid import UUID
@@ -22,6 +23,8 @@ class TaskSpec:
         depends_on: names of tasks of the same job that must complete first.
         max_attempts: retry budget, >= 1.
         priority: ready-queue tier (``queue:ready:{priority}``).
+        run_at: due no earlier than this aware time (issue 14 item 2); a past time is now.
+        delay: due this long after the submit's transaction time. At most one of the two.
     """
 
     name: str
@@ -30,6 +33,8 @@ class TaskSpec:
     depends_on: tuple[str, ...] = ()
     max_attempts: int = 3
     priority: str = DEFAULT_PRIORITY
+    run_at: datetime | None = None
+    delay: timedelta | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -302,7 +302,12 @@ class ExecutionService:
             )
         await self._queue.delete_leases([(c.task.id, c.run.id) for c in claims])
         if promoted:
-            await self._queue.enqueue_many([(t.id, t.priority) for t in promoted])
+            await self._queue.enqueue_many(
+                [(t.id, t.priority) for t in promoted if not t.due_later]
+            )
+            for task in promoted:
+                if task.due_later:  # a delayed dependent: it also waits for its own time
+                    await self._queue.schedule(task.id, task.priority, task.scheduled_at)
         return outcomes
 
     async def fail(

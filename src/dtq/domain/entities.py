@@ -288,13 +288,23 @@ class Task:
         return True
 
     def promote(self, *, at: datetime) -> None:
-        """``pending -> queued``, due now: all dependencies have completed (DESIGN §2 promotion).
+        """``pending -> queued``: all dependencies have completed (DESIGN §2 promotion).
+
+        Due at ``at``, or later at the task's own ``scheduled_at`` when it was submitted with a
+        ``run_at``/``delay`` still in the future (issue 14 item 2): see :attr:`due_later`.
 
         Raises:
             InvalidTransition: the task is not ``pending``.
         """
         self._move(TaskStatus.QUEUED, at=at)
-        self.scheduled_at = at
+        self.scheduled_at = max(self.scheduled_at, at)
+
+    @property
+    def due_later(self) -> bool:
+        """True when the task's due time is after its last change (``scheduled_at >
+        updated_at``): a queued task in this state belongs on the scheduled set, not on a
+        ready list."""
+        return self.scheduled_at > self.updated_at
 
     def cascade_fail(self, *, failed_dependency: str, at: datetime) -> None:
         """``pending -> failed`` because a dependency failed (spec README: transitive cascade).

@@ -90,6 +90,27 @@ Payload = Annotated[
 ]
 
 
+RunAt = Annotated[
+    str,
+    msgspec.Meta(
+        max_length=64,
+        description=(
+            "Run no earlier than this RFC 3339 time with an offset (a naive time is a 400); a"
+            " past time runs now. Not with delay."
+        ),
+        examples=["2026-12-01T12:00:00Z"],
+    ),
+]
+Delay = Annotated[
+    str,
+    msgspec.Meta(
+        max_length=64,
+        description="Run after this Go duration (0s..8784h) from the submit. Not with run_at.",
+        examples=["30s", "1h30m"],
+    ),
+]
+
+
 # --- requests ---------------------------------------------------------------------------------
 
 
@@ -100,6 +121,8 @@ class SubmitTaskRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True
     payload: Payload = None
     max_attempts: MaxAttempts = 3
     priority: Priority = DEFAULT_PRIORITY
+    run_at: RunAt | msgspec.UnsetType = msgspec.UNSET
+    delay: Delay | msgspec.UnsetType = msgspec.UNSET
 
 
 class TaskSpecRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -111,6 +134,8 @@ class TaskSpecRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     depends_on: list[TaskName] = msgspec.field(default_factory=list)
     max_attempts: MaxAttempts = 3
     priority: Priority = DEFAULT_PRIORITY
+    run_at: RunAt | msgspec.UnsetType = msgspec.UNSET
+    delay: Delay | msgspec.UnsetType = msgspec.UNSET
 
 
 class SubmitJobRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

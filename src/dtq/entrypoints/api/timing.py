@@ -1,0 +1,62 @@
+"""Parsing the submit body's timing fields: ``run_at`` and ``delay`` (issue 14 item 2).
+
+Both are kept as text in the request Structs (so a naive time or a malformed duration is a
+400 naming the field, in our words) and turned into aware/positive Python values here.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from dtq.domain.errors import ValidationError
+from dtq.entrypoints.config_values import ConfigError, parse_duration
+
+#: The longest ``delay`` accepted: one year.
+MAX_DELAY = timedelta(days=366)
+
+
+def parse_run_at(text: str, *, field: str) -> datetime:
+    """Parse an RFC 3339 time with an offset (``2026-12-01T12:00:00Z``, ``...+02:00``).
+
+    Returns:
+        The aware time (any offset; compare it with aware times only).
+
+    Raises:
+        ValidationError: not an RFC 3339 time, or no offset (a naive time is ambiguous).
+    """
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValidationError(
+            f"not an RFC 3339 time: {text[:64]!r} (use e.g. 2026-12-01T12:00:00Z)", field=field
+        ) from None
+    if "T" not in text.upper() or value.tzinfo is None or value.utcoffset() is None:
+        raise ValidationError(
+            f"run_at needs a date, a time and a UTC offset (Z or +hh:mm), got {text[:64]!r}",
+            field=field,
+        )
+    return value
+
+
+def parse_delay(text: str, *, field: str, maximum: timedelta = MAX_DELAY) -> timedelta:
+    """Parse a Go duration (``500ms``, ``30s``, ``1h30m``) in ``0 .. maximum``.
+
+    Raises:
+        ValidationError: not a Go duration, negative, or longer than ``maximum``.
+    """
+    try:
+        seconds = parse_duration(text, variable=field)
+    except ConfigError:
+        raise ValidationError(
+            f"not a duration: {text[:64]!r} (use e.g. 500ms, 30s, 2m, 1h30m)", field=field
+        ) from None
+    if seconds < 0 or seconds > maximum.total_seconds():
+        raise ValidationError(
+            f"must be between 0s and {_show(maximum)}, got {text[:64]!r}", field=field
+        )
+    return timedelta(seconds=seconds)
+
+
+def _show(value: timedelta) -> str:
+    hours = int(value.total_seconds() // 3600)
+    return f"{hours}h" if hours else f"{int(value.total_seconds())}s"
