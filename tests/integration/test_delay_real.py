@@ -4,6 +4,7 @@ the delayed root and the delayed dependent wait in the Redis scheduled set until
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from datetime import timedelta
 
 import pytest
@@ -41,6 +42,10 @@ async def services(pg_store: CockroachStore, redis_client: Redis, redis_prefix: 
     )
 
 
+def members(raw: Sequence[object]) -> list[str]:
+    return [m.decode() if isinstance(m, bytes) else str(m) for m in raw]
+
+
 async def test_delayed_root_and_dependent_wait_for_their_time(
     services: Services, redis_client: Redis, redis_prefix: str
 ) -> None:
@@ -57,7 +62,7 @@ async def test_delayed_root_and_dependent_wait_for_their_time(
     times = {t.name: t.scheduled_at for t in view.tasks}
     assert times["b"] - times["a"] == timedelta(milliseconds=800)
     scheduled = await redis_client.zrange(f"{redis_prefix}queue:scheduled", 0, -1)
-    assert [m.decode() for m in scheduled] == [f"default|{a}"]
+    assert members(scheduled) == [f"default|{a}"]
     assert await services.queue.pop_many(["default"], timeout=0.05, max_count=4) == []
 
     reconcile = services.reconciler.reconcile
@@ -74,7 +79,7 @@ async def test_delayed_root_and_dependent_wait_for_their_time(
     assert task_b.status is TaskStatus.QUEUED and task_b.scheduled_at == times["b"]
     assert await services.queue.pop_many(["default"], timeout=0.05, max_count=4) == []
     scheduled = await redis_client.zrange(f"{redis_prefix}queue:scheduled", 0, -1)
-    assert [m.decode() for m in scheduled] == [f"default|{b}"]
+    assert members(scheduled) == [f"default|{b}"]
     await asyncio.sleep(0.8)
     assert await reconcile.promote_scheduled() == 1
     ids = await services.queue.pop_many(["default"], timeout=0.05, max_count=4)
