@@ -10,6 +10,7 @@ from typing import Any
 from uuid import UUID
 
 from dtq.domain.entities import DEFAULT_PRIORITY, Job, Task, TaskRun
+from dtq.domain.policy import RetryPolicy
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +26,8 @@ class TaskSpec:
         priority: ready-queue tier (``queue:ready:{priority}``).
         run_at: due no earlier than this aware time (issue 14 item 2); a past time is now.
         delay: due this long after the submit's transaction time. At most one of the two.
+        retry_policy: the task's own retry backoff (issue 14 item 3); None: ``RETRY_BACKOFF``.
+        timeout: the task's handler timeout, winning over the kind's; None: the kind's.
     """
 
     name: str
@@ -35,6 +38,8 @@ class TaskSpec:
     priority: str = DEFAULT_PRIORITY
     run_at: datetime | None = None
     delay: timedelta | None = None
+    retry_policy: RetryPolicy | None = None
+    timeout: timedelta | None = None
 
 
 @dataclass(frozen=True, slots=True)

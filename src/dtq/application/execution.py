@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import copy
 import dataclasses
+import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -38,6 +39,7 @@ from dtq.domain.errors import (
     StaleRun,
     TaskNotClaimable,
 )
+from dtq.domain.policy import retry_delay
 from dtq.domain.status import RunStatus, TaskStatus
 
 
@@ -99,6 +101,8 @@ class ExecutionService:
         policy: lease duration, retry backoff, crash budget (seconds).
         clock: the host clock the heartbeat dates a lease's ``deadline_ms`` by (default: the
             system clock, aware UTC).
+        rand: floats in ``[0, 1)`` for retry jitter (``domain.policy.retry_delay``); default
+            ``random.random``, inject a fixed one in tests.
     """
 
     def __init__(
@@ -108,11 +112,13 @@ class ExecutionService:
         queue: Queue,
         policy: ExecutionPolicy,
         clock: Clock | None = None,
+        rand: Callable[[], float] = random.random,
     ) -> None:
         self._store = store
         self._queue = queue
         self._policy = policy
         self._clock = clock
+        self._rand = rand
 
     @property
     def policy(self) -> ExecutionPolicy:
@@ -334,7 +340,7 @@ class ExecutionService:
             The outcome (RECORDED, DUPLICATE: this failure was already recorded, or STALE) and
             when the retry is due, if one was scheduled (``domain.policy.decide_retry``).
         """
-        backoff = timedelta(seconds=self._policy.retry_backoff)
+        default_backoff = timedelta(seconds=self._policy.retry_backoff)
         retry_at: datetime | None = None
 
         async def tx_fn(tx: Transaction, replay: bool) -> _Followup:
@@ -342,6 +348,9 @@ class ExecutionService:
             task, run = await _load_run(tx, claim)
             _flush_progress(task, run.id, progress)
             now = await tx.now()
+            backoff = retry_delay(
+                task.retry_policy, attempt=task.attempt, default=default_backoff, rand=self._rand
+            )
             decision = task.fail(run, error=error, permanent=permanent, backoff=backoff, at=now)
             if decision is None:
                 if not replay:

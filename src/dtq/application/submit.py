@@ -160,6 +160,8 @@ def _new_task(spec: TaskSpec, job_id: UUID, task_id: UUID, now: datetime, *, pos
         priority=spec.priority,
         max_attempts=spec.max_attempts,
         position=position,
+        retry_policy=spec.retry_policy,
+        timeout=spec.timeout,
     )
 
 

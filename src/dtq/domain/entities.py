@@ -14,7 +14,7 @@ from typing import Any
 from uuid import UUID
 
 from dtq.domain.errors import InvalidTransition, StaleRun, TaskNotClaimable
-from dtq.domain.policy import RetryDecision, decide_retry
+from dtq.domain.policy import RetryDecision, RetryPolicy, decide_retry
 from dtq.domain.status import RUN_TRANSITIONS, TASK_TRANSITIONS, JobStatus, RunStatus, TaskStatus
 
 #: Priority tier used when a task does not name one (spec §5: ``queue:ready:default``).
@@ -69,6 +69,9 @@ class Task:
             item 5), written fenced to the live run; None until one is reported. It survives
             the run: the next attempt (after a reclaim, a hand-back or a retried failure) reads
             it as ``task.checkpoint``.
+        retry_policy: the task's own backoff (issue 14 item 3), or None for the deployment's
+            fixed ``RETRY_BACKOFF``; set at submit, never changed.
+        timeout: the handler's time limit for this task (wins over the kind's), or None.
     """
 
     id: UUID
@@ -92,6 +95,8 @@ class Task:
     result: Any = None
     position: int = 0
     progress: Any = None
+    retry_policy: RetryPolicy | None = None
+    timeout: timedelta | None = None
 
     # -- guard -----------------------------------------------------------------------------
 

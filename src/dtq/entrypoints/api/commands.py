@@ -20,8 +20,13 @@ import msgspec
 
 from dtq.application.commands import SubmitJob, TaskSpec
 from dtq.domain.errors import InvalidPayload, ValidationError
-from dtq.entrypoints.api.schemas import SubmitJobRequest, SubmitTaskRequest, TaskSpecRequest
-from dtq.entrypoints.api.timing import parse_delay, parse_run_at
+from dtq.entrypoints.api.schemas import (
+    RetryRequest,
+    SubmitJobRequest,
+    SubmitTaskRequest,
+    TaskSpecRequest,
+)
+from dtq.entrypoints.api.timing import parse_delay, parse_retry, parse_run_at, parse_timeout
 from dtq.entrypoints.config import Settings
 
 _encoder = msgspec.json.Encoder(order="sorted")
@@ -76,6 +81,16 @@ def _task_spec(
         priority=task.priority,
         run_at=run_at,
         delay=delay,
+        retry_policy=(
+            parse_retry(task.retry, field=f"tasks[{index}].retry")
+            if isinstance(task.retry, RetryRequest)
+            else None
+        ),
+        timeout=(
+            parse_timeout(task.timeout, field=f"tasks[{index}].timeout")
+            if isinstance(task.timeout, str)
+            else None
+        ),
     )
 
 

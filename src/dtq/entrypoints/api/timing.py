@@ -1,4 +1,5 @@
-"""Parsing the submit body's timing fields: ``run_at`` and ``delay`` (issue 14 item 2).
+"""Parsing the submit body's timing fields: ``run_at``, ``delay`` (issue 14 item 2), ``retry``
+and ``timeout`` (item 3).
 
 Both are kept as text in the request Structs (so a naive time or a malformed duration is a
 400 naming the field, in our words) and turned into aware/positive Python values here.
@@ -9,6 +10,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from dtq.domain.errors import ValidationError
+from dtq.domain.policy import RetryPolicy
+from dtq.entrypoints.api.schemas import RetryRequest
 from dtq.entrypoints.config_values import ConfigError, parse_duration
 
 #: The longest ``delay`` accepted: one year.
@@ -60,3 +63,54 @@ def parse_delay(text: str, *, field: str, maximum: timedelta = MAX_DELAY) -> tim
 def _show(value: timedelta) -> str:
     hours = int(value.total_seconds() // 3600)
     return f"{hours}h" if hours else f"{int(value.total_seconds())}s"
+
+
+def parse_retry(body: RetryRequest, *, field: str) -> RetryPolicy:
+    """The domain policy of a submit's ``retry`` object (issue 14 item 3).
+
+    Raises:
+        ValidationError: a duration malformed or beyond a year (``{field}.delay`` /
+            ``{field}.max_delay``), ``max_delay`` below ``delay``, or ``max_delay`` with fixed
+            backoff (it would do nothing).
+    """
+    delay = None
+    if isinstance(body.delay, str):
+        delay = parse_delay(body.delay, field=f"{field}.delay")
+    cap = None
+    if isinstance(body.max_delay, str):
+        cap = parse_delay(body.max_delay, field=f"{field}.max_delay")
+        if body.backoff != "exponential":
+            raise ValidationError(
+                "max_delay applies to exponential backoff only", field=f"{field}.max_delay"
+            )
+        if delay is not None and cap < delay:
+            raise ValidationError(
+                f"max_delay ({body.max_delay}) is shorter than delay ({body.delay})",
+                field=f"{field}.max_delay",
+            )
+    return RetryPolicy(backoff=body.backoff, delay=delay, max_delay=cap, jitter=body.jitter)
+
+
+def parse_timeout(text: str, *, field: str) -> timedelta:
+    """A handler timeout: a Go duration from 1ms to one year.
+
+    Raises:
+        ValidationError: malformed, zero, or beyond a year.
+    """
+    value = parse_delay(text, field=field)
+    if value < timedelta(milliseconds=1):
+        raise ValidationError(f"must be at least 1ms, got {text[:64]!r}", field=field)
+    return value
+
+
+def format_duration(value: timedelta) -> str:
+    """A Go duration for display: ``500ms``, ``5s``, ``1m30s``, ``2h``; milliseconds resolution."""
+    ms = round(value.total_seconds() * 1000)
+    if ms % 1000:
+        return f"{ms}ms"
+    seconds = ms // 1000
+    hours, rest = divmod(seconds, 3600)
+    minutes, seconds = divmod(rest, 60)
+    parts = [f"{hours}h" if hours else "", f"{minutes}m" if minutes else ""]
+    parts.append(f"{seconds}s" if seconds or not (hours or minutes) else "")
+    return "".join(parts)
