@@ -14,6 +14,7 @@ from redis.asyncio import Redis
 from dtq.adapters.cockroach import CockroachStore
 from dtq.adapters.redis import RedisQueue
 from dtq.application.commands import ExecutionPolicy, SubmitJob, TaskSpec
+from dtq.domain.policy import RetryPolicy
 from dtq.domain.status import TaskStatus
 from dtq.entrypoints.bundles import Services
 from dtq.entrypoints.config import Settings
@@ -84,3 +85,36 @@ async def test_delayed_root_and_dependent_wait_for_their_time(
     assert await reconcile.promote_scheduled() == 1
     ids = await services.queue.pop_many(["default"], timeout=0.05, max_count=4)
     assert [c.task.id for c in await services.worker.execution.claim_many(ids, "w1")] == [b]
+
+
+async def test_retry_policy_and_timeout_are_stored_and_drive_the_retry(services: Services) -> None:
+    policy = RetryPolicy(
+        backoff="exponential", delay=timedelta(milliseconds=300), max_delay=timedelta(seconds=1)
+    )
+    result = await services.api.submit.submit_job(
+        SubmitJob(
+            tasks=(
+                TaskSpec(
+                    "a",
+                    "echo",
+                    max_attempts=3,
+                    retry_policy=policy,
+                    timeout=timedelta(seconds=90),
+                ),
+                TaskSpec("b", "echo"),
+            )
+        )
+    )
+    a, b = result.task_ids["a"], result.task_ids["b"]
+    stored = (await services.api.queries.get_task(a)).task
+    assert (stored.retry_policy, stored.timeout) == (policy, timedelta(seconds=90))
+    plain = (await services.api.queries.get_task(b)).task
+    assert (plain.retry_policy, plain.timeout) == (None, None)
+
+    ids = await services.queue.pop_many(["default"], timeout=0.05, max_count=4)
+    claims = {c.task.id: c for c in await services.worker.execution.claim_many(ids, "w1")}
+    assert claims[a].task.retry_policy == policy  # the claim's read carries it
+    failed = await services.worker.execution.fail(claims[a], "boom")
+    task = (await services.api.queries.get_task(a)).task
+    assert failed.retry_at == task.scheduled_at
+    assert task.scheduled_at - task.updated_at == timedelta(milliseconds=300)
