@@ -47,6 +47,7 @@ async def test_run_at_with_an_offset_on_post_jobs(api: Api) -> None:
         "tasks": [
             {"name": "a", "kind": "echo", "run_at": due.isoformat()},
             {"name": "b", "kind": "echo", "run_at": "2000-01-01T00:00:00Z"},
+            {"name": "c", "kind": "echo", "run_at": "0001-01-01T00:00:00+01:00"},
         ]
     }
     response = await api.client.post("/v1/jobs", json=body)
@@ -54,7 +55,8 @@ async def test_run_at_with_an_offset_on_post_jobs(api: Api) -> None:
     ids = response.json()["tasks"]
     assert await scheduled_at(api, ids["a"]) == due
     assert await scheduled_at(api, ids["b"]) == api.clock.now()  # a past run_at runs now
-    assert api.queue.ready_ids("default") == [UUID(ids["b"])]
+    assert await scheduled_at(api, ids["c"]) == api.clock.now()
+    assert api.queue.ready_ids("default") == [UUID(ids["b"]), UUID(ids["c"])]
 
 
 @pytest.mark.parametrize(
@@ -69,6 +71,8 @@ async def test_run_at_with_an_offset_on_post_jobs(api: Api) -> None:
         ({"delay": "9000h"}, "delay"),
         ({"delay": "1d"}, "delay"),
         ({"delay": "5s", "run_at": "2026-12-01T12:00:00Z"}, "delay"),
+        ({"run_at": "9999-12-31T23:59:59-01:00"}, "run_at"),  # beyond datetime in UTC
+        ({"run_at": "9000-01-01T00:00:00Z"}, "run_at"),  # more than a year ahead
     ],
 )
 async def test_bad_timing_is_a_400_naming_the_field(

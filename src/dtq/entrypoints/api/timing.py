@@ -7,7 +7,7 @@ Both are kept as text in the request Structs (so a naive time or a malformed dur
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from dtq.domain.errors import ValidationError
 from dtq.domain.policy import RetryPolicy
@@ -18,14 +18,21 @@ from dtq.entrypoints.config_values import ConfigError, parse_duration
 MAX_DELAY = timedelta(days=366)
 
 
-def parse_run_at(text: str, *, field: str) -> datetime:
+def parse_run_at(text: str, *, field: str, now: datetime | None = None) -> datetime:
     """Parse an RFC 3339 time with an offset (``2026-12-01T12:00:00Z``, ``...+02:00``).
 
+    Args:
+        text: the field's text.
+        field: the field named in errors.
+        now: the current time (default: the host's clock); ``run_at`` may be at most
+            :data:`MAX_DELAY` after it, like ``delay``.
+
     Returns:
-        The aware time (any offset; compare it with aware times only).
+        The aware time in UTC.
 
     Raises:
-        ValidationError: not an RFC 3339 time, or no offset (a naive time is ambiguous).
+        ValidationError: not an RFC 3339 time, no offset (a naive time is ambiguous), or more
+            than :data:`MAX_DELAY` ahead.
     """
     try:
         value = datetime.fromisoformat(text)
@@ -38,7 +45,18 @@ def parse_run_at(text: str, *, field: str) -> datetime:
             f"run_at needs a date, a time and a UTC offset (Z or +hh:mm), got {text[:64]!r}",
             field=field,
         )
-    return value
+    now = now if now is not None else datetime.now(UTC)
+    try:
+        utc = value.astimezone(UTC)
+    except OverflowError:  # an offset pushing 0001-01-01 or 9999-12-31 out of range
+        utc = None
+    if utc is None or utc > now + MAX_DELAY:
+        if utc is None and value.year == 1:
+            return datetime.min.replace(tzinfo=UTC)  # before year 1 in UTC: runs now
+        raise ValidationError(
+            f"run_at must be at most {_show(MAX_DELAY)} ahead, got {text[:64]!r}", field=field
+        )
+    return utc
 
 
 def parse_delay(text: str, *, field: str, maximum: timedelta = MAX_DELAY) -> timedelta:
