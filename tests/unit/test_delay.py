@@ -84,3 +84,16 @@ async def test_run_at_and_delay_together_are_refused(app: App) -> None:
         )
     assert err.value.field == "tasks[0].delay"
     assert app.store._tables.jobs == {}
+
+
+async def test_a_replayed_success_that_landed_schedules_the_delayed_dependent(app: App) -> None:
+    result = await app.submit_tasks(
+        TaskSpec("a", "echo"), TaskSpec("b", "echo", depends_on=("a",), delay=timedelta(minutes=1))
+    )
+    assert await pop_one(app.queue, ["default"], timeout=0) == result.task_ids["a"]
+    claim = await claim_one(app.execution, result.task_ids["a"], "w1")
+    assert claim is not None
+    app.store.inject_ambiguous_commits(1)
+    await complete_one(app.execution, claim)
+    assert app.queue.scheduled_ids() == [result.task_ids["b"]]
+    assert app.queue.ready_ids("default") == []

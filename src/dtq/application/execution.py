@@ -680,7 +680,8 @@ async def _complete_replayed(
     A commit is all or nothing: when this re-run records something, the first commit did not
     land and its answers stand. When it records nothing, the first commit landed (or every
     claim was already reported): each DUPLICATE is this call's own success, answered RECORDED,
-    and the dependents of those tasks now ``queued`` and due are returned to be pushed again.
+    and the dependents of those tasks now ``queued`` and due (or promoted but due later) are
+    returned to be pushed (or scheduled) again.
     """
     outcomes, promoted = await _complete_tx(tx, claims, results, progress)
     if ReportOutcome.RECORDED in outcomes:
@@ -695,7 +696,12 @@ async def _complete_replayed(
     now = await tx.now()
     edges = await tx.tasks.dependents_many(landed)
     children = await tx.tasks.get_many(list(dict.fromkeys(child for _, child in edges)))
-    queued = [c for c in children if c.status is TaskStatus.QUEUED and c.scheduled_at <= now]
+    # due now: pushed again; promoted but due later (a delayed dependent): scheduled again
+    queued = [
+        c
+        for c in children
+        if c.status is TaskStatus.QUEUED and (c.scheduled_at <= now or c.due_later)
+    ]
     recorded: list[ReportOutcome] = [
         ReportOutcome.RECORDED if outcome is ReportOutcome.DUPLICATE else outcome
         for outcome in outcomes
