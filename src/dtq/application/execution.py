@@ -327,7 +327,8 @@ class ExecutionService:
         """Record the handler's failure (spec §6 Failure, Unknown kind).
 
         The run becomes ``failed`` with ``error``; the task is retried after
-        ``policy.retry_backoff`` seconds through the scheduled set while attempts remain and
+        ``policy.retry_backoff`` seconds, or the delay of its own ``retry_policy``
+        (``domain.policy.retry_delay``), through the scheduled set while attempts remain and
         the error is not ``permanent``, else it fails and its pending dependents are failed
         transitively, and the job fails. ``progress`` (as for :meth:`complete_many`) is
         written in the same transaction and stays the task's checkpoint for the retry.
