@@ -58,6 +58,8 @@ REFERENCE_COLUMNS: dict[str, list[tuple[str, str, bool]]] = {  # (name, type, nu
         ("result", "jsonb", True),
         ("job_position", "bigint", False),
         ("progress", "jsonb", True),
+        ("retry_policy", "jsonb", True),
+        ("timeout_ms", "bigint", True),
     ],
     "task_dependencies": [
         ("task_id", "uuid", False),

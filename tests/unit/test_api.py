@@ -269,6 +269,8 @@ async def test_get_task_returns_every_documented_field(api: Api) -> None:
         "updated_at",
         "result",
         "progress",
+        "retry",
+        "timeout",
         "runs",
     }
     assert body["id"] == ids["task_id"]

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 from uuid import UUID
 
 from dtq.domain.entities import DEFAULT_PRIORITY, Job, Task, TaskRun
+from dtq.domain.policy import RetryPolicy
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +24,10 @@ class TaskSpec:
         depends_on: names of tasks of the same job that must complete first.
         max_attempts: retry budget, >= 1.
         priority: ready-queue tier (``queue:ready:{priority}``).
+        run_at: due no earlier than this aware time (issue 14 item 2); a past time is now.
+        delay: due this long after the submit's transaction time. At most one of the two.
+        retry_policy: the task's own retry backoff (issue 14 item 3); None: ``RETRY_BACKOFF``.
+        timeout: the task's handler timeout, winning over the kind's; None: the kind's.
     """
 
     name: str
@@ -30,6 +36,10 @@ class TaskSpec:
     depends_on: tuple[str, ...] = ()
     max_attempts: int = 3
     priority: str = DEFAULT_PRIORITY
+    run_at: datetime | None = None
+    delay: timedelta | None = None
+    retry_policy: RetryPolicy | None = None
+    timeout: timedelta | None = None
 
 
 @dataclass(frozen=True, slots=True)

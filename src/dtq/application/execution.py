@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import copy
 import dataclasses
+import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -38,6 +39,7 @@ from dtq.domain.errors import (
     StaleRun,
     TaskNotClaimable,
 )
+from dtq.domain.policy import retry_delay
 from dtq.domain.status import RunStatus, TaskStatus
 
 
@@ -99,6 +101,8 @@ class ExecutionService:
         policy: lease duration, retry backoff, crash budget (seconds).
         clock: the host clock the heartbeat dates a lease's ``deadline_ms`` by (default: the
             system clock, aware UTC).
+        rand: floats in ``[0, 1)`` for retry jitter (``domain.policy.retry_delay``); default
+            ``random.random``, inject a fixed one in tests.
     """
 
     def __init__(
@@ -108,11 +112,13 @@ class ExecutionService:
         queue: Queue,
         policy: ExecutionPolicy,
         clock: Clock | None = None,
+        rand: Callable[[], float] = random.random,
     ) -> None:
         self._store = store
         self._queue = queue
         self._policy = policy
         self._clock = clock
+        self._rand = rand
 
     @property
     def policy(self) -> ExecutionPolicy:
@@ -302,7 +308,12 @@ class ExecutionService:
             )
         await self._queue.delete_leases([(c.task.id, c.run.id) for c in claims])
         if promoted:
-            await self._queue.enqueue_many([(t.id, t.priority) for t in promoted])
+            await self._queue.enqueue_many(
+                [(t.id, t.priority) for t in promoted if not t.due_later]
+            )
+            for task in promoted:
+                if task.due_later:  # a delayed dependent: it also waits for its own time
+                    await self._queue.schedule(task.id, task.priority, task.scheduled_at)
         return outcomes
 
     async def fail(
@@ -316,7 +327,8 @@ class ExecutionService:
         """Record the handler's failure (spec §6 Failure, Unknown kind).
 
         The run becomes ``failed`` with ``error``; the task is retried after
-        ``policy.retry_backoff`` seconds through the scheduled set while attempts remain and
+        ``policy.retry_backoff`` seconds, or the delay of its own ``retry_policy``
+        (``domain.policy.retry_delay``), through the scheduled set while attempts remain and
         the error is not ``permanent``, else it fails and its pending dependents are failed
         transitively, and the job fails. ``progress`` (as for :meth:`complete_many`) is
         written in the same transaction and stays the task's checkpoint for the retry.
@@ -329,7 +341,7 @@ class ExecutionService:
             The outcome (RECORDED, DUPLICATE: this failure was already recorded, or STALE) and
             when the retry is due, if one was scheduled (``domain.policy.decide_retry``).
         """
-        backoff = timedelta(seconds=self._policy.retry_backoff)
+        default_backoff = timedelta(seconds=self._policy.retry_backoff)
         retry_at: datetime | None = None
 
         async def tx_fn(tx: Transaction, replay: bool) -> _Followup:
@@ -337,6 +349,9 @@ class ExecutionService:
             task, run = await _load_run(tx, claim)
             _flush_progress(task, run.id, progress)
             now = await tx.now()
+            backoff = retry_delay(
+                task.retry_policy, attempt=task.attempt, default=default_backoff, rand=self._rand
+            )
             decision = task.fail(run, error=error, permanent=permanent, backoff=backoff, at=now)
             if decision is None:
                 if not replay:
@@ -666,7 +681,8 @@ async def _complete_replayed(
     A commit is all or nothing: when this re-run records something, the first commit did not
     land and its answers stand. When it records nothing, the first commit landed (or every
     claim was already reported): each DUPLICATE is this call's own success, answered RECORDED,
-    and the dependents of those tasks now ``queued`` and due are returned to be pushed again.
+    and the dependents of those tasks now ``queued`` and due (or promoted but due later) are
+    returned to be pushed (or scheduled) again.
     """
     outcomes, promoted = await _complete_tx(tx, claims, results, progress)
     if ReportOutcome.RECORDED in outcomes:
@@ -681,7 +697,12 @@ async def _complete_replayed(
     now = await tx.now()
     edges = await tx.tasks.dependents_many(landed)
     children = await tx.tasks.get_many(list(dict.fromkeys(child for _, child in edges)))
-    queued = [c for c in children if c.status is TaskStatus.QUEUED and c.scheduled_at <= now]
+    # due now: pushed again; promoted but due later (a delayed dependent): scheduled again
+    queued = [
+        c
+        for c in children
+        if c.status is TaskStatus.QUEUED and (c.scheduled_at <= now or c.due_later)
+    ]
     recorded: list[ReportOutcome] = [
         ReportOutcome.RECORDED if outcome is ReportOutcome.DUPLICATE else outcome
         for outcome in outcomes

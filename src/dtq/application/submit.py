@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from datetime import datetime
+from datetime import datetime, timedelta
 from uuid import UUID, uuid4
 
 from dtq.application.commands import SubmitJob, SubmitResult, TaskSpec
@@ -36,8 +36,10 @@ class SubmitService:
     async def submit_job(self, cmd: SubmitJob) -> SubmitResult:
         """Validate and create a job in one transaction; enqueue its root tasks after commit.
 
-        Tasks without dependencies start ``queued`` and due now; the others start ``pending``
-        and are promoted when their dependencies complete. If Redis fails after the commit, the
+        Tasks without dependencies start ``queued``, due now or at their ``run_at``/``delay``
+        (a root due later goes onto the scheduled set after the commit, not a ready list);
+        the others start ``pending`` and are promoted when their dependencies complete (and
+        then wait for their own due time, if later). If Redis fails after the commit, the
         job is still created (and the call succeeds): the reconciler pushes its due tasks. With
         an idempotency key, a replay of the same request returns the original ids
         (``created=False``) and writes nothing, also when two such requests race.
@@ -57,6 +59,9 @@ class SubmitService:
         _validate(cmd)
         job_id = uuid4()
         task_ids = {spec.name: uuid4() for spec in cmd.tasks}
+        #: due time of each root, as the latest transaction attempt computed it
+        due: dict[UUID, datetime] = {}
+        later: set[UUID] = set()
 
         async def create(tx: Transaction) -> SubmitResult:
             if cmd.idempotency_key is not None:
@@ -84,6 +89,12 @@ class SubmitService:
                 for dep in dict.fromkeys(spec.depends_on)
             ]
             await tx.jobs.add(job, tasks, edges)
+            due.clear()
+            later.clear()
+            for task in tasks:
+                due[task.id] = task.scheduled_at
+                if task.scheduled_at > now:
+                    later.add(task.id)
             return SubmitResult(job_id=job_id, task_ids=dict(task_ids), created=True)
 
         try:
@@ -97,7 +108,10 @@ class SubmitService:
             # The job is committed: if Redis fails now, the reconciler pushes its due tasks once
             # Redis is back. Failing the request would invite a client to submit it again.
             with contextlib.suppress(BackendUnavailable):
-                await self._queue.enqueue_many(roots)
+                await self._queue.enqueue_many([r for r in roots if r[0] not in later])
+                for task_id, priority in roots:
+                    if task_id in later:  # due later: the promoter pushes it on time
+                        await self._queue.schedule(task_id, priority, due[task_id])
         return result
 
 
@@ -109,11 +123,27 @@ def _validate(cmd: SubmitJob) -> None:
             raise ValidationError(
                 "max_attempts must be at least 1", field=f"tasks[{i}].max_attempts"
             )
+        if spec.run_at is not None and spec.delay is not None:
+            raise ValidationError("give run_at or delay, not both", field=f"tasks[{i}].delay")
+        if spec.run_at is not None and spec.run_at.utcoffset() is None:
+            raise ValidationError("run_at must be an aware time", field=f"tasks[{i}].run_at")
+        if spec.delay is not None and spec.delay < timedelta(0):
+            raise ValidationError("delay must not be negative", field=f"tasks[{i}].delay")
         if not spec.kind:
             raise ValidationError("kind must not be empty", field=f"tasks[{i}].kind")
         check_storable(spec.payload, field=f"tasks[{i}].payload")
     check_storable(cmd.metadata, field="metadata")
     validate_dag([TaskNode(spec.name, tuple(spec.depends_on)) for spec in cmd.tasks])
+
+
+def _due(spec: TaskSpec, now: datetime) -> datetime:
+    """The task's due time (issue 14 item 2): ``run_at`` (a past one is now), ``now + delay``,
+    or now."""
+    if spec.run_at is not None:
+        return max(spec.run_at, now)
+    if spec.delay is not None:
+        return now + spec.delay
+    return now
 
 
 def _new_task(spec: TaskSpec, job_id: UUID, task_id: UUID, now: datetime, *, position: int) -> Task:
@@ -124,12 +154,14 @@ def _new_task(spec: TaskSpec, job_id: UUID, task_id: UUID, now: datetime, *, pos
         kind=spec.kind,
         payload=spec.payload,
         status=TaskStatus.PENDING if spec.depends_on else TaskStatus.QUEUED,
-        scheduled_at=now,
+        scheduled_at=_due(spec, now),
         created_at=now,
         updated_at=now,
         priority=spec.priority,
         max_attempts=spec.max_attempts,
         position=position,
+        retry_policy=spec.retry_policy,
+        timeout=spec.timeout,
     )
 
 

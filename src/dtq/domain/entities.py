@@ -14,7 +14,7 @@ from typing import Any
 from uuid import UUID
 
 from dtq.domain.errors import InvalidTransition, StaleRun, TaskNotClaimable
-from dtq.domain.policy import RetryDecision, decide_retry
+from dtq.domain.policy import RetryDecision, RetryPolicy, decide_retry
 from dtq.domain.status import RUN_TRANSITIONS, TASK_TRANSITIONS, JobStatus, RunStatus, TaskStatus
 
 #: Priority tier used when a task does not name one (spec §5: ``queue:ready:default``).
@@ -69,6 +69,9 @@ class Task:
             item 5), written fenced to the live run; None until one is reported. It survives
             the run: the next attempt (after a reclaim, a hand-back or a retried failure) reads
             it as ``task.checkpoint``.
+        retry_policy: the task's own backoff (issue 14 item 3), or None for the deployment's
+            fixed ``RETRY_BACKOFF``; set at submit, never changed.
+        timeout: the handler's time limit for this task (wins over the kind's), or None.
     """
 
     id: UUID
@@ -92,6 +95,8 @@ class Task:
     result: Any = None
     position: int = 0
     progress: Any = None
+    retry_policy: RetryPolicy | None = None
+    timeout: timedelta | None = None
 
     # -- guard -----------------------------------------------------------------------------
 
@@ -288,13 +293,23 @@ class Task:
         return True
 
     def promote(self, *, at: datetime) -> None:
-        """``pending -> queued``, due now: all dependencies have completed (DESIGN §2 promotion).
+        """``pending -> queued``: all dependencies have completed (DESIGN §2 promotion).
+
+        Due at ``at``, or later at the task's own ``scheduled_at`` when it was submitted with a
+        ``run_at``/``delay`` still in the future (issue 14 item 2): see :attr:`due_later`.
 
         Raises:
             InvalidTransition: the task is not ``pending``.
         """
         self._move(TaskStatus.QUEUED, at=at)
-        self.scheduled_at = at
+        self.scheduled_at = max(self.scheduled_at, at)
+
+    @property
+    def due_later(self) -> bool:
+        """True when the task's due time is after its last change (``scheduled_at >
+        updated_at``): a queued task in this state belongs on the scheduled set, not on a
+        ready list."""
+        return self.scheduled_at > self.updated_at
 
     def cascade_fail(self, *, failed_dependency: str, at: datetime) -> None:
         """``pending -> failed`` because a dependency failed (spec README: transitive cascade).

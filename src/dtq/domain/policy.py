@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any, Literal
 
 from dtq.domain.status import JobStatus
 
@@ -40,6 +42,87 @@ def decide_retry(
     if permanent or attempt >= max_attempts:
         return RetryDecision(retry=False, next_attempt_at=None)
     return RetryDecision(retry=True, next_attempt_at=at + backoff)
+
+
+Backoff = Literal["fixed", "exponential"]
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """A task's own retry backoff (issue 14 item 3), stored on its row (``retry_policy``).
+
+    Attributes:
+        backoff: ``fixed`` (always ``delay``) or ``exponential`` (``delay * 2**(attempt-1)``).
+        delay: the base delay; None means the deployment's ``RETRY_BACKOFF``.
+        max_delay: the cap of an exponential delay (None: uncapped but for the 1-year limit).
+        jitter: draw the delay uniformly from ``[d/2, d]`` ("equal jitter") instead of ``d``.
+    """
+
+    backoff: Backoff = "fixed"
+    delay: timedelta | None = None
+    max_delay: timedelta | None = None
+    jitter: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        """The stored shape: ``{"backoff", "delay_ms"?, "max_delay_ms"?, "jitter"}``."""
+        out: dict[str, Any] = {"backoff": self.backoff, "jitter": self.jitter}
+        if self.delay is not None:
+            out["delay_ms"] = _ms(self.delay)
+        if self.max_delay is not None:
+            out["max_delay_ms"] = _ms(self.max_delay)
+        return out
+
+    @classmethod
+    def from_json(cls, value: Any) -> RetryPolicy | None:
+        """Inverse of :meth:`to_json`; None for SQL NULL (or anything not an object)."""
+        if not isinstance(value, dict):
+            return None
+        backoff: Backoff = "exponential" if value.get("backoff") == "exponential" else "fixed"
+        delay, cap = value.get("delay_ms"), value.get("max_delay_ms")
+        return cls(
+            backoff=backoff,
+            delay=None if delay is None else timedelta(milliseconds=int(delay)),
+            max_delay=None if cap is None else timedelta(milliseconds=int(cap)),
+            jitter=bool(value.get("jitter", False)),
+        )
+
+
+#: No retry is ever scheduled further out than this.
+LONGEST_RETRY_DELAY = timedelta(days=366)
+
+
+def retry_delay(
+    policy: RetryPolicy | None,
+    *,
+    attempt: int,
+    default: timedelta,
+    rand: Callable[[], float],
+) -> timedelta:
+    """The delay before the retry that follows failed attempt ``attempt`` (1-based).
+
+    ``fixed``: ``delay``; ``exponential``: ``delay * 2**(attempt-1)`` capped at ``max_delay``
+    (and at :data:`LONGEST_RETRY_DELAY`); ``delay`` defaults to ``default`` (``RETRY_BACKOFF``).
+    With ``jitter`` the result ``d`` becomes ``d * (0.5 + rand() / 2)``, so it stays in
+    ``[d/2, d]``; ``rand`` returns a float in ``[0, 1)`` (inject a fixed one in tests).
+    No policy (None) is ``fixed`` at ``default``, without jitter.
+    """
+    if policy is None:
+        return default
+    base = policy.delay if policy.delay is not None else default
+    delay = base
+    if policy.backoff == "exponential":
+        exponent = min(max(attempt - 1, 0), 64)
+        seconds = min(base.total_seconds() * 2.0**exponent, LONGEST_RETRY_DELAY.total_seconds())
+        delay = timedelta(seconds=seconds)
+        if policy.max_delay is not None:
+            delay = min(delay, policy.max_delay)
+    if policy.jitter:
+        delay = delay * (0.5 + rand() / 2)
+    return delay
+
+
+def _ms(value: timedelta) -> int:
+    return round(value.total_seconds() * 1000)
 
 
 def derive_job_status(

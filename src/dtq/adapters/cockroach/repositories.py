@@ -273,6 +273,8 @@ def _task_row(job_id: UUID, t: Task) -> tuple[Any, ...]:
         Int8(t.position),
         encode_json(t.result),
         encode_json(t.progress),
+        None if t.retry_policy is None else encode_json(t.retry_policy.to_json()),
+        None if t.timeout is None else Int8(round(t.timeout.total_seconds() * 1000)),
     )
 
 

@@ -7,6 +7,7 @@ with msgspec for ``%s::jsonb`` parameters, read back as ``column::text`` and dec
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from typing import Any
 
 import msgspec
@@ -14,6 +15,7 @@ from psycopg.rows import TupleRow
 
 from dtq.domain.entities import Job, Task, TaskRun, Worker
 from dtq.domain.errors import InvalidPayload
+from dtq.domain.policy import RetryPolicy
 from dtq.domain.status import JobStatus, RunStatus, TaskStatus
 
 _ENCODER = msgspec.json.Encoder()
@@ -106,6 +108,8 @@ def task_from_row(row: TupleRow) -> Task:
         result=decode_json(row[18]),
         position=row[19],
         progress=decode_json(row[20]),
+        retry_policy=RetryPolicy.from_json(decode_json(row[21])),
+        timeout=None if row[22] is None else timedelta(milliseconds=row[22]),
     )
 
 

@@ -78,27 +78,30 @@ UPDATE_JOBS: Final = (
 INSERT_TASKS: Final = (
     "INSERT INTO tasks (id, job_id, name, kind, payload, status, scheduled_at, created_at,"
     " updated_at, priority, max_attempts, attempt, reclaims, started_at, finished_at,"
-    " last_error, current_run_id, version, job_position, result, progress)"
+    " last_error, current_run_id, version, job_position, result, progress, retry_policy,"
+    " timeout_ms)"
     " SELECT u.id, %s::uuid, u.name, u.kind, u.payload::jsonb, u.status, u.scheduled_at,"
     " u.created_at, u.updated_at, u.priority, u.max_attempts, u.attempt, u.reclaims,"
     " u.started_at, u.finished_at, u.last_error, u.current_run_id, u.version, u.job_position,"
-    " u.result::jsonb, u.progress::jsonb"
+    " u.result::jsonb, u.progress::jsonb, u.retry_policy::jsonb, u.timeout_ms"
     " FROM unnest(%b::uuid[], %b::text[], %b::text[], %b::text[], %b::text[],"
     " %b::timestamptz[], %b::timestamptz[], %b::timestamptz[], %b::text[], %b::bigint[],"
     " %b::bigint[], %b::bigint[], %b::timestamptz[], %b::timestamptz[], %b::text[],"
-    " %b::uuid[], %b::bigint[], %b::bigint[], %b::text[], %b::text[])"
+    " %b::uuid[], %b::bigint[], %b::bigint[], %b::text[], %b::text[], %b::text[],"
+    " %b::bigint[])"
     " AS u(id, name, kind, payload, status, scheduled_at, created_at, updated_at, priority,"
     " max_attempts, attempt, reclaims, started_at, finished_at, last_error, current_run_id,"
-    " version, job_position, result, progress)"
+    " version, job_position, result, progress, retry_policy, timeout_ms)"
 )
 
 # INSERT_TASKS for a job of one task (every POST /v1/tasks): plain VALUES, no arrays.
 INSERT_TASK: Final = (
     "INSERT INTO tasks (id, job_id, name, kind, payload, status, scheduled_at, created_at,"
     " updated_at, priority, max_attempts, attempt, reclaims, started_at, finished_at,"
-    " last_error, current_run_id, version, job_position, result, progress)"
+    " last_error, current_run_id, version, job_position, result, progress, retry_policy,"
+    " timeout_ms)"
     " VALUES (%s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,"
-    " %s, %s::jsonb, %s::jsonb)"
+    " %s, %s::jsonb, %s::jsonb, %s::jsonb, %s)"
 )
 
 INSERT_EDGES: Final = (
@@ -114,7 +117,7 @@ GET_TASK: Final = (
     "SELECT id, job_id, name, kind, payload::text, status, scheduled_at, created_at,"
     " updated_at, priority, max_attempts, attempt, reclaims, started_at, finished_at,"
     " last_error, current_run_id, version, result::text, job_position,"
-    " progress::text, now() FROM tasks"
+    " progress::text, retry_policy::text, timeout_ms, now() FROM tasks"
     " WHERE id = %s"
 )
 
@@ -122,7 +125,7 @@ GET_TASKS: Final = (
     "SELECT id, job_id, name, kind, payload::text, status, scheduled_at, created_at,"
     " updated_at, priority, max_attempts, attempt, reclaims, started_at, finished_at,"
     " last_error, current_run_id, version, result::text, job_position,"
-    " progress::text, now() FROM tasks"
+    " progress::text, retry_policy::text, timeout_ms, now() FROM tasks"
     " WHERE id = ANY(%b::uuid[])"
 )
 
@@ -130,7 +133,7 @@ LIST_TASKS_BY_JOB: Final = (
     "SELECT id, job_id, name, kind, payload::text, status, scheduled_at, created_at,"
     " updated_at, priority, max_attempts, attempt, reclaims, started_at, finished_at,"
     " last_error, current_run_id, version, result::text, job_position,"
-    " progress::text FROM tasks"
+    " progress::text, retry_policy::text, timeout_ms FROM tasks"
     " WHERE job_id = %s ORDER BY created_at, name, id"
 )
 
@@ -140,14 +143,14 @@ RESULTS_PAGE_FIRST: Final = (
     "SELECT id, job_id, name, kind, payload::text, status, scheduled_at, created_at,"
     " updated_at, priority, max_attempts, attempt, reclaims, started_at, finished_at,"
     " last_error, current_run_id, version, result::text, job_position,"
-    " progress::text FROM tasks"
+    " progress::text, retry_policy::text, timeout_ms FROM tasks"
     " WHERE job_id = %s ORDER BY job_position, id LIMIT %s"
 )
 RESULTS_PAGE_AFTER: Final = (
     "SELECT id, job_id, name, kind, payload::text, status, scheduled_at, created_at,"
     " updated_at, priority, max_attempts, attempt, reclaims, started_at, finished_at,"
     " last_error, current_run_id, version, result::text, job_position,"
-    " progress::text FROM tasks"
+    " progress::text, retry_policy::text, timeout_ms FROM tasks"
     " WHERE job_id = %s AND (job_position, id) > (%s::bigint, %s::uuid)"
     " ORDER BY job_position, id LIMIT %s"
 )

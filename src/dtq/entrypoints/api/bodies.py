@@ -10,10 +10,12 @@ from typing import Any
 
 from dtq.application.commands import JobResultsView, JobView, SubmitResult, TaskView
 from dtq.domain.entities import Task, TaskRun, Worker
+from dtq.domain.policy import RetryPolicy
 from dtq.entrypoints.api.schemas import (
     HealthBody,
     JobBody,
     JobResultsBody,
+    RetryBody,
     RunBody,
     SubmitJobResponse,
     SubmitTaskResponse,
@@ -23,6 +25,7 @@ from dtq.entrypoints.api.schemas import (
     WorkerBody,
     WorkersBody,
 )
+from dtq.entrypoints.api.timing import format_duration
 
 
 def submitted_task(result: SubmitResult, kind: str) -> SubmitTaskResponse:
@@ -38,6 +41,17 @@ def submitted_job(result: SubmitResult) -> SubmitJobResponse:
 def task_body(task: Task) -> TaskBody:
     """The response body of a task without its runs."""
     return TaskBody(**_task_fields(task))
+
+
+def _retry_body(policy: RetryPolicy | None) -> RetryBody | None:
+    if policy is None:
+        return None
+    return RetryBody(
+        backoff=policy.backoff,
+        delay=None if policy.delay is None else format_duration(policy.delay),
+        max_delay=None if policy.max_delay is None else format_duration(policy.max_delay),
+        jitter=policy.jitter,
+    )
 
 
 def _task_fields(task: Task) -> dict[str, Any]:
@@ -58,6 +72,8 @@ def _task_fields(task: Task) -> dict[str, Any]:
         "created_at": task.created_at,
         "updated_at": task.updated_at,
         "result": task.result,
+        "retry": _retry_body(task.retry_policy),
+        "timeout": None if task.timeout is None else format_duration(task.timeout),
         "progress": task.progress,
     }
 

@@ -14,12 +14,19 @@ handler shows them without the ``tasks[0].`` prefix on ``POST /v1/tasks``, whose
 from __future__ import annotations
 
 import hashlib
+from datetime import datetime, timedelta
 
 import msgspec
 
 from dtq.application.commands import SubmitJob, TaskSpec
 from dtq.domain.errors import InvalidPayload, ValidationError
-from dtq.entrypoints.api.schemas import SubmitJobRequest, SubmitTaskRequest, TaskSpecRequest
+from dtq.entrypoints.api.schemas import (
+    RetryRequest,
+    SubmitJobRequest,
+    SubmitTaskRequest,
+    TaskSpecRequest,
+)
+from dtq.entrypoints.api.timing import parse_delay, parse_retry, parse_run_at, parse_timeout
 from dtq.entrypoints.config import Settings
 
 _encoder = msgspec.json.Encoder(order="sorted")
@@ -64,6 +71,7 @@ def _task_spec(
         name = task.kind
     else:
         name, depends_on = task.name, tuple(task.depends_on)
+    run_at, delay = _timing(task, index)
     return TaskSpec(
         name=name,
         kind=task.kind,
@@ -71,6 +79,33 @@ def _task_spec(
         depends_on=depends_on,
         max_attempts=task.max_attempts,
         priority=task.priority,
+        run_at=run_at,
+        delay=delay,
+        retry_policy=(
+            parse_retry(task.retry, field=f"tasks[{index}].retry")
+            if isinstance(task.retry, RetryRequest)
+            else None
+        ),
+        timeout=(
+            parse_timeout(task.timeout, field=f"tasks[{index}].timeout")
+            if isinstance(task.timeout, str)
+            else None
+        ),
+    )
+
+
+def _timing(
+    task: TaskSpecRequest | SubmitTaskRequest, index: int
+) -> tuple[datetime | None, timedelta | None]:
+    """``run_at`` / ``delay`` of one task (issue 14 item 2): at most one, each parsed."""
+    prefix = f"tasks[{index}]"
+    run_at = task.run_at if isinstance(task.run_at, str) else None
+    delay = task.delay if isinstance(task.delay, str) else None
+    if run_at is not None and delay is not None:
+        raise ValidationError("give run_at or delay, not both", field=f"{prefix}.delay")
+    return (
+        None if run_at is None else parse_run_at(run_at, field=f"{prefix}.run_at"),
+        None if delay is None else parse_delay(delay, field=f"{prefix}.delay"),
     )
 
 

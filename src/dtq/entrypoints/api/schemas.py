@@ -90,6 +90,46 @@ Payload = Annotated[
 ]
 
 
+RunAt = Annotated[
+    str,
+    msgspec.Meta(
+        max_length=64,
+        description=(
+            "Run no earlier than this RFC 3339 time with an offset (a naive time is a 400); a"
+            " past time runs now. Not with delay."
+        ),
+        examples=["2026-12-01T12:00:00Z"],
+    ),
+]
+Delay = Annotated[
+    str,
+    msgspec.Meta(
+        max_length=64,
+        description="Run after this Go duration (0s..8784h) from the submit. Not with run_at.",
+        examples=["30s", "1h30m"],
+    ),
+]
+
+
+Duration = Annotated[
+    str,
+    msgspec.Meta(max_length=64, description="A Go duration, e.g. 500ms, 5s, 10m, 1h30m"),
+]
+
+
+class RetryRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A task's retry backoff (issue 14 item 3); omitted: fixed ``RETRY_BACKOFF``.
+
+    ``exponential`` waits ``delay * 2**(attempt-1)`` capped at ``max_delay``; ``jitter`` draws
+    the wait uniformly from ``[d/2, d]``. ``delay`` defaults to ``RETRY_BACKOFF``.
+    """
+
+    backoff: Literal["fixed", "exponential"] = "fixed"
+    delay: Duration | msgspec.UnsetType = msgspec.UNSET
+    max_delay: Duration | msgspec.UnsetType = msgspec.UNSET
+    jitter: bool = False
+
+
 # --- requests ---------------------------------------------------------------------------------
 
 
@@ -100,6 +140,10 @@ class SubmitTaskRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True
     payload: Payload = None
     max_attempts: MaxAttempts = 3
     priority: Priority = DEFAULT_PRIORITY
+    run_at: RunAt | msgspec.UnsetType = msgspec.UNSET
+    delay: Delay | msgspec.UnsetType = msgspec.UNSET
+    retry: RetryRequest | msgspec.UnsetType = msgspec.UNSET
+    timeout: Duration | msgspec.UnsetType = msgspec.UNSET
 
 
 class TaskSpecRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -111,6 +155,10 @@ class TaskSpecRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     depends_on: list[TaskName] = msgspec.field(default_factory=list)
     max_attempts: MaxAttempts = 3
     priority: Priority = DEFAULT_PRIORITY
+    run_at: RunAt | msgspec.UnsetType = msgspec.UNSET
+    delay: Delay | msgspec.UnsetType = msgspec.UNSET
+    retry: RetryRequest | msgspec.UnsetType = msgspec.UNSET
+    timeout: Duration | msgspec.UnsetType = msgspec.UNSET
 
 
 class SubmitJobRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -184,6 +232,23 @@ class TaskBody(msgspec.Struct, kw_only=True):
             )
         ),
     ] = None
+    retry: Annotated[
+        RetryBody | None,
+        msgspec.Meta(description="The task's retry policy; null: fixed RETRY_BACKOFF"),
+    ] = None
+    timeout: Annotated[
+        str | None,
+        msgspec.Meta(description="The task's handler timeout (Go duration); null: the kind's"),
+    ] = None
+
+
+class RetryBody(msgspec.Struct, kw_only=True):
+    """A task's stored retry policy; durations as Go durations, null when not given."""
+
+    backoff: Literal["fixed", "exponential"]
+    delay: str | None
+    max_delay: str | None
+    jitter: bool
 
 
 class TaskDetailBody(TaskBody, kw_only=True):

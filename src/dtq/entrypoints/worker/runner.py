@@ -19,7 +19,8 @@ from dtq.worker import Artifacts, Handler, PermanentError, Task
 
 
 class HandlerTimeout(Exception):
-    """The handler outlived ``Options.default_timeout`` (a failure, retried by policy)."""
+    """The handler outlived its timeout (the task's, its kind's or ``Options.default_timeout``;
+    a failure, retried by policy)."""
 
 
 class UnstorableResult(PermanentError):
@@ -34,6 +35,9 @@ class HandlerRunner:
     Args:
         handlers: kind -> handler, fixed for the run.
         default_timeout: seconds one call may take, or None for no deadline.
+        kind_timeouts: kind -> seconds, winning over ``default_timeout`` for that kind (from
+            ``Runtime.register(kind, fn, timeout=...)``); a task's own ``timeout`` (submit,
+            issue 14 item 3) wins over both.
         sync_threads: size of the thread pool for plain handlers.
         max_result_bytes: largest JSON-encoded return value accepted as the task's result.
         artifacts: what every task gets as ``task.artifacts``; None leaves Task's default.
@@ -45,12 +49,14 @@ class HandlerRunner:
         *,
         default_timeout: float | None,
         sync_threads: int,
+        kind_timeouts: Mapping[str, float] | None = None,
         max_result_bytes: int = 1024 * 1024,
         artifacts: Artifacts | None = None,
     ) -> None:
         self._artifacts = artifacts
         self._async = {kind: _is_async(h) for kind, h in handlers.items()}
         self._timeout = default_timeout
+        self._kind_timeouts = dict(kind_timeouts or {})
         self._max_result_bytes = max_result_bytes
         self._pool = ThreadPoolExecutor(sync_threads, thread_name_prefix="dtq-handler")
 
@@ -90,7 +96,7 @@ class HandlerRunner:
         structlog.contextvars.bind_contextvars(
             task_id=str(task.id), job_id=str(task.job_id), kind=task.kind, attempt=task.attempt
         )
-        timeout = self._timeout
+        timeout = self.timeout_for(claim)
         if timeout is None:
             return self._checked(await self._call(handler, task))
         deadline = asyncio.timeout(timeout)
@@ -102,6 +108,13 @@ class HandlerRunner:
                 raise HandlerTimeout(f"timed out after {timeout:g} s") from None
             raise
         return self._checked(result)
+
+    def timeout_for(self, claim: Claim) -> float | None:
+        """Seconds the handler call for ``claim`` may take: the task's own ``timeout``, else
+        its kind's, else ``default_timeout``; None for no deadline."""
+        if claim.task.timeout is not None:
+            return claim.task.timeout.total_seconds()
+        return self._kind_timeouts.get(claim.task.kind, self._timeout)
 
     def _checked(self, result: Any) -> Any:
         if result is None:

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import signal
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
+from datetime import timedelta
 from typing import Any, TypeAlias, TypeVar
 
 import structlog
@@ -65,6 +67,7 @@ class Runtime:
     def __init__(self, options: Options | None = None) -> None:
         self.options = options or Options()
         self._handlers: dict[str, Handler] = {}
+        self._timeouts: dict[str, float] = {}
         self._running = False
 
     @property
@@ -72,18 +75,25 @@ class Runtime:
         """The registered kinds, sorted."""
         return tuple(sorted(self._handlers))
 
-    def register(self, kind: str, handler: Handler) -> None:
+    def register(
+        self, kind: str, handler: Handler, *, timeout: float | timedelta | None = None
+    ) -> None:
         """Register ``handler`` for tasks of ``kind``. Call before :meth:`run`.
 
         Args:
             kind: the stable handler key, e.g. ``email.send`` (version by suffix:
                 ``email.send.v2``).
             handler: ``async def h(task) -> None`` or ``def h(task) -> None``.
+            timeout: how long one call of this kind may take (seconds or a timedelta),
+                instead of ``Options.default_timeout``; a task submitted with its own
+                ``timeout`` wins over it (issue 14 item 3). None: the default.
 
         Raises:
             DuplicateKind: ``kind`` already has a handler (spec §6 Registration).
-            ValueError: ``kind`` is empty or not a string, or ``handler`` is not callable.
+            ValueError: ``kind`` is empty or not a string, ``handler`` is not callable, or
+                ``timeout`` is not a positive finite number of seconds.
         """
+        seconds = _timeout_seconds(kind, timeout)
         if not isinstance(kind, str) or not kind.strip():
             raise ValueError(f"kind must be a non-empty string, got {kind!r}")
         if not callable(handler):
@@ -91,9 +101,11 @@ class Runtime:
         if kind in self._handlers:
             raise DuplicateKind(f"kind {kind!r} is already registered")
         self._handlers[kind] = handler
+        if seconds is not None:
+            self._timeouts[kind] = seconds
 
-    def handler(self, kind: str) -> Callable[[H], H]:
-        """Decorator form of :meth:`register`; returns the function unchanged.
+    def handler(self, kind: str, *, timeout: float | timedelta | None = None) -> Callable[[H], H]:
+        """Decorator form of :meth:`register` (same ``timeout``); returns the function unchanged.
 
         Raises:
             DuplicateKind: ``kind`` already has a handler.
@@ -101,7 +113,7 @@ class Runtime:
         """
 
         def decorate(fn: H) -> H:
-            self.register(kind, fn)
+            self.register(kind, fn, timeout=timeout)
             return fn
 
         return decorate
@@ -145,7 +157,12 @@ class Runtime:
         metrics = WorkerMetrics(new_registry()) if metrics is None else metrics
         log = _log.bind(worker_id=config.worker_id)
         session = Session(
-            handlers=self._handlers, config=config, services=services, metrics=metrics, log=log
+            handlers=self._handlers,
+            timeouts=self._timeouts,
+            config=config,
+            services=services,
+            metrics=metrics,
+            log=log,
         )
         outcome = "error"
         try:
@@ -295,3 +312,17 @@ def demo_runtime(options: Options | None = None) -> Runtime:
 
 def _json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=True, default=str)
+
+
+def _timeout_seconds(kind: str, timeout: float | timedelta | None) -> float | None:
+    if timeout is None:
+        return None
+    if isinstance(timeout, timedelta):
+        seconds = timeout.total_seconds()
+    elif isinstance(timeout, int | float) and not isinstance(timeout, bool):
+        seconds = float(timeout)
+    else:
+        raise ValueError(f"timeout for kind {kind!r} must be seconds or a timedelta: {timeout!r}")
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(f"timeout for kind {kind!r} must be positive, got {timeout!r}")
+    return seconds

@@ -50,6 +50,7 @@ class Session:
 
     Args:
         handlers: kind -> handler, fixed for the session.
+        timeouts: kind -> handler timeout in seconds, for the kinds registered with one.
         config: the worker's configuration.
         services: execution, registry and queue.
         metrics: where to count (spec §9 worker metrics).
@@ -61,6 +62,7 @@ class Session:
         *,
         handlers: Mapping[str, Handler],
         config: WorkerConfig,
+        timeouts: Mapping[str, float] | None = None,
         services: WorkerServices,
         metrics: WorkerMetrics,
         log: FilteringBoundLogger,
@@ -80,6 +82,7 @@ class Session:
         self._runner = HandlerRunner(
             handlers,
             default_timeout=config.default_timeout,
+            kind_timeouts=timeouts,
             sync_threads=config.sync_threads,
             max_result_bytes=self._execution.policy.max_result_bytes,
             artifacts=TaskArtifacts(services.artifacts),

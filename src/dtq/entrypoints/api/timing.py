@@ -1,0 +1,134 @@
+"""Parsing the submit body's timing fields: ``run_at``, ``delay`` (issue 14 item 2), ``retry``
+and ``timeout`` (item 3).
+
+Both are kept as text in the request Structs (so a naive time or a malformed duration is a
+400 naming the field, in our words) and turned into aware/positive Python values here.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from dtq.domain.errors import ValidationError
+from dtq.domain.policy import RetryPolicy
+from dtq.entrypoints.api.schemas import RetryRequest
+from dtq.entrypoints.config_values import ConfigError, parse_duration
+
+#: The longest ``delay`` accepted: one year.
+MAX_DELAY = timedelta(days=366)
+
+
+def parse_run_at(text: str, *, field: str, now: datetime | None = None) -> datetime:
+    """Parse an RFC 3339 time with an offset (``2026-12-01T12:00:00Z``, ``...+02:00``).
+
+    Args:
+        text: the field's text.
+        field: the field named in errors.
+        now: the current time (default: the host's clock); ``run_at`` may be at most
+            :data:`MAX_DELAY` after it, like ``delay``.
+
+    Returns:
+        The aware time in UTC.
+
+    Raises:
+        ValidationError: not an RFC 3339 time, no offset (a naive time is ambiguous), or more
+            than :data:`MAX_DELAY` ahead.
+    """
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValidationError(
+            f"not an RFC 3339 time: {text[:64]!r} (use e.g. 2026-12-01T12:00:00Z)", field=field
+        ) from None
+    if "T" not in text.upper() or value.tzinfo is None or value.utcoffset() is None:
+        raise ValidationError(
+            f"run_at needs a date, a time and a UTC offset (Z or +hh:mm), got {text[:64]!r}",
+            field=field,
+        )
+    now = now if now is not None else datetime.now(UTC)
+    try:
+        utc = value.astimezone(UTC)
+    except OverflowError:  # an offset pushing 0001-01-01 or 9999-12-31 out of range
+        utc = None
+    if utc is None or utc > now + MAX_DELAY:
+        if utc is None and value.year == 1:
+            return datetime.min.replace(tzinfo=UTC)  # before year 1 in UTC: runs now
+        raise ValidationError(
+            f"run_at must be at most {_show(MAX_DELAY)} ahead, got {text[:64]!r}", field=field
+        )
+    return utc
+
+
+def parse_delay(text: str, *, field: str, maximum: timedelta = MAX_DELAY) -> timedelta:
+    """Parse a Go duration (``500ms``, ``30s``, ``1h30m``) in ``0 .. maximum``.
+
+    Raises:
+        ValidationError: not a Go duration, negative, or longer than ``maximum``.
+    """
+    try:
+        seconds = parse_duration(text, variable=field)
+    except ConfigError:
+        raise ValidationError(
+            f"not a duration: {text[:64]!r} (use e.g. 500ms, 30s, 2m, 1h30m)", field=field
+        ) from None
+    if seconds < 0 or seconds > maximum.total_seconds():
+        raise ValidationError(
+            f"must be between 0s and {_show(maximum)}, got {text[:64]!r}", field=field
+        )
+    return timedelta(seconds=seconds)
+
+
+def _show(value: timedelta) -> str:
+    hours = int(value.total_seconds() // 3600)
+    return f"{hours}h" if hours else f"{int(value.total_seconds())}s"
+
+
+def parse_retry(body: RetryRequest, *, field: str) -> RetryPolicy:
+    """The domain policy of a submit's ``retry`` object (issue 14 item 3).
+
+    Raises:
+        ValidationError: a duration malformed or beyond a year (``{field}.delay`` /
+            ``{field}.max_delay``), ``max_delay`` below ``delay``, or ``max_delay`` with fixed
+            backoff (it would do nothing).
+    """
+    delay = None
+    if isinstance(body.delay, str):
+        delay = parse_delay(body.delay, field=f"{field}.delay")
+    cap = None
+    if isinstance(body.max_delay, str):
+        cap = parse_delay(body.max_delay, field=f"{field}.max_delay")
+        if body.backoff != "exponential":
+            raise ValidationError(
+                "max_delay applies to exponential backoff only", field=f"{field}.max_delay"
+            )
+        if delay is not None and cap < delay:
+            raise ValidationError(
+                f"max_delay ({body.max_delay}) is shorter than delay ({body.delay})",
+                field=f"{field}.max_delay",
+            )
+    return RetryPolicy(backoff=body.backoff, delay=delay, max_delay=cap, jitter=body.jitter)
+
+
+def parse_timeout(text: str, *, field: str) -> timedelta:
+    """A handler timeout: a Go duration from 1ms to one year.
+
+    Raises:
+        ValidationError: malformed, zero, or beyond a year.
+    """
+    value = parse_delay(text, field=field)
+    if value < timedelta(milliseconds=1):
+        raise ValidationError(f"must be at least 1ms, got {text[:64]!r}", field=field)
+    return value
+
+
+def format_duration(value: timedelta) -> str:
+    """A Go duration for display: ``500ms``, ``5s``, ``1m30s``, ``2h``; milliseconds resolution."""
+    ms = round(value.total_seconds() * 1000)
+    if ms % 1000:
+        return f"{ms}ms"
+    seconds = ms // 1000
+    hours, rest = divmod(seconds, 3600)
+    minutes, seconds = divmod(rest, 60)
+    parts = [f"{hours}h" if hours else "", f"{minutes}m" if minutes else ""]
+    parts.append(f"{seconds}s" if seconds or not (hours or minutes) else "")
+    return "".join(parts)

@@ -1,0 +1,71 @@
+"""``retry`` and ``timeout`` on submit (issue 14 item 3): stored, shown, validated."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from tests.unit.api_harness import Api, running_api
+
+
+@pytest.fixture
+async def api() -> AsyncIterator[Api]:
+    async with running_api() as running:
+        yield running
+
+
+async def test_retry_and_timeout_are_shown_by_get_task(api: Api) -> None:
+    retry = {"backoff": "exponential", "delay": "500ms", "max_delay": "10m", "jitter": True}
+    response = await api.client.post(
+        "/v1/tasks", json={"kind": "echo", "retry": retry, "timeout": "1m30s"}
+    )
+    assert response.status_code == 201, response.text
+    task = (await api.client.get(f"/v1/tasks/{response.json()['task_id']}")).json()
+    assert task["retry"] == retry
+    assert task["timeout"] == "1m30s"
+
+
+async def test_without_them_both_are_null(api: Api) -> None:
+    response = await api.client.post("/v1/jobs", json={"tasks": [{"name": "a", "kind": "echo"}]})
+    task_id = response.json()["tasks"]["a"]
+    task = (await api.client.get(f"/v1/tasks/{task_id}")).json()
+    assert (task["retry"], task["timeout"]) == (None, None)
+    response = await api.client.post("/v1/tasks", json={"kind": "echo", "retry": {}})
+    task = (await api.client.get(f"/v1/tasks/{response.json()['task_id']}")).json()
+    assert task["retry"] == {"backoff": "fixed", "delay": None, "max_delay": None, "jitter": False}
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ({"retry": {"backoff": "linear"}}, "retry.backoff"),
+        ({"retry": {"delay": "5"}}, "retry.delay"),
+        ({"retry": {"delay": "9000h"}}, "retry.delay"),
+        ({"retry": {"delay": 5}}, "retry.delay"),
+        (
+            {"retry": {"backoff": "exponential", "delay": "5s", "max_delay": "1s"}},
+            "retry.max_delay",
+        ),
+        ({"retry": {"max_delay": "1m"}}, "retry.max_delay"),
+        ({"retry": {"jitter": "yes"}}, "retry.jitter"),
+        ({"retry": {"tries": 3}}, "retry.tries"),
+        ({"retry": "exponential"}, "retry"),
+        ({"timeout": "0s"}, "timeout"),
+        ({"timeout": "forever"}, "timeout"),
+        ({"timeout": "9000h"}, "timeout"),
+    ],
+)
+async def test_bad_retry_or_timeout_is_a_400_naming_the_field(
+    api: Api, extra: dict[str, Any], field: str
+) -> None:
+    response = await api.client.post("/v1/tasks", json={"kind": "echo", **extra})
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["field"] == field
+    response = await api.client.post(
+        "/v1/jobs", json={"tasks": [{"name": "a", "kind": "echo", **extra}]}
+    )
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["field"] == f"tasks[0].{field}"
+    assert api.store._tables.jobs == {}
