@@ -26,4 +26,4 @@ async def test_tasks_heap_pages_keep_room_for_the_rewritten_rows(pg_pool: Pool) 
         )
         row = await cur.fetchone()
     assert row is not None
-    assert "fillfactor=80" in (row[0] or [])
+    assert "fillfactor=70" in (row[0] or [])
