@@ -11,6 +11,7 @@ import secrets
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
+import httpx
 import psycopg
 import pytest
 import redis
@@ -25,6 +26,8 @@ from dtq.adapters.cockroach.migrate import apply_migrations
 from dtq.adapters.cockroach.store import CockroachStore, Pool, open_pool
 from dtq.adapters.redis import connect_redis
 from dtq.application.ports import Lease
+from dtq.entrypoints.bundles import Services
+from tests.integration.wiring import api_client, services_on
 
 # =================================================================================================
 # Redis
@@ -254,3 +257,17 @@ async def pg_pool(pg_dsn: str) -> AsyncIterator[Pool]:
 def pg_store(pg_pool: Pool) -> CockroachStore:
     """A ``CockroachStore`` on empty tables (fast backoff so retry tests stay quick)."""
     return CockroachStore(pg_pool, base_backoff=0.001)
+
+
+@pytest.fixture
+def services(pg_store: CockroachStore) -> Services:
+    """The container on PostgreSQL, its queue in memory (for tests about the SQL); a test file
+    that needs Redis too overrides this fixture."""
+    return services_on(pg_store)
+
+
+@pytest.fixture
+async def client(services: Services) -> AsyncIterator[httpx.AsyncClient]:
+    """An httpx client of ``services``' HTTP API."""
+    async with api_client(services) as http:
+        yield http

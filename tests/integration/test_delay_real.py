@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from datetime import timedelta
 
 import pytest
-from dependency_injector import providers
 from redis.asyncio import Redis
 
 from dtq.adapters.cockroach import CockroachStore
@@ -17,8 +16,7 @@ from dtq.application.commands import ExecutionPolicy, SubmitJob, TaskSpec
 from dtq.domain.policy import RetryPolicy
 from dtq.domain.status import TaskStatus
 from dtq.entrypoints.bundles import Services
-from dtq.entrypoints.config import Settings
-from dtq.entrypoints.container import build_container
+from tests.integration.wiring import services_on
 
 pytestmark = pytest.mark.integration
 
@@ -28,19 +26,7 @@ POLICY = ExecutionPolicy(lease_duration=5.0, retry_backoff=0.1, stale_running_af
 @pytest.fixture
 async def services(pg_store: CockroachStore, redis_client: Redis, redis_prefix: str) -> Services:
     await redis_client.set(f"{redis_prefix}epoch", "fixture|0")
-    settings = Settings()
-    c = build_container(settings, backend="memory")
-    c.store.override(providers.Object(pg_store))
-    c.queue.override(providers.Object(RedisQueue(redis_client, prefix=redis_prefix)))
-    c.policy.override(providers.Object(POLICY))
-    return Services(
-        settings=settings,
-        store=c.store(),
-        queue=c.queue(),
-        api=c.api_services(),
-        worker=c.worker_services(),
-        reconciler=c.reconciler_services(),
-    )
+    return services_on(pg_store, queue=RedisQueue(redis_client, prefix=redis_prefix), policy=POLICY)
 
 
 def members(raw: Sequence[object]) -> list[str]:

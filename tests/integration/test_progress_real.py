@@ -7,34 +7,14 @@ success, the hand-back's flush read by the next claim as the checkpoint.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import httpx
 import pytest
 
-from dtq.adapters.cockroach import CockroachStore
-from dtq.application.commands import Claim, ReportOutcome, SubmitJob, TaskSpec
+from dtq.application.commands import ReportOutcome, SubmitJob, TaskSpec
 from dtq.entrypoints.bundles import Services
-from tests.integration.wiring import api_client, services_on
+from tests.integration.wiring import claim_ready
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def services(pg_store: CockroachStore) -> Services:
-    """The container on PostgreSQL (the queue stays in memory: this file is about the SQL)."""
-    return services_on(pg_store)
-
-
-@pytest.fixture
-async def client(services: Services) -> AsyncIterator[httpx.AsyncClient]:
-    async with api_client(services) as http:
-        yield http
-
-
-async def claim_ready(services: Services, worker: str = "w1") -> list[Claim]:
-    ids = await services.queue.pop_many(["default"], timeout=0.05, max_count=16)
-    return await services.worker.execution.claim_many(ids, worker)
 
 
 async def test_progress_is_fenced_shown_while_running_and_kept_by_the_success(

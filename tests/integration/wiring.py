@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 import httpx
 from dependency_injector import providers
 
-from dtq.application.commands import ExecutionPolicy
+from dtq.application.commands import Claim, ExecutionPolicy
 from dtq.application.ports import Queue, Store
 from dtq.entrypoints.api import create_app
 from dtq.entrypoints.bundles import Services
@@ -56,3 +56,9 @@ async def api_client(services: Services) -> AsyncIterator[httpx.AsyncClient]:
     transport = httpx.ASGITransport(app=app)  # type: ignore[arg-type]  # Litestar's scope types
     async with httpx.AsyncClient(transport=transport, base_url="http://dtq") as http:
         yield http
+
+
+async def claim_ready(services: Services, worker: str = "w1") -> list[Claim]:
+    """Pop what waits on the default ready list (up to 16 ids) and claim it as ``worker``."""
+    ids = await services.queue.pop_many(["default"], timeout=0.05, max_count=16)
+    return await services.worker.execution.claim_many(ids, worker)
