@@ -160,6 +160,30 @@ async def test_an_idempotent_command_whose_reply_was_lost_is_sent_again(
     assert await redis_peek.get_lease(task_id) == lease
 
 
+async def test_the_queue_epoch_is_read_again_after_a_lost_reply(
+    proxied: tuple[RedisQueue, ReplyDropper],
+) -> None:
+    queue, proxy = proxied
+    first = await queue.epoch("token-1")
+
+    proxy.drop_next_reply()
+    again = await queue.epoch("token-2")
+
+    assert proxy.dropped == 1
+    assert again.id == first.id  # the same data set: the re-sent script created nothing new
+
+
+async def test_the_queue_clock_is_read_again_after_a_lost_reply(
+    proxied: tuple[RedisQueue, ReplyDropper],
+) -> None:
+    queue, proxy = proxied
+
+    proxy.drop_next_reply()
+    await queue.server_time()  # re-sent after the lost reply: no error
+
+    assert proxy.dropped == 1
+
+
 async def test_heartbeat_on_redis_does_not_overwrite_a_lease_written_after_missing(
     redis_client: Redis, redis_prefix: str, redis_peek: RedisPeek
 ) -> None:
