@@ -23,6 +23,7 @@ from dtq.application.ports import Queue, Store
 from dtq.application.queries import QueryService
 from dtq.application.reconcile import ReconcileService
 from dtq.application.registry import WorkerRegistryService
+from dtq.application.remote import RemoteWorkerService
 from dtq.application.submit import SubmitService
 from dtq.entrypoints.config import Settings
 
@@ -36,12 +37,14 @@ class ApiServices:
         queries: the read side (tasks, jobs, workers).
         health: backend pings for ``/healthz``.
         artifacts: artifact upload and download (``/v1/artifacts``).
+        remote: the HTTP worker protocol (``/v1/worker``, issue 15 item 1).
     """
 
     submit: SubmitService
     queries: QueryService
     health: HealthService
     artifacts: ArtifactService
+    remote: RemoteWorkerService
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,6 +37,7 @@ from dtq.application.ports import Queue, Store
 from dtq.application.queries import QueryService
 from dtq.application.reconcile import ReconcileService
 from dtq.application.registry import WorkerRegistryService
+from dtq.application.remote import RemoteWorkerService
 from dtq.application.submit import SubmitService
 from dtq.domain.errors import BackendUnavailable
 from dtq.entrypoints.bundles import ApiServices, ReconcilerServices, Services, WorkerServices
@@ -148,7 +149,8 @@ class Container(containers.DeclarativeContainer):
         clock: the host clock (one per container).
         policy: the ``ExecutionPolicy`` derived from the settings.
         store, queue: selected by ``backend``; memory ones are singletons, real ones resources.
-        submit, queries, health, execution, registry: stateless services (factories).
+        submit, queries, health, execution, registry, remote: stateless services (factories);
+            ``remote`` serves the HTTP worker protocol (issue 15 item 1).
         artifact_store, artifacts: the ``ARTIFACT_BACKEND`` store (one per container) and the
             artifact service on it.
         reconcile: the reconcile service; a singleton, since it keeps keyset cursors. Its
@@ -201,9 +203,22 @@ class Container(containers.DeclarativeContainer):
         worker_alive_within=providers.Callable(worker_alive_within, settings),
     )
     registry = providers.Factory(WorkerRegistryService, store=store)
+    remote = providers.Factory(
+        RemoteWorkerService,
+        execution=execution,
+        store=store,
+        queue=queue,
+        registry=registry,
+        clock=clock,
+    )
 
     api_services = providers.Factory(
-        ApiServices, submit=submit, queries=queries, health=health, artifacts=artifacts
+        ApiServices,
+        submit=submit,
+        queries=queries,
+        health=health,
+        artifacts=artifacts,
+        remote=remote,
     )
     worker_services = providers.Factory(
         WorkerServices, execution=execution, registry=registry, queue=queue, artifacts=artifacts

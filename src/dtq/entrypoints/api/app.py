@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 from dtq.application.artifacts import ArtifactService
 from dtq.application.health import HealthService
 from dtq.application.queries import QueryService
+from dtq.application.remote import RemoteWorkerService
 from dtq.entrypoints.api.artifacts import ArtifactController
 from dtq.entrypoints.api.errors import EXCEPTION_HANDLERS
 from dtq.entrypoints.api.health import HealthController, MetricsController
@@ -24,6 +25,7 @@ from dtq.entrypoints.api.jobs import JobController
 from dtq.entrypoints.api.middleware import BODY_TIMEOUT, CountingSubmit, install_middleware
 from dtq.entrypoints.api.openapi import StrictStructSchemaPlugin
 from dtq.entrypoints.api.tasks import TaskController
+from dtq.entrypoints.api.worker_protocol import WorkerProtocolController
 from dtq.entrypoints.api.workers import WorkerController
 from dtq.entrypoints.bundles import ApiServices
 from dtq.entrypoints.config import Settings
@@ -59,6 +61,9 @@ def _dependencies(
     def provide_artifacts() -> ArtifactService:
         return services.artifacts
 
+    def provide_remote() -> RemoteWorkerService:
+        return services.remote
+
     def provide_settings() -> Settings:
         return settings
 
@@ -70,6 +75,7 @@ def _dependencies(
         "queries": provide_queries,
         "health": provide_health,
         "artifacts": provide_artifacts,
+        "remote": provide_remote,
         "settings": provide_settings,
         "registry": provide_registry,
     }
@@ -90,7 +96,8 @@ def create_app(
 
     Routes: ``GET /healthz``, ``GET /metrics``, ``POST /v1/tasks``, ``GET /v1/tasks/{id}``,
     ``POST /v1/jobs``, ``GET /v1/jobs/{id}``, ``GET /v1/workers`` (spec §7), ``POST /v1/artifacts``,
-    ``GET``/``HEAD /v1/artifacts/{id}`` (issue 13), and the OpenAPI
+    ``GET``/``HEAD /v1/artifacts/{id}`` (issue 13), the HTTP worker protocol under ``/v1/worker``
+    (issue 15 item 1: claim, run heartbeat/result/failure, registry), and the OpenAPI
     document under ``/schema`` (``/schema/openapi.json``).
 
     Args:
@@ -114,6 +121,7 @@ def create_app(
             JobController,
             WorkerController,
             ArtifactController,
+            WorkerProtocolController,
         ],
         dependencies=_dependencies(services, settings, metrics, registry),
         exception_handlers=EXCEPTION_HANDLERS,

@@ -29,6 +29,18 @@ UNSUPPORTED = _error(
 INTERNAL = _error("Unexpected server error (`internal_error`); details are only logged")
 UNAVAILABLE = _error("Database or Redis unavailable (`backend_unavailable`); retry later")
 
+NO_TASKS = ResponseSpec(
+    data_container=None, description="No task arrived within `wait`", generate_examples=False
+)
+LEASE_LOST = _error(
+    "The run is no longer the task's live run (`lease_lost`: stop the handler, report nothing),"
+    " or it was claimed by another worker id (`run_not_owned`)"
+)
+STALE_RUN = _error(
+    "The run is no longer the task's live run (`stale_run`: reclaimed; nothing changed), or it"
+    " was claimed by another worker id (`run_not_owned`)"
+)
+
 #: Errors any route can give.
 COMMON = {500: INTERNAL, 503: UNAVAILABLE}
 #: Errors of the two submission routes.
