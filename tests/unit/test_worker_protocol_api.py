@@ -351,3 +351,33 @@ async def test_a_client_that_disconnects_during_a_held_claim_strands_nothing(api
     assert api.queue.ready_ids("default") == [UUID(task_id)]
     assert api.queue.has_marker(UUID(task_id))
     assert status == 204
+
+
+async def test_release_hands_the_task_back_at_once_without_charging_a_retry(api: Api) -> None:
+    task_id = await submit(api)
+    [claimed] = (await claim(api)).json()["tasks"]
+    url = f"/v1/worker/runs/{claimed['run_id']}/release"
+
+    released = await api.client.post(url, json={"progress": {"page": 3}}, headers=W1)
+    again = await api.client.post(url, json={}, headers=W1)
+
+    assert (released.status_code, released.json()["outcome"]) == (200, "recorded")
+    assert (again.status_code, again.json()["error"]["code"]) == (409, "stale_run")
+    stored = await task(api, task_id)
+    assert (stored["status"], stored["attempt"], stored["progress"]) == ("queued", 0, {"page": 3})
+    [reclaimed] = (await claim(api)).json()["tasks"]
+    assert (reclaimed["attempt"], reclaimed["checkpoint"]) == (1, {"page": 3})
+
+
+async def test_a_failure_writes_its_progress_as_the_retry_checkpoint(api: Api) -> None:
+    await submit(api, max_attempts=2, retry={"delay": "0s"})
+    [claimed] = (await claim(api)).json()["tasks"]
+
+    await api.client.post(
+        f"/v1/worker/runs/{claimed['run_id']}/failure",
+        json={"error": "flaky", "progress": {"done": 5}},
+        headers=W1,
+    )
+    stored = await task(api, claimed["task_id"])
+
+    assert (stored["status"], stored["progress"]) == ("queued", {"done": 5})

@@ -285,8 +285,11 @@ class RemoteWorkerService:
         now = self._clock.now() if self._clock is not None else datetime.now(UTC)
         return Renewal(now + timedelta(seconds=self.lease_duration), state)
 
-    async def succeed(self, run_id: UUID, worker_id: str, result: Any) -> ReportOutcome:
-        """Record the run's success with ``result`` (``ExecutionService.complete_many``).
+    async def succeed(
+        self, run_id: UUID, worker_id: str, result: Any, *, progress: Any = None
+    ) -> ReportOutcome:
+        """Record the run's success with ``result`` (``ExecutionService.complete_many``);
+        ``progress`` (not None) is the run's last progress, written with it.
 
         Returns:
             RECORDED, or DUPLICATE for a replay of a success already recorded.
@@ -299,31 +302,71 @@ class RemoteWorkerService:
         """
         if result is not None:
             check_result(result, max_bytes=self._execution.policy.max_result_bytes)
+        final = _checked_progress(progress)
         claim = await self.load(run_id, worker_id)
-        [outcome] = await self._execution.complete_many([claim], [result])
+        [outcome] = await self._execution.complete_many(
+            [claim], [result], progress=_final(claim, final)
+        )
         if outcome is ReportOutcome.STALE:
             raise StaleReport(f"run {run_id} is no longer the task's live run")
         return outcome
 
     async def fail(
-        self, run_id: UUID, worker_id: str, error: str, *, permanent: bool
+        self, run_id: UUID, worker_id: str, error: str, *, permanent: bool, progress: Any = None
     ) -> FailOutcome:
         """Record the run's failure (``ExecutionService.fail``: retried by policy unless
-        ``permanent``).
+        ``permanent``); ``progress`` (not None) is written with it: the retry's checkpoint.
 
         Returns:
             The outcome (RECORDED, or DUPLICATE for a replay) and the retry's due time.
 
         Raises:
+            InvalidPayload: ``progress`` cannot be stored.
             RunNotFound, RunNotOwned: as :meth:`load`.
             StaleReport: the run is no longer live; nothing changed.
             BackendUnavailable: the database or Redis failed.
         """
+        final = _checked_progress(progress)
         claim = await self.load(run_id, worker_id)
-        outcome = await self._execution.fail(claim, error, permanent=permanent)
+        outcome = await self._execution.fail(
+            claim, error, permanent=permanent, progress=_final(claim, final)
+        )
         if outcome.outcome is ReportOutcome.STALE:
             raise StaleReport(f"run {run_id} is no longer the task's live run")
         return outcome
+
+    async def release(
+        self, run_id: UUID, worker_id: str, reason: str, *, progress: Any = None
+    ) -> ReportOutcome:
+        """Give the run's task back at once (``ExecutionService.hand_back``: a worker shutting
+        down; no retry and no crash budget charged); ``progress`` (not None) is written with it.
+
+        Returns:
+            RECORDED.
+
+        Raises:
+            InvalidPayload: ``progress`` cannot be stored.
+            RunNotFound, RunNotOwned: as :meth:`load`.
+            StaleReport: the run is no longer live (also a replay: the run is already dead).
+            BackendUnavailable: the database or Redis failed.
+        """
+        final = _checked_progress(progress)
+        claim = await self.load(run_id, worker_id)
+        outcome = await self._execution.hand_back(claim, reason, progress=_final(claim, final))
+        if outcome is ReportOutcome.STALE:
+            raise StaleReport(f"run {run_id} is no longer the task's live run")
+        return outcome
+
+
+def _checked_progress(value: Any) -> Any:
+    if value is not None:
+        check_progress(value)
+    return value
+
+
+def _final(claim: Claim, progress: Any) -> dict[UUID, Any] | None:
+    """The ``progress`` argument of a report that ends the claim's run."""
+    return None if progress is None else {claim.task.id: progress}
 
 
 async def _sleep_unless(gone: asyncio.Event | None, seconds: float) -> None:

@@ -95,6 +95,12 @@ class HeartbeatRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
     ] = None
 
 
+FinalProgress = Annotated[
+    Any,
+    msgspec.Meta(description="The run's last progress, written with the report; null: none"),
+]
+
+
 class ResultRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """``POST /v1/worker/runs/{run_id}/result``: the handler's return value."""
 
@@ -102,6 +108,7 @@ class ResultRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
         Any,
         msgspec.Meta(description="Any JSON value, at most API_MAX_RESULT_BYTES; null: none"),
     ] = None
+    progress: FinalProgress = None
 
 
 class FailureRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -117,6 +124,16 @@ class FailureRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
         ),
     ]
     permanent: bool = False
+    progress: FinalProgress = None
+
+
+class ReleaseRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``POST /v1/worker/runs/{run_id}/release``: hand the task back unfinished (shutdown)."""
+
+    reason: Annotated[
+        str, msgspec.Meta(min_length=1, max_length=MAX_ERROR_CHARS, pattern=r"^[^\x00]*$")
+    ] = "worker shutting down"
+    progress: FinalProgress = None
 
 
 class RegistryRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -327,12 +344,37 @@ class WorkerProtocolController(Controller):
         """200 ``recorded`` with ``retry_at`` when a retry is scheduled (or ``duplicate``);
         409 ``stale_run``."""
         failed = await remote.fail(
-            parse_run_id(run_id), require_worker(x_worker_id), data.error, permanent=data.permanent
+            parse_run_id(run_id),
+            require_worker(x_worker_id),
+            data.error,
+            permanent=data.permanent,
+            progress=data.progress,
         )
         return ReportBody(
             outcome="recorded" if failed.outcome == "recorded" else "duplicate",
             retry_at=failed.retry_at,
         )
+
+    @post(
+        "/runs/{run_id:str}/release",
+        status_code=200,
+        summary="Hand a run's task back unfinished (the worker is shutting down)",
+        responses={409: responses.STALE_RUN, **_RUN_ERRORS},
+        before_request=guards.json_body(ReleaseRequest),
+    )
+    async def release(
+        self,
+        run_id: RunId,
+        data: JSONBody[ReleaseRequest],
+        remote: NamedDependency[RemoteWorkerService],
+        x_worker_id: WorkerIdHeader = None,
+    ) -> ReportBody:
+        """200 ``recorded``: the task is queued again at once, no retry charged; 409
+        ``stale_run`` when the run is no longer live."""
+        await remote.release(
+            parse_run_id(run_id), require_worker(x_worker_id), data.reason, progress=data.progress
+        )
+        return ReportBody(outcome="recorded")
 
     @post(
         "/registry",
