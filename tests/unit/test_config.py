@@ -97,6 +97,7 @@ def test_every_variable_is_parsed() -> None:
         "ARTIFACT_S3_BUCKET": "dtq-artifacts",
         "ARTIFACT_S3_ENDPOINT": "http://127.0.0.1:8333",
         "API_MAX_ARTIFACT_BYTES": "1048576",
+        "DTQ_TOKEN": "secret",
     }
     assert set(env) == set(ENV_VARS)
 

@@ -91,6 +91,7 @@ ENV_VARS: tuple[str, ...] = (
     "ARTIFACT_S3_BUCKET",
     "ARTIFACT_S3_ENDPOINT",
     "API_MAX_ARTIFACT_BYTES",
+    "DTQ_TOKEN",
 )
 
 _LOG_FORMATS: tuple[LogFormat, ...] = ("auto", "json", "console")
@@ -170,6 +171,8 @@ class Settings:
             from the environment; empty keys mean unsigned requests. Not shown in ``repr``.
         api_max_artifact_bytes: largest accepted ``POST /v1/artifacts`` body, 1 B..1 TiB
             (``API_MAX_ARTIFACT_BYTES``; 413 above it).
+        dtq_token: ``DTQ_TOKEN``, the bearer token an HTTP worker sends to the orchestrator
+            (issue 15 item 1); None when unset. Not shown in ``repr``.
     """
 
     crdb_dsn: str | None = None
@@ -202,6 +205,7 @@ class Settings:
     artifact_s3_endpoint: str | None = None
     artifact_s3_credentials: tuple[str, str, str] = field(default=("", "", "us-east-1"), repr=False)
     api_max_artifact_bytes: int = 256 * _MIB
+    dtq_token: str | None = field(default=None, repr=False)
 
     def execution_policy(self) -> ExecutionPolicy:
         """The timings and budgets the execution and reconcile services run with.
@@ -413,6 +417,7 @@ def load_settings(environ: Mapping[str, str]) -> Settings:
         db_pool_size=env.integer("DB_POOL_SIZE", 8, minimum=1, maximum=_MAX_POOL_SIZE),
         db_acquire_timeout=env.duration("DB_ACQUIRE_TIMEOUT", 3.0, maximum=_MAX_ACQUIRE_TIMEOUT),
         **_artifact_settings(env),
+        dtq_token=env.raw("DTQ_TOKEN"),
     )
 
 

@@ -323,7 +323,7 @@ class WorkerProtocolController(Controller):
     ) -> ReportBody:
         """200 ``recorded`` (or ``duplicate`` for a replay); 409 ``stale_run``."""
         outcome = await remote.succeed(
-            parse_run_id(run_id), require_worker(x_worker_id), data.result
+            parse_run_id(run_id), require_worker(x_worker_id), data.result, progress=data.progress
         )
         return ReportBody(outcome="recorded" if outcome == "recorded" else "duplicate")
 
