@@ -40,7 +40,7 @@ async def working(api: Api, runtime: Runtime, token: str | None = None) -> Async
         lease_duration=WORKER.lease_duration,
         max_result_bytes=WORKER.api_max_result_bytes,
         token=token,
-        transport=httpx.ASGITransport(app=api.app),
+        transport=httpx.ASGITransport(app=api.app),  # type: ignore[arg-type]
     ) as services:
         worker = asyncio.create_task(runtime.run(services, config, stop=stop))
         try:
