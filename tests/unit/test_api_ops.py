@@ -213,6 +213,12 @@ async def test_openapi_document_lists_every_route_with_its_error_responses(api: 
         ("GET", "/v1/workers"): {"200", "400", "500", "503"},
         ("POST", "/v1/artifacts"): {"201", "413", "500", "503"},
         ("GET", "/v1/artifacts/{id}"): {"200", "400", "404", "416", "500", "503"},
+        ("POST", "/v1/worker/claim"): {"200", "204", "400", "413", "415", "500", "503"},
+        ("POST", "/v1/worker/runs/{run_id}/heartbeat"): {"200", "400", "404", "409", "413", "415", "500", "503"},
+        ("POST", "/v1/worker/runs/{run_id}/result"): {"200", "400", "404", "409", "413", "415", "500", "503"},
+        ("POST", "/v1/worker/runs/{run_id}/failure"): {"200", "400", "404", "409", "413", "415", "500", "503"},
+        ("POST", "/v1/worker/runs/{run_id}/release"): {"200", "400", "404", "409", "413", "415", "500", "503"},
+        ("POST", "/v1/worker/registry"): {"204", "400", "413", "415", "500", "503"},
         ("HEAD", "/v1/artifacts/{id}"): {"200", "400", "404", "500", "503"},
     }
     error_ref = document["paths"]["/v1/jobs"]["post"]["responses"]["400"]["content"][

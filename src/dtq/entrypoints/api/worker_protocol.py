@@ -245,7 +245,14 @@ async def _watch_disconnect(request: Request[Any, Any, Any], gone: asyncio.Event
             return
 
 
-_RUN_ERRORS = {400: responses.BAD_REQUEST, 404: responses.NOT_FOUND, **responses.COMMON}
+#: Errors of every ``/v1/worker`` route: a JSON body is required (415 otherwise).
+_BODY_ERRORS = {
+    400: responses.BAD_REQUEST,
+    413: responses.TOO_LARGE,
+    415: responses.UNSUPPORTED,
+    **responses.COMMON,
+}
+_RUN_ERRORS = {404: responses.NOT_FOUND, **_BODY_ERRORS}
 
 
 class WorkerProtocolController(Controller):
@@ -258,7 +265,7 @@ class WorkerProtocolController(Controller):
         "/claim",
         status_code=200,
         summary="Long-poll for tasks to run",
-        responses={204: responses.NO_TASKS, 400: responses.BAD_REQUEST, **responses.COMMON},
+        responses={204: responses.NO_TASKS, **_BODY_ERRORS},
         before_request=guards.json_body(ClaimRequest),
     )
     async def claim(
@@ -380,7 +387,7 @@ class WorkerProtocolController(Controller):
         "/registry",
         status_code=204,
         summary="Record that a worker is alive (its registry row)",
-        responses={400: responses.BAD_REQUEST, **responses.COMMON},
+        responses=_BODY_ERRORS,
         before_request=guards.json_body(RegistryRequest),
     )
     async def registry(
