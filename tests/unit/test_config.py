@@ -133,6 +133,7 @@ def test_every_variable_is_parsed() -> None:
         artifact_s3_bucket="dtq-artifacts",
         artifact_s3_endpoint="http://127.0.0.1:8333",
         api_max_artifact_bytes=1048576,
+        dtq_token="secret",
     )
 
 
