@@ -381,3 +381,36 @@ async def test_a_failure_writes_its_progress_as_the_retry_checkpoint(api: Api) -
     stored = await task(api, claimed["task_id"])
 
     assert (stored["status"], stored["progress"]) == ("queued", {"done": 5})
+
+
+async def test_batched_results_answer_per_report_in_one_request(api: Api) -> None:
+    first, second = await submit(api), await submit(api)
+    claimed = (await claim(api, max=2)).json()["tasks"]
+    by_task = {t["task_id"]: t["run_id"] for t in claimed}
+    remote = api.services.api.remote
+    held = await remote.load(UUID(by_task[second]), "w1")
+    await api.services.worker.execution.hand_back(held, "test: run taken away")
+    reports = [
+        {"run_id": by_task[first], "result": {"n": 1}, "progress": "last"},
+        {"run_id": by_task[second], "result": 2},
+        {"run_id": str(uuid4())},
+    ]
+
+    response = await api.client.post("/v1/worker/results", json={"reports": reports}, headers=W1)
+    replay = await api.client.post("/v1/worker/results", json={"reports": reports[:1]}, headers=W1)
+    foreign = await api.client.post(
+        "/v1/worker/results", json={"reports": reports[:1]}, headers={"X-Worker-Id": "w2"}
+    )
+    bad = await api.client.post(
+        "/v1/worker/results",
+        json={"reports": [{"run_id": by_task[first], "result": "a\u0000"}]},
+        headers=W1,
+    )
+
+    assert response.json()["outcomes"] == ["recorded", "stale_run", "run_not_found"]
+    assert replay.json()["outcomes"] == ["duplicate"]
+    assert foreign.json()["outcomes"] == ["run_not_owned"]
+    assert (bad.status_code, bad.json()["error"]["field"]) == (400, "reports[0].result")
+    done = await task(api, first)
+    assert (done["status"], done["result"], done["progress"]) == ("completed", {"n": 1}, "last")
+    assert (await task(api, second))["status"] == "queued"

@@ -23,7 +23,7 @@ from dtq.application.execution import ExecutionService, FailOutcome
 from dtq.application.ports import Clock, LeaseState, Queue, Store, Transaction
 from dtq.application.registry import WorkerRegistryService
 from dtq.domain.entities import Task, TaskRun
-from dtq.domain.errors import BackendUnavailable, Conflict, NotFound
+from dtq.domain.errors import BackendUnavailable, Conflict, InvalidPayload, NotFound
 from dtq.domain.payload import check_progress, check_result
 from dtq.domain.status import TaskStatus
 
@@ -35,6 +35,10 @@ UNDELIVERED_REASON = "claim not delivered: the worker disconnected"
 #: waiting worker, never a busy loop (the interim cost of kind-blind ready lists).
 FOREIGN_PAUSE_START = 0.05
 FOREIGN_PAUSE_MAX = 1.0
+
+
+#: Most successes one ``complete_many`` records (the native runtime's ``complete_batch``).
+SUCCESS_BATCH = 128
 
 
 class RunNotFound(NotFound):
@@ -102,6 +106,7 @@ class RemoteWorkerService:
     ) -> None:
         self._registry = registry
         self._execution = execution
+        self._successes = _SuccessBatches(execution)
         self._store = store
         self._queue = queue
         self._clock = clock
@@ -291,6 +296,12 @@ class RemoteWorkerService:
         """Record the run's success with ``result`` (``ExecutionService.complete_many``);
         ``progress`` (not None) is the run's last progress, written with it.
 
+        Successes reported while a commit is in flight are recorded together by the next one
+        (at most ``SUCCESS_BATCH``), as the native runtime batches its own: one transaction
+        per batch instead of one per task, so concurrent reports of one job do not conflict
+        with each other (SERIALIZABLE) but share a commit. A batch that fails fails each of
+        its reports alike.
+
         Returns:
             RECORDED, or DUPLICATE for a replay of a success already recorded.
 
@@ -304,12 +315,70 @@ class RemoteWorkerService:
             check_result(result, max_bytes=self._execution.policy.max_result_bytes)
         final = _checked_progress(progress)
         claim = await self.load(run_id, worker_id)
-        [outcome] = await self._execution.complete_many(
-            [claim], [result], progress=_final(claim, final)
-        )
+        outcome = await self._successes.record(claim, result, final)
         if outcome is ReportOutcome.STALE:
             raise StaleReport(f"run {run_id} is no longer the task's live run")
         return outcome
+
+    async def succeed_many(
+        self, worker_id: str, reports: Sequence[tuple[UUID, Any, Any]]
+    ) -> list[str]:
+        """Record several successes ``(run_id, result, progress)`` of one worker: one read of
+        their runs and tasks, one ``ExecutionService.complete_many`` (at most
+        ``SUCCESS_BATCH``; the caller bounds it).
+
+        Returns:
+            Per report, in order: ``recorded``, ``duplicate`` (a replay), ``stale_run`` (the run
+            is no longer live; nothing changed), ``run_not_found`` or ``run_not_owned``.
+
+        Raises:
+            InvalidPayload: a result or progress cannot be stored (field ``[i].result…``;
+                nothing was recorded).
+            BackendUnavailable: the database or Redis failed (nothing, or all, was recorded:
+                send the batch again; recorded reports answer ``duplicate``).
+        """
+        limit = self._execution.policy.max_result_bytes
+        for i, (_, result, progress) in enumerate(reports):
+            for value, what in ((result, "result"), (progress, "progress")):
+                if value is None:
+                    continue
+                try:
+                    if what == "result":
+                        check_result(value, max_bytes=limit)
+                    else:
+                        check_progress(value)
+                except InvalidPayload as exc:
+                    raise InvalidPayload(exc.detail, field=f"[{i}].{exc.field}") from None
+        run_ids = [run_id for run_id, _, _ in reports]
+
+        async def read(tx: Transaction) -> tuple[list[TaskRun], list[Task]]:
+            runs = await tx.runs.get_many(run_ids)
+            return runs, await tx.tasks.get_many([run.task_id for run in runs])
+
+        runs, tasks = await self._store.run(read)
+        run_of = {run.id: run for run in runs}
+        task_of = {task.id: task for task in tasks}
+        answers: list[str] = []
+        wanted: list[tuple[int, Claim, Any, Any]] = []
+        for i, (run_id, result, progress) in enumerate(reports):
+            run = run_of.get(run_id)
+            task = None if run is None else task_of.get(run.task_id)
+            if run is None or task is None:
+                answers.append(RunNotFound.code)
+            elif run.worker_id != worker_id:
+                answers.append(RunNotOwned.code)
+            else:
+                answers.append("")
+                wanted.append((i, Claim(task=task, run=run, worker_id=worker_id), result, progress))
+        if wanted:
+            outcomes = await self._execution.complete_many(
+                [claim for _, claim, _, _ in wanted],
+                [result for _, _, result, _ in wanted],
+                progress={c.task.id: p for _, c, _, p in wanted if p is not None} or None,
+            )
+            for (i, _, _, _), outcome in zip(wanted, outcomes, strict=True):
+                answers[i] = StaleReport.code if outcome is ReportOutcome.STALE else str(outcome)
+        return answers
 
     async def fail(
         self, run_id: UUID, worker_id: str, error: str, *, permanent: bool, progress: Any = None
@@ -356,6 +425,42 @@ class RemoteWorkerService:
         if outcome is ReportOutcome.STALE:
             raise StaleReport(f"run {run_id} is no longer the task's live run")
         return outcome
+
+
+class _SuccessBatches:
+    """Coalesces concurrent success reports into ``complete_many`` batches: one commit in
+    flight at a time, the next batch taking whatever arrived meanwhile."""
+
+    def __init__(self, execution: ExecutionService) -> None:
+        self._execution = execution
+        self._waiting: list[tuple[Claim, Any, Any, asyncio.Future[ReportOutcome]]] = []
+        self._committing: asyncio.Task[None] | None = None
+
+    async def record(self, claim: Claim, result: Any, progress: Any) -> ReportOutcome:
+        outcome: asyncio.Future[ReportOutcome] = asyncio.get_running_loop().create_future()
+        self._waiting.append((claim, result, progress, outcome))
+        if self._committing is None or self._committing.done():
+            self._committing = asyncio.ensure_future(self._commit_all())
+        return await asyncio.shield(outcome)  # a caller that goes away leaves the batch alone
+
+    async def _commit_all(self) -> None:
+        while self._waiting:
+            batch = self._waiting[:SUCCESS_BATCH]
+            del self._waiting[:SUCCESS_BATCH]
+            claims = [claim for claim, _, _, _ in batch]
+            progress = {c.task.id: p for c, _, p, _ in batch if p is not None}
+            try:
+                outcomes = await self._execution.complete_many(
+                    claims, [result for _, result, _, _ in batch], progress=progress or None
+                )
+            except Exception as exc:  # each report answers with the batch's error
+                for *_, future in batch:
+                    if not future.done():
+                        future.set_exception(exc)
+                continue
+            for (*_, future), outcome in zip(batch, outcomes, strict=True):
+                if not future.done():
+                    future.set_result(outcome)
 
 
 def _checked_progress(value: Any) -> Any:

@@ -24,7 +24,7 @@ from litestar.params import HeaderParameter, JSONBody, PathParameter
 from dtq.application.commands import Claim
 from dtq.application.remote import RemoteWorkerService
 from dtq.domain.entities import DEFAULT_PRIORITY
-from dtq.domain.errors import ValidationError
+from dtq.domain.errors import InvalidPayload, ValidationError
 from dtq.entrypoints.api import guards, responses
 from dtq.entrypoints.api.schemas import Kind, Payload, Priority
 from dtq.entrypoints.api.timing import format_duration
@@ -109,6 +109,26 @@ class ResultRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
         msgspec.Meta(description="Any JSON value, at most API_MAX_RESULT_BYTES; null: none"),
     ] = None
     progress: FinalProgress = None
+
+
+class BatchedResult(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """One success of ``POST /v1/worker/results``."""
+
+    run_id: UUID
+    result: Annotated[Any, msgspec.Meta(description="As for …/result")] = None
+    progress: FinalProgress = None
+
+
+class ResultsRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``POST /v1/worker/results``: several successes of one worker in one request."""
+
+    reports: Annotated[list[BatchedResult], msgspec.Meta(min_length=1, max_length=128)]
+
+
+class ResultsBody(msgspec.Struct, kw_only=True):
+    """Per report, in order: recorded, duplicate, stale_run, run_not_found or run_not_owned."""
+
+    outcomes: list[Literal["recorded", "duplicate", "stale_run", "run_not_found", "run_not_owned"]]
 
 
 class FailureRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -333,6 +353,30 @@ class WorkerProtocolController(Controller):
             parse_run_id(run_id), require_worker(x_worker_id), data.result, progress=data.progress
         )
         return ReportBody(outcome="recorded" if outcome == "recorded" else "duplicate")
+
+    @post(
+        "/results",
+        status_code=200,
+        summary="Report several runs' successes at once",
+        responses=_BODY_ERRORS,
+        before_request=guards.json_body(ResultsRequest),
+    )
+    async def results(
+        self,
+        data: JSONBody[ResultsRequest],
+        remote: NamedDependency[RemoteWorkerService],
+        x_worker_id: WorkerIdHeader = None,
+    ) -> ResultsBody:
+        """One outcome per report (a stale or foreign run is an outcome, not an error): the
+        batched form of ``…/result``, one transaction for the whole batch."""
+        worker_id = require_worker(x_worker_id)
+        try:
+            answers = await remote.succeed_many(
+                worker_id, [(r.run_id, r.result, r.progress) for r in data.reports]
+            )
+        except InvalidPayload as exc:
+            raise InvalidPayload(exc.detail, field=f"reports{exc.field}") from None
+        return msgspec.convert({"outcomes": answers}, ResultsBody)
 
     @post(
         "/runs/{run_id:str}/failure",

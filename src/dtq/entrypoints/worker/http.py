@@ -40,6 +40,17 @@ MAX_WAIT = 30.0
 REQUEST_MARGIN = 10.0
 
 
+#: Most successes in one ``POST /v1/worker/results``.
+RESULTS_BATCH = 128
+
+
+def _outcome(answer: str) -> ReportOutcome:
+    """``recorded``/``duplicate`` as they are; a stale, unknown or foreign run: STALE."""
+    if answer in ("recorded", "duplicate"):
+        return ReportOutcome(answer)
+    return ReportOutcome.STALE
+
+
 class ReportRefused(DtqError):
     """The orchestrator refused a report as invalid (a 4xx other than 409/404)."""
 
@@ -226,24 +237,32 @@ class HttpExecution:
         *,
         progress: Mapping[UUID, Any] | None = None,
     ) -> list[ReportOutcome]:
-        """One ``…/result`` per claim, sent together.
+        """One ``POST /v1/worker/results`` for the batch (at most 128; the runtime's
+        ``complete_batch`` default), one transaction on the orchestrator.
 
         Raises:
-            BackendUnavailable: some report did not get through (the batch is sent again; a
-                report that had landed answers ``duplicate``).
+            BackendUnavailable: the batch did not get through (it is sent again; a report that
+                had landed answers ``duplicate``).
+            ReportRefused: the orchestrator refused the batch.
         """
         values = list(results) if results is not None else [None] * len(claims)
-        sent = await asyncio.gather(
-            *(
-                self._report(c, "result", {"result": r}, progress)
-                for c, r in zip(claims, values, strict=True)
-            ),
-            return_exceptions=True,
-        )
-        for outcome in sent:
-            if isinstance(outcome, BaseException):
-                raise outcome
-        return [outcome for outcome in sent if not isinstance(outcome, BaseException)]
+        outcomes: list[ReportOutcome] = []
+        for start in range(0, len(claims), RESULTS_BATCH):
+            reports = []
+            for claim, result in zip(
+                claims[start : start + RESULTS_BATCH],
+                values[start : start + RESULTS_BATCH],
+                strict=True,
+            ):
+                report: dict[str, Any] = {"run_id": str(claim.run.id), "result": result}
+                if progress and claim.task.id in progress:
+                    report["progress"] = progress[claim.task.id]
+                reports.append(report)
+            response = await self._orchestrator.post("/v1/worker/results", {"reports": reports})
+            if response.status_code != 200:
+                raise _refused(response)
+            outcomes.extend(_outcome(answer) for answer in response.json()["outcomes"])
+        return outcomes
 
     async def fail(
         self,
