@@ -162,3 +162,34 @@ async def test_the_python_runtime_drains_a_job_over_http(services: Services) -> 
 
     assert job.job.status == "completed"
     assert sorted(t.result for t in job.tasks) == [2 * i for i in range(30)]
+
+
+async def test_concurrent_single_results_of_one_job_share_commits(
+    services: Services, http: httpx.AsyncClient
+) -> None:
+    """Per-task commits of one job conflict under SERIALIZABLE; concurrent ``…/result``
+    reports are coalesced into ``complete_many`` batches instead."""
+    submitted = await services.api.submit.submit_job(
+        SubmitJob(tasks=tuple(TaskSpec(f"t{i}", "k") for i in range(20)))
+    )
+    claimed = (await claim(http, max=20, wait="0s")).json()["tasks"]
+    calls: list[int] = []
+    execution = services.api.remote._execution  # the service's own, to count its commits
+    complete_many = execution.complete_many
+
+    async def counted(claims: object, *args: object, **kwargs: object) -> object:
+        calls.append(len(claims))  # type: ignore[arg-type]
+        return await complete_many(claims, *args, **kwargs)  # type: ignore[arg-type]
+
+    execution.complete_many = counted  # type: ignore[method-assign,assignment]
+    answers = await asyncio.gather(
+        *(
+            http.post(f"/v1/worker/runs/{t['run_id']}/result", json={"result": 1}, headers=W1)
+            for t in claimed
+        )
+    )
+
+    assert [a.json()["outcome"] for a in answers] == ["recorded"] * 20
+    assert sum(calls) == 20 and len(calls) < 20
+    job = await services.api.queries.get_job(submitted.job_id)
+    assert job.job.status == "completed"
