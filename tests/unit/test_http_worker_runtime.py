@@ -182,3 +182,48 @@ async def test_the_token_is_sent_as_a_bearer_header(api: Api) -> None:
         await services.queue.pop_many(["default"], 0.0, 1)
 
     assert seen == ["Bearer s3cret"]
+
+
+async def test_artifacts_go_through_the_orchestrator(api: Api) -> None:
+    runtime = Runtime(Options(poll_timeout=0.2, shutdown_grace=1.0))
+
+    @runtime.handler("store")
+    async def store(task: Task) -> Any:
+        return await task.artifacts.put(b"x" * 1000)
+
+    @runtime.handler("load")
+    async def load(task: Task) -> int:
+        chunks = [chunk async for chunk in await task.artifacts.open(task.parents["s"])]
+        return len(b"".join(chunks))
+
+    submitted = await api.services.api.submit.submit_job(
+        SubmitJob(
+            tasks=(TaskSpec(name="s", kind="store"), TaskSpec("l", "load", depends_on=("s",)))
+        )
+    )
+
+    async with working(api, runtime):
+        view = await wait_job(api, submitted.job_id)
+
+    by_name = {task.name: task for task in view.tasks}
+    assert view.job.status == "completed", [t.last_error for t in view.tasks]
+    assert by_name["s"].result["size"] == 1000
+    assert by_name["l"].result == 1000
+
+
+async def test_an_error_text_with_nul_is_still_recorded(api: Api) -> None:
+    runtime = Runtime(Options(poll_timeout=0.2, shutdown_grace=1.0))
+
+    @runtime.handler("nul")
+    async def nul(task: Task) -> None:
+        raise ValueError("bad\x00byte")
+
+    submitted = await api.services.api.submit.submit_job(
+        SubmitJob(tasks=(TaskSpec(name="n", kind="nul", max_attempts=1),))
+    )
+
+    async with working(api, runtime):
+        view = await wait_job(api, submitted.job_id)
+
+    assert view.job.status == "failed"
+    assert view.tasks[0].last_error == "ValueError: bad\\u0000byte"

@@ -171,7 +171,13 @@ class RemoteWorkerService:
                 return []
             if not ids:
                 return []
-            ours, foreign = await self._split_by_kind(ids, wanted_kinds)
+            try:
+                ours, foreign = await self._split_by_kind(ids, wanted_kinds)
+            except BaseException:
+                # nothing claimed: free the deliveries for the reconciler's next pass
+                with contextlib.suppress(BackendUnavailable):
+                    await self._queue.release_markers(ids)
+                raise
             await self._put_back(foreign)
             if ours:
                 claims = await self._execution.claim_many(ours, worker_id)

@@ -273,7 +273,8 @@ class HttpExecution:
         progress: Mapping[UUID, Any] | None = None,
     ) -> FailOutcome:
         """``…/failure`` (retried by the task's policy unless ``permanent``)."""
-        body = {"error": error[:10_000] or "error", "permanent": permanent}
+        text = error.replace("\x00", "\\u0000")[:10_000] or "error"  # NUL: not storable
+        body = {"error": text, "permanent": permanent}
         response = await self._send(claim, "failure", body, progress)
         if response is None:
             return FailOutcome(ReportOutcome.STALE)
