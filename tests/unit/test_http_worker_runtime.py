@@ -227,3 +227,27 @@ async def test_an_error_text_with_nul_is_still_recorded(api: Api) -> None:
 
     assert view.job.status == "failed"
     assert view.tasks[0].last_error == "ValueError: bad\\u0000byte"
+
+
+async def test_a_graceful_stop_hands_a_running_task_back_over_http(api: Api) -> None:
+    runtime = Runtime(Options(poll_timeout=0.2, shutdown_grace=0.1))
+    started = asyncio.Event()
+
+    @runtime.handler("long")
+    async def long(task: Task) -> None:
+        task.progress({"at": 1})
+        started.set()
+        await asyncio.sleep(30)
+
+    submitted = await api.services.api.submit.submit_job(
+        SubmitJob(tasks=(TaskSpec(name="l", kind="long"),))
+    )
+    [task_id] = submitted.task_ids.values()
+
+    async with working(api, runtime):
+        await asyncio.wait_for(started.wait(), timeout=10)
+
+    view = await api.services.api.queries.get_task(task_id)
+    assert (view.task.status, view.task.attempt, view.task.progress) == ("queued", 0, {"at": 1})
+    assert [(run.status, run.error) for run in view.runs] == [("dead", "worker shutting down")]
+    assert api.queue.ready_ids("default") == [task_id]  # pushed again at once
