@@ -13,6 +13,7 @@ from uuid import UUID, uuid4
 import pytest
 
 from dtq.application.commands import SubmitJob, TaskSpec
+from dtq.domain.errors import InvalidPayload
 from tests.unit.api_harness import Api, running_api
 
 W1 = {"X-Worker-Id": "w1"}
@@ -414,3 +415,15 @@ async def test_batched_results_answer_per_report_in_one_request(api: Api) -> Non
     done = await task(api, first)
     assert (done["status"], done["result"], done["progress"]) == ("completed", {"n": 1}, "last")
     assert (await task(api, second))["status"] == "queued"
+
+
+async def test_registry_metadata_that_cannot_be_stored_is_a_400(api: Api) -> None:
+    nul = await api.client.post(
+        "/v1/worker/registry", json={"worker_id": "w1", "metadata": {"k": "a\u0000"}}
+    )
+    with pytest.raises(InvalidPayload) as big:  # past this harness's 64 KiB body limit
+        await api.services.api.remote.register("w1", None, {"k": "x" * 70_000})
+
+    assert (nul.status_code, nul.json()["error"]["field"]) == (400, "metadata.k")
+    assert big.value.field == "metadata"
+    assert (await api.client.get("/v1/workers")).json()["workers"] == []

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -24,7 +25,7 @@ from dtq.application.ports import Clock, LeaseState, Queue, Store, Transaction
 from dtq.application.registry import WorkerRegistryService
 from dtq.domain.entities import Task, TaskRun
 from dtq.domain.errors import BackendUnavailable, Conflict, InvalidPayload, NotFound
-from dtq.domain.payload import check_progress, check_result
+from dtq.domain.payload import check_progress, check_result, check_storable
 from dtq.domain.status import TaskStatus
 
 #: Reason written to a run handed back because its claim response had no one to go to.
@@ -36,6 +37,9 @@ UNDELIVERED_REASON = "claim not delivered: the worker disconnected"
 FOREIGN_PAUSE_START = 0.05
 FOREIGN_PAUSE_MAX = 1.0
 
+
+#: Largest registry ``metadata`` of an HTTP worker, in bytes of JSON.
+MAX_METADATA_BYTES = 64 * 1024
 
 #: Most successes one ``complete_many`` records (the native runtime's ``complete_batch``).
 SUCCESS_BATCH = 128
@@ -243,8 +247,15 @@ class RemoteWorkerService:
         """Upsert the worker's registry row (``WorkerRegistryService.heartbeat``).
 
         Raises:
+            InvalidPayload: ``metadata`` cannot be stored (NUL, too deep, over
+                ``MAX_METADATA_BYTES``; field below ``metadata``).
             BackendUnavailable: the database failed.
         """
+        check_storable(metadata, field="metadata")
+        if len(json.dumps(metadata, separators=(",", ":")).encode()) > MAX_METADATA_BYTES:
+            raise InvalidPayload(
+                f"metadata is over {MAX_METADATA_BYTES} bytes as JSON", field="metadata"
+            )
         await self._registry.heartbeat(worker_id, hostname, metadata)
 
     # -- runs ----------------------------------------------------------------------------------
