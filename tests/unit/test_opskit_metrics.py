@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import signal
 import socket
-import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
@@ -28,6 +26,7 @@ from dtq.entrypoints.config import Settings
 from dtq.entrypoints.worker.runtime import demo_runtime
 from dtq.worker import Options, PermanentError, Runtime, Task
 from tests.unit.api_harness import running_api
+from tests.unit.promtool import check_metrics
 from tests.unit.runtime_harness import SETTINGS, build_harness
 
 pytestmark = pytest.mark.timeout(30)
@@ -37,29 +36,6 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
-
-
-def promtool() -> str:
-    """The promtool executable; skips without it, fails under ``CI=true``."""
-    found = shutil.which("promtool")
-    if found is not None:
-        return found
-    if os.environ.get("CI") == "true":
-        pytest.fail("promtool is missing under CI=true: .ci/run installs Debian's prometheus")
-    pytest.skip("promtool is not installed (Debian: apt-get install prometheus)")
-
-
-def promtool_messages(text: str) -> str:
-    """What ``promtool check metrics`` says about ``text`` ('' when it accepts it silently)."""
-    checked = subprocess.run(
-        [promtool(), "check", "metrics"],
-        input=text.encode(),
-        capture_output=True,
-        timeout=30,
-        check=False,
-    )
-    said = (checked.stdout + checked.stderr).decode().strip()
-    return said or ("" if checked.returncode == 0 else f"exit status {checked.returncode}")
 
 
 def created_lines(text: str) -> list[str]:
@@ -141,8 +117,8 @@ async def test_dev_metrics_and_its_worker_endpoint_pass_promtool() -> None:
         worker_text = (await dev.api.get(dev.worker_metrics_url)).text
 
     assert "worker_tasks_claimed_total" in worker_text
-    assert promtool_messages(api_text) == ""
-    assert promtool_messages(worker_text) == ""
+    assert check_metrics(api_text) == ""
+    assert check_metrics(worker_text) == ""
 
 
 # --- dtq orchestrator's /metrics ------------------------------------------------------------------
@@ -159,7 +135,7 @@ async def test_orchestrator_metrics_have_no_created_series_and_pass_promtool() -
 
     assert 'orchestrator_http_requests_total{method="POST",route="/v1/tasks",status="201"}' in text
     assert created_lines(text) == []
-    assert promtool_messages(text) == ""
+    assert check_metrics(text) == ""
 
 
 # --- dtq worker's WORKER_METRICS_LISTEN endpoint -------------------------------------------------
@@ -188,11 +164,11 @@ async def test_worker_metrics_endpoint_has_no_created_series_and_passes_promtool
 
     assert 'worker_tasks_failed_total{kind="bad"} 1.0' in text
     assert created_lines(text) == []
-    assert promtool_messages(text) == ""
+    assert check_metrics(text) == ""
 
 
 def test_promtool_reports_a_counter_without_the_total_suffix() -> None:
     """The check is live: promtool does speak up on a bad exposition."""
     bad = "# HELP jobs Jobs.\n# TYPE jobs counter\njobs 1\n"
 
-    assert "_total" in promtool_messages(bad)
+    assert "_total" in check_metrics(bad)
