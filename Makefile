@@ -12,7 +12,8 @@
 #
 #   make up        the whole stack in Docker (docker-compose.yml, profile "app"): builds the image,
 #                  then crdb + redis healthy -> dtq migrate -> orchestrator healthy -> worker
-#   make down      stop it (volumes kept; `docker compose --profile app down -v` wipes them)
+#   make monitoring-up   the same plus Prometheus (:9090) and Grafana (:3000) with the dtq dashboard
+#   make down      stop all of it (volumes kept; add `-v` to the compose command to wipe them)
 
 SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
@@ -28,7 +29,7 @@ CLUSTER_DSN := postgresql://root@127.0.0.1:26257,127.0.0.1:26258,127.0.0.1:26259
 COMPOSE ?= docker compose
 CLUSTER := $(COMPOSE) -f docker-compose.multinode.yml -p dtq-multinode
 
-.PHONY: install lint test dev compose-up compose-down up down migrate \
+.PHONY: install lint test dev compose-up compose-down up monitoring-up down migrate \
 	cluster-up cluster-migrate cluster-status cluster-down
 
 install: $(STAMP)
@@ -62,8 +63,12 @@ up:
 	$(COMPOSE) --profile app up -d --build
 	$(COMPOSE) --profile app ps
 
+monitoring-up:
+	$(COMPOSE) --profile app --profile monitoring up -d --build
+	$(COMPOSE) --profile app --profile monitoring ps
+
 down:
-	$(COMPOSE) --profile app down
+	$(COMPOSE) --profile app --profile monitoring down
 
 compose-down:
 	$(COMPOSE) down

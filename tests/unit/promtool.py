@@ -43,3 +43,10 @@ def check_rules(path: Path) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
         [promtool(), "check", "rules", str(path)], capture_output=True, timeout=30, check=False
     )
+
+
+def check_config(path: Path) -> subprocess.CompletedProcess[bytes]:
+    """``promtool check config PATH``: a Prometheus server configuration."""
+    return subprocess.run(
+        [promtool(), "check", "config", str(path)], capture_output=True, timeout=30, check=False
+    )

@@ -1,8 +1,9 @@
 """docker-compose.yml's whole-stack service set (issue 16 item 6): the services, their start order
 (crdb and redis healthy -> migrate completed -> orchestrator healthy -> worker), a healthcheck
-on every long-running service, and nothing but DSNs and dtq settings in the dtq services'
-environment; plus ``docker compose config -q`` on every compose file where a Compose v2 CLI
-exists (no Docker engine is needed for it).
+on every long-running service, nothing but DSNs and dtq settings in the dtq services'
+environment, and the monitoring profile's Prometheus scraping both dtq endpoints; plus
+``docker compose config -q`` on every compose file where a Compose v2 CLI exists (no Docker
+engine is needed for it).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pytest
 import yaml
 
 from dtq.entrypoints.config import ENV_VARS, listen_address
+from tests.unit.promtool import check_config
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
@@ -26,7 +28,10 @@ COMPOSE_FILES = (COMPOSE_FILE, ROOT / "docker-compose.multinode.yml")
 
 BACKENDS = {"crdb", "redis"}
 DTQ_SERVICES = {"migrate", "orchestrator", "worker"}
+MONITORING = {"prometheus", "grafana"}
 APP_PROFILE = "app"
+MONITORING_PROFILE = "monitoring"
+PROMETHEUS_CONFIG = ROOT / "deploy" / "prometheus" / "prometheus.yml"
 
 #: API_AUTH=none in the compose orchestrator: the setting of the API tokens work (issue 16 says
 #: the tokens default is on); unknown to this tree's config until that lands.
@@ -74,15 +79,17 @@ def probe_port(service: dict[str, Any]) -> int:
 # --- the service set ------------------------------------------------------------------------------
 
 
-def test_the_stack_is_the_backends_plus_migrate_orchestrator_and_worker() -> None:
-    assert set(services()) == BACKENDS | DTQ_SERVICES
+def test_the_stack_is_the_backends_dtq_and_monitoring() -> None:
+    assert set(services()) == BACKENDS | DTQ_SERVICES | MONITORING
 
 
-def test_plain_up_still_starts_only_the_backends_and_the_app_profile_adds_dtq() -> None:
+def test_plain_up_still_starts_only_the_backends_and_profiles_add_dtq_and_monitoring() -> None:
     for name in BACKENDS:
         assert "profiles" not in services()[name], name
     for name in DTQ_SERVICES:
         assert services()[name]["profiles"] == [APP_PROFILE], name
+    for name in MONITORING:
+        assert services()[name]["profiles"] == [MONITORING_PROFILE], name
 
 
 def test_every_dtq_service_runs_the_one_image_built_from_the_dockerfile_with_the_examples() -> None:
@@ -135,7 +142,15 @@ def test_the_worker_waits_for_a_healthy_orchestrator() -> None:
 def test_start_order_is_backends_then_migrate_then_orchestrator_then_worker() -> None:
     stages = {name: start_stage(name) for name in services()}
 
-    assert stages == {"crdb": 0, "redis": 0, "migrate": 1, "orchestrator": 2, "worker": 3}
+    assert stages == {
+        "crdb": 0,
+        "redis": 0,
+        "migrate": 1,
+        "orchestrator": 2,
+        "worker": 3,
+        "prometheus": 0,
+        "grafana": 1,
+    }
 
 
 def test_a_dependency_on_a_long_running_service_waits_for_its_health_a_one_shot_for_success() -> (
@@ -219,6 +234,54 @@ def test_local_stack_turns_api_auth_off_on_the_orchestrator_and_says_what_produc
     assert "token" in note
 
 
+# --- monitoring -----------------------------------------------------------------------------------
+
+
+def scrape_targets() -> dict[str, set[str]]:
+    """``{job_name: {"host:port", ...}}`` of deploy/prometheus/prometheus.yml."""
+    config = yaml.safe_load(PROMETHEUS_CONFIG.read_text())
+    targets: dict[str, set[str]] = {}
+    for job in config["scrape_configs"]:
+        found = targets.setdefault(job["job_name"], set())
+        for static in job.get("static_configs", []):
+            found.update(static["targets"])
+        for dns in job.get("dns_sd_configs", []):
+            found.update(f"{name}:{dns['port']}" for name in dns["names"])
+    return targets
+
+
+def test_prometheus_scrapes_the_orchestrator_and_every_worker_on_their_ports() -> None:
+    _, api_port = listen_address(services()["orchestrator"]["environment"]["ORCHESTRATOR_LISTEN"])
+    _, worker_port = listen_address(services()["worker"]["environment"]["WORKER_METRICS_LISTEN"])
+
+    assert scrape_targets() == {
+        "dtq-orchestrator": {f"orchestrator:{api_port}"},
+        "dtq-worker": {f"worker:{worker_port}"},
+    }
+    mounts = services()["prometheus"]["volumes"]
+    assert "./deploy/prometheus/prometheus.yml:/etc/prometheus/prometheus.yml:ro" in mounts
+
+
+def test_promtool_accepts_the_prometheus_config() -> None:
+    checked = check_config(PROMETHEUS_CONFIG)
+
+    assert checked.returncode == 0, (checked.stdout + checked.stderr).decode()
+
+
+def test_grafana_mounts_the_dashboard_and_its_provisioning_from_deploy() -> None:
+    mounts = [mount.split(":") for mount in services()["grafana"]["volumes"]]
+    sources = {target: source for source, target, *_ in mounts}
+
+    assert sources["/var/lib/grafana/dashboards/dtq.json"] == "./deploy/grafana/dtq.json"
+    for source in sources.values():
+        assert (ROOT / source).exists(), source
+    provisioned = ROOT / sources["/etc/grafana/provisioning"]
+    dashboards = yaml.safe_load((provisioned / "dashboards" / "dtq.yml").read_text())
+    assert dashboards["providers"][0]["options"]["path"] == "/var/lib/grafana/dashboards"
+    datasources = yaml.safe_load((provisioned / "datasources" / "prometheus.yml").read_text())
+    assert datasources["datasources"][0]["url"] == "http://prometheus:9090"
+
+
 # --- docker compose config ------------------------------------------------------------------------
 
 
@@ -243,20 +306,25 @@ def compose_cli() -> list[str] | None:
 
 
 @pytest.mark.parametrize(
-    ("path", "profile"),
-    [(COMPOSE_FILE, None), (COMPOSE_FILE, APP_PROFILE), (COMPOSE_FILES[1], None)],
-    ids=["base", "app-profile", "multinode"],
+    ("path", "profiles"),
+    [
+        (COMPOSE_FILE, ()),
+        (COMPOSE_FILE, (APP_PROFILE,)),
+        (COMPOSE_FILE, (APP_PROFILE, MONITORING_PROFILE)),
+        (COMPOSE_FILES[1], ()),
+    ],
+    ids=["base", "app", "app-monitoring", "multinode"],
 )
-def test_docker_compose_config_accepts_the_file(path: Path, profile: str | None) -> None:
+def test_docker_compose_config_accepts_the_file(path: Path, profiles: tuple[str, ...]) -> None:
     command = compose_cli()
     if command is None:
         pytest.skip(
             "no Compose v2 CLI (the docker CLI has no compose plugin, no v2 docker-compose)"
         )
-    profiles = ["--profile", profile] if profile else []
+    options = [option for profile in profiles for option in ("--profile", profile)]
 
     checked = subprocess.run(
-        [*command, "-f", str(path), *profiles, "config", "-q"],
+        [*command, "-f", str(path), *options, "config", "-q"],
         capture_output=True,
         text=True,
         timeout=60,
