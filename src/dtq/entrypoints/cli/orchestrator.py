@@ -59,7 +59,8 @@ async def serve(settings: Settings, *, backend: Backend, runtime: Runtime | None
     """Serve the API and run the reconciler (and, given a ``runtime``, a worker) until a signal.
 
     Each loop gets its own bundle (API, reconciler, worker) from one container, so in ``dtq dev``
-    all three share the memory store and queue.
+    all three share the memory store and queue. The worker's metrics are registered in the API's
+    registry, so ``dtq dev``'s ``/metrics`` carries the ``worker_*`` series too.
 
     Returns:
         ``EXIT_OK`` once everything stopped.
@@ -70,7 +71,7 @@ async def serve(settings: Settings, *, backend: Backend, runtime: Runtime | None
     """
     from dtq.entrypoints.api import create_app
     from dtq.entrypoints.container import open_services
-    from dtq.entrypoints.metrics import OrchestratorMetrics, new_registry
+    from dtq.entrypoints.metrics import OrchestratorMetrics, WorkerMetrics, new_registry
     from dtq.entrypoints.reconciler import Reconciler
     from dtq.entrypoints.worker.runtime import stop_on_signals
 
@@ -126,6 +127,7 @@ async def serve(settings: Settings, *, backend: Backend, runtime: Runtime | None
                             runtime.configure(settings),
                             stop=stop,
                             stop_now=stop_now,
+                            metrics=WorkerMetrics(metrics.registry),
                         ),
                         name="dtq-worker",
                     )
