@@ -281,8 +281,7 @@ class ExplainService:
             )
         else:
             message = (
-                f"queued but on no ready list: the reconciler pushes it within"
-                f" {self._interval:g}s"
+                f"queued but on no ready list: the reconciler pushes it within {self._interval:g}s"
             )
         return self._answer(
             read,

@@ -53,9 +53,7 @@ class RedisQueueInspector:
         scan_limit: how many of the ready list's oldest entries are searched for the task.
     """
 
-    def __init__(
-        self, client: Redis, *, prefix: str, scan_limit: int = DEFAULT_SCAN_LIMIT
-    ) -> None:
+    def __init__(self, client: Redis, *, prefix: str, scan_limit: int = DEFAULT_SCAN_LIMIT) -> None:
         self._client = client
         self._prefix = prefix
         self._scan_limit = scan_limit
@@ -81,8 +79,8 @@ class RedisQueueInspector:
                 pipe.time()
                 return list(await pipe.execute())
 
-        marker_pttl, lease_raw, lease_pttl, score, depth, index, (secs, micros) = (
-            await idempotent("inspect", read)
+        marker_pttl, lease_raw, lease_pttl, score, depth, index, (secs, micros) = await idempotent(
+            "inspect", read
         )
         lease = _lease(task_id, lease_raw)
         depth = int(depth)
