@@ -236,7 +236,7 @@ class Container(containers.DeclarativeContainer):
         store=store,
         inspector=inspector,
         fleet=fleet,
-        stale_running_after=settings.provided.stale_running_after,
+        stale_running_after=policy.provided.stale_running_after,
         reconcile_interval=settings.provided.reconcile_interval,
     )
 
