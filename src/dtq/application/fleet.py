@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import Any
 
 from dtq.application.commands import TaskSpec
 from dtq.application.ports import Clock, Store, Transaction
@@ -61,21 +62,28 @@ def _advertised(worker: Worker, key: str, default: list[str] | None) -> frozense
     return frozenset(value)
 
 
-@dataclass(frozen=True, slots=True)
 class Fleet:
     """The live workers at one instant, as the registry advertises them.
 
-    Attributes:
+    Args:
         workers: registry rows whose last heartbeat is within the live window.
         alive_within: the live window in seconds.
     """
 
-    workers: tuple[Worker, ...]
-    alive_within: float
+    __slots__ = ("_served", "alive_within", "workers")
+
+    def __init__(self, workers: Sequence[Worker], alive_within: float) -> None:
+        self.workers = tuple(workers)
+        self.alive_within = alive_within
+        # per worker: (kinds, priorities) it serves; None for "every one"
+        self._served = [
+            (_advertised(w, "kinds", None), _advertised(w, "priorities", [DEFAULT_PRIORITY]))
+            for w in self.workers
+        ]
 
     def missing(self, kind: str, priority: str) -> tuple[Missing, ...]:
         """What keeps ``(kind, priority)`` from being served; empty when some live worker both
-        polls ``priority`` and registered ``kind``.
+        polls ``priority`` and registered ``kind``. O(workers).
 
         ``PRIORITY``: no live worker polls the tier. ``KIND``: no live worker polling the tier
         registered the kind (when nobody polls the tier, ``KIND`` is added only if no live
@@ -83,18 +91,15 @@ class Fleet:
         its tiers, so a ``KIND`` task would be popped and fail as unknown; the warning says so
         before that happens.
         """
-        pollers = []
-        has_kind = False
-        for worker in self.workers:
-            kinds = _advertised(worker, "kinds", None)
+        polled = has_kind = False
+        for kinds, priorities in self._served:
             serves_kind = kinds is None or kind in kinds
             has_kind = has_kind or serves_kind
-            priorities = _advertised(worker, "priorities", [DEFAULT_PRIORITY])
             if priorities is None or priority in priorities:
                 if serves_kind:
                     return ()
-                pollers.append(worker)
-        if pollers:
+                polled = True
+        if polled:
             return (Missing.KIND,)
         return (Missing.PRIORITY,) if has_kind else (Missing.PRIORITY, Missing.KIND)
 
@@ -138,7 +143,7 @@ class FleetService:
     async def read(self, tx: Transaction) -> Fleet:
         """The live workers by ``tx``'s database clock (inside the caller's transaction)."""
         since = await tx.now() - timedelta(seconds=self._alive_within)
-        return Fleet(tuple(await tx.workers.list_active(since=since)), self._alive_within)
+        return Fleet(await tx.workers.list_active(since=since), self._alive_within)
 
     async def cached(self) -> Fleet | None:
         """The fleet read at most ``cache_for`` ago; concurrent callers share one read.
@@ -170,20 +175,29 @@ class FleetService:
         fleet = await self.cached()
         if fleet is None:
             return []
-        found: dict[tuple[WarningCode, str, str], list[str]] = {}
+        groups: dict[tuple[str, str], list[Any]] = {}  # (kind, priority) -> [first name, n]
         for spec in tasks:
-            for missing in fleet.missing(spec.kind, spec.priority):
+            group = groups.get((spec.kind, spec.priority))
+            if group is None:
+                groups[(spec.kind, spec.priority)] = [spec.name, 1]
+            else:
+                group[1] += 1
+        found: dict[tuple[WarningCode, str, str], list[Any]] = {}  # -> [first name, n]
+        for (kind, priority), (name, count) in groups.items():
+            for missing in fleet.missing(kind, priority):
                 if missing is Missing.PRIORITY:
-                    key = (WarningCode.NO_WORKER_FOR_PRIORITY, spec.priority, "")
+                    key = (WarningCode.NO_WORKER_FOR_PRIORITY, priority, "")
                 else:
-                    key = (WarningCode.NO_WORKER_FOR_KIND, spec.priority, spec.kind)
-                found.setdefault(key, []).append(spec.name)
+                    key = (WarningCode.NO_WORKER_FOR_KIND, priority, kind)
+                if key in found:
+                    found[key][1] += count
+                else:
+                    found[key] = [name, count]
         warnings = []
-        for (code, priority, kind), names in found.items():
+        for (code, priority, kind), (name, count) in found.items():
             what = Missing.PRIORITY if code is WarningCode.NO_WORKER_FOR_PRIORITY else Missing.KIND
-            message = describe_missing(what, kind, priority)
-            others = len(names) - 1
+            others = count - 1
             tail = f" (and {others} more task{'s' if others > 1 else ''})" if others else ""
-            message = f"{message}: task {names[0]!r}{tail} stays queued until one does"
-            warnings.append(SubmitWarning(code=code, task=names[0], message=message))
+            message = f"{describe_missing(what, kind, priority)}: task {name!r}{tail} stays queued"
+            warnings.append(SubmitWarning(code=code, task=name, message=message))
         return warnings
