@@ -5,7 +5,8 @@ Reads, in one MULTI/EXEC (one round trip, one instant), the keys ``RedisQueue`` 
 ``lease:task:{id}``, ZSCORE of ``"{priority}|{id}"`` in ``queue:scheduled``, LLEN of
 ``queue:ready:{priority}``, LPOS of the id searched from the list's oldest end (RANK -1, MAXLEN
 ``scan_limit``: O(scan_limit) on the server at most) and TIME. Read-only, so it is re-sent after
-a lost reply (``connection.idempotent``). Never on the claim path.
+a lost reply (``connection.idempotent``). Never on the claim path. On Redis Cluster the
+MULTI spans several keys, so, like the queue's scripts, it needs a hash-tagged prefix.
 """
 
 from __future__ import annotations
