@@ -307,6 +307,24 @@ async def test_jobs_without_a_key_never_collide(store: Store) -> None:
 # --- dependency and job probes ----------------------------------------------------------------
 
 
+async def test_dependencies_lists_a_tasks_direct_dependencies_by_id(store: Store) -> None:
+    now = await db_now(store)
+    job = new_job(now)
+    a, b = new_task(job, "a", now), new_task(job, "b", now)
+    c, d = (new_task(job, n, now, status=TaskStatus.PENDING) for n in "cd")
+    await add(store, job, [a, b, c, d], [(c.id, a.id), (c.id, b.id), (d.id, c.id)])
+
+    async def probe(tx: Transaction) -> tuple[list[UUID], ...]:
+        return (
+            await tx.tasks.dependencies(c.id),
+            await tx.tasks.dependencies(d.id),
+            await tx.tasks.dependencies(a.id),
+            await tx.tasks.dependencies(uuid4()),
+        )
+
+    assert await store.run(probe) == (sorted([a.id, b.id]), [c.id], [], [])
+
+
 async def test_dependents_dependencies_completed_and_job_has_status(store: Store) -> None:
     now = await db_now(store)
     job = new_job(now)

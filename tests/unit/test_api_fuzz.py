@@ -28,6 +28,8 @@ from dtq.adapters.clock import SystemClock  # noqa: E402
 from dtq.adapters.memory.queue import InMemoryQueue  # noqa: E402
 from dtq.adapters.memory.store import InMemoryStore  # noqa: E402
 from dtq.application.artifacts import ArtifactService  # noqa: E402
+from dtq.application.explain import ExplainService  # noqa: E402
+from dtq.application.fleet import FleetService  # noqa: E402
 from dtq.application.health import HealthService  # noqa: E402
 from dtq.application.queries import QueryService  # noqa: E402
 from dtq.application.submit import SubmitService  # noqa: E402
@@ -42,6 +44,7 @@ def memory_services() -> ApiServices:
     clock = SystemClock()
     store = InMemoryStore(clock)
     queue = InMemoryQueue(clock)
+    fleet = FleetService(store=store, clock=clock, alive_within=120.0)
     return ApiServices(
         submit=SubmitService(store=store, queue=queue),
         queries=QueryService(store=store),
@@ -49,6 +52,14 @@ def memory_services() -> ApiServices:
         artifacts=ArtifactService(
             store=FsArtifactStore(Path(tempfile.gettempdir()) / "dtq-fuzz-artifacts" / uuid4().hex)
         ),
+        explain=ExplainService(
+            store=store,
+            inspector=queue.inspector(),
+            fleet=fleet,
+            stale_running_after=60.0,
+            reconcile_interval=30.0,
+        ),
+        fleet=fleet,
     )
 
 

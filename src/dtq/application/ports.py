@@ -153,6 +153,11 @@ class TaskRepository(Protocol):
         """``(depends_on_task_id, task_id)`` edges out of any of ``task_ids`` (one statement)."""
         ...
 
+    async def dependencies(self, task_id: UUID) -> list[UUID]:
+        """Ids of the tasks ``task_id`` depends on directly, ordered by id (one index range;
+        cost proportional to the in-degree). Unknown task or none: empty."""
+        ...
+
     async def parent_results(self, task_ids: Sequence[UUID]) -> dict[UUID, dict[str, Any]]:
         """Per task of ``task_ids``, its direct dependencies' ``name -> result`` (one statement;
         cost proportional to the tasks' in-degree). Tasks without dependencies are left out."""
@@ -441,6 +446,51 @@ class Queue(Protocol):
 
         Returns:
             The epoch in force and its age by the queue server's clock.
+        """
+        ...
+
+
+# --- queue inspection (issue 14 item 7: explain) --------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSnapshot:
+    """What the queue holds for one task, read in one round trip (``QueueInspector.inspect``).
+
+    Attributes:
+        server_time: the queue server's clock at the read (aware UTC).
+        marker_ttl: seconds left on the task's pending marker; None when no marker is held.
+        lease: the task's lease (who holds it, its ``deadline_ms``); None when absent.
+        lease_ttl: seconds before the lease key expires; None without a lease.
+        scheduled_at: the due time of the task's entry in the scheduled set under its
+            priority; None when it has none.
+        ready_depth: how many ids wait on the ready list of the task's priority.
+        ready_position: how many ids would be popped from that list before this task (0: it
+            is next); None when it was not found among the ``searched`` oldest entries.
+        searched: how many of the list's oldest entries were searched for the task.
+    """
+
+    server_time: datetime
+    marker_ttl: float | None
+    lease: Lease | None
+    lease_ttl: float | None
+    scheduled_at: datetime | None
+    ready_depth: int
+    ready_position: int | None
+    searched: int
+
+
+class QueueInspector(Protocol):
+    """Read-only view of the queue for diagnostics (``GET /v1/tasks/{id}/explain``). Off the
+    hot path on purpose: nothing in the claim flow calls it, and it changes nothing."""
+
+    async def inspect(self, task_id: UUID, priority: str) -> QueueSnapshot:
+        """The queue's state for ``task_id`` on the ready list and scheduled entry of
+        ``priority``, read at one instant in one round trip. An unknown task: an empty snapshot
+        (no marker, lease or entry; its list's depth). Idempotent, writes nothing.
+
+        Raises:
+            BackendUnavailable: the queue server failed or is unreachable.
         """
         ...
 

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 from dtq.application.artifacts import ArtifactService
 from dtq.application.execution import ExecutionService
+from dtq.application.explain import ExplainService
+from dtq.application.fleet import FleetService
 from dtq.application.health import HealthService
 from dtq.application.ports import Queue, Store
 from dtq.application.queries import QueryService
@@ -36,12 +38,16 @@ class ApiServices:
         queries: the read side (tasks, jobs, workers).
         health: backend pings for ``/healthz``.
         artifacts: artifact upload and download (``/v1/artifacts``).
+        explain: ``GET /v1/tasks/{id}/explain`` (issue 14 item 7).
+        fleet: the live workers' advertisements, cached for the submit warnings.
     """
 
     submit: SubmitService
     queries: QueryService
     health: HealthService
     artifacts: ArtifactService
+    explain: ExplainService
+    fleet: FleetService
 
 
 @dataclass(frozen=True, slots=True)

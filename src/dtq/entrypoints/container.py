@@ -32,8 +32,10 @@ from dtq.adapters.memory.store import InMemoryStore
 from dtq.application.artifacts import ArtifactService, ArtifactStore
 from dtq.application.commands import ExecutionPolicy
 from dtq.application.execution import ExecutionService
+from dtq.application.explain import ExplainService
+from dtq.application.fleet import FleetService
 from dtq.application.health import HealthService
-from dtq.application.ports import Queue, Store
+from dtq.application.ports import Queue, QueueInspector, Store
 from dtq.application.queries import QueryService
 from dtq.application.reconcile import ReconcileService
 from dtq.application.registry import WorkerRegistryService
@@ -131,6 +133,27 @@ def _policy(settings: Settings) -> ExecutionPolicy:
 WORKER_ALIVE_HEARTBEATS = 3
 
 
+def _queue_inspector(queue: Queue) -> QueueInspector:
+    """The ``QueueInspector`` over ``queue``'s data: each queue adapter offers one through its
+    ``inspector()`` (the fakes' and Redis's; not part of the hot ``Queue`` port).
+
+    Raises:
+        TypeError: ``queue`` offers none (a test double that is not a queue adapter).
+    """
+    make = getattr(queue, "inspector", None)
+    if make is None:
+        raise TypeError(f"{type(queue).__name__} offers no QueueInspector (inspector())")
+    inspector: QueueInspector = make()
+    return inspector
+
+
+#: The live-worker window of explain and the submit warnings, in seconds: the default
+#: ``active_since`` of ``GET /v1/workers`` (``api.params.DEFAULT_ACTIVE_SINCE``, 2m; equal by
+#: test, not imported, so a worker process loads no server library), so "no live worker" means
+#: what that route lists by default.
+FLEET_ALIVE_WITHIN = 120.0
+
+
 def worker_alive_within(settings: Settings) -> float:
     """Seconds since a worker's last registry upsert within which the reconciler counts it
     alive: ``WORKER_ALIVE_HEARTBEATS`` x ``WORKER_HEARTBEAT_INTERVAL``."""
@@ -149,6 +172,9 @@ class Container(containers.DeclarativeContainer):
         policy: the ``ExecutionPolicy`` derived from the settings.
         store, queue: selected by ``backend``; memory ones are singletons, real ones resources.
         submit, queries, health, execution, registry: stateless services (factories).
+        inspector, explain: the queue's ``QueueInspector`` and the explain service on it.
+        fleet: the worker-registry view (a singleton: it caches the submit warnings' read);
+            its live window is ``FLEET_ALIVE_WITHIN``.
         artifact_store, artifacts: the ``ARTIFACT_BACKEND`` store (one per container) and the
             artifact service on it.
         reconcile: the reconcile service; a singleton, since it keeps keyset cursors. Its
@@ -201,9 +227,27 @@ class Container(containers.DeclarativeContainer):
         worker_alive_within=providers.Callable(worker_alive_within, settings),
     )
     registry = providers.Factory(WorkerRegistryService, store=store)
+    inspector = providers.Factory(_queue_inspector, queue)
+    fleet = providers.Singleton(
+        FleetService, store=store, clock=clock, alive_within=FLEET_ALIVE_WITHIN
+    )
+    explain = providers.Factory(
+        ExplainService,
+        store=store,
+        inspector=inspector,
+        fleet=fleet,
+        stale_running_after=policy.provided.stale_running_after,
+        reconcile_interval=settings.provided.reconcile_interval,
+    )
 
     api_services = providers.Factory(
-        ApiServices, submit=submit, queries=queries, health=health, artifacts=artifacts
+        ApiServices,
+        submit=submit,
+        queries=queries,
+        health=health,
+        artifacts=artifacts,
+        explain=explain,
+        fleet=fleet,
     )
     worker_services = providers.Factory(
         WorkerServices, execution=execution, registry=registry, queue=queue, artifacts=artifacts

@@ -404,6 +404,11 @@ class PgTaskRepository:
         cur = await self._conn.execute(sql.DEPENDENTS, (task_id,))
         return [row[0] for row in await cur.fetchall()]
 
+    async def dependencies(self, task_id: UUID) -> list[UUID]:
+        """Ids of the tasks ``task_id`` depends on directly (ordered by id)."""
+        cur = await self._conn.execute(sql.DEPENDENCIES, (task_id,))
+        return [row[0] for row in await cur.fetchall()]
+
     async def dependents_many(self, task_ids: Sequence[UUID]) -> list[tuple[UUID, UUID]]:
         """``(depends_on_task_id, task_id)`` edges out of any of ``task_ids``, in no set order
         (one statement)."""

@@ -203,6 +203,13 @@ DEPENDENTS: Final = (
     "SELECT task_id FROM task_dependencies WHERE depends_on_task_id = %s ORDER BY task_id"
 )
 
+# A task's direct dependencies (explain): the task_dependencies primary key (task_id, ...), one
+# range proportional to the in-degree.
+DEPENDENCIES: Final = (
+    "SELECT depends_on_task_id FROM task_dependencies WHERE task_id = %s"
+    " ORDER BY depends_on_task_id"
+)
+
 # (parent, child) edges out of several tasks; same index, one probe per parent. No ORDER BY:
 # the port promises no order.
 DEPENDENTS_MANY: Final = (

@@ -278,6 +278,9 @@ class _Tasks:
     async def dependents(self, task_id: UUID) -> list[UUID]:
         return self._edges("dependents", task_id)
 
+    async def dependencies(self, task_id: UUID) -> list[UUID]:
+        return sorted(self._edges("dependencies", task_id))
+
     async def parent_results(self, task_ids: Sequence[UUID]) -> dict[UUID, dict[str, Any]]:
         found: dict[UUID, dict[str, Any]] = {}
         for task_id in dict.fromkeys(task_ids):

@@ -59,6 +59,7 @@ from dtq.adapters.redis.connection import (
     parse_uuid,
     wrap_errors,
 )
+from dtq.adapters.redis.inspect import RedisQueueInspector
 from dtq.adapters.redis.leases import RedisLeases
 from dtq.application.ports import QueueEpoch
 
@@ -290,6 +291,10 @@ class RedisQueue(RedisLeases):
         args: list[str | int] = [self._prefix, limit, self._marker_ttl_ms]
         pushed = await idempotent("promote_due", lambda: self._promote(keys=keys, args=args))
         return int(pushed)
+
+    def inspector(self) -> RedisQueueInspector:
+        """The ``QueueInspector`` of this queue's keys (same client and prefix); for explain."""
+        return RedisQueueInspector(self._client, prefix=self._prefix)
 
     async def ping(self) -> None:
         """PING. Raises ``BackendUnavailable`` unless Redis answers."""

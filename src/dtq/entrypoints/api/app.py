@@ -15,6 +15,8 @@ from litestar.openapi import OpenAPIConfig
 from prometheus_client import CollectorRegistry
 
 from dtq.application.artifacts import ArtifactService
+from dtq.application.explain import ExplainService
+from dtq.application.fleet import FleetService
 from dtq.application.health import HealthService
 from dtq.application.queries import QueryService
 from dtq.entrypoints.api.artifacts import ArtifactController
@@ -59,6 +61,12 @@ def _dependencies(
     def provide_artifacts() -> ArtifactService:
         return services.artifacts
 
+    def provide_explain() -> ExplainService:
+        return services.explain
+
+    def provide_fleet() -> FleetService:
+        return services.fleet
+
     def provide_settings() -> Settings:
         return settings
 
@@ -70,6 +78,8 @@ def _dependencies(
         "queries": provide_queries,
         "health": provide_health,
         "artifacts": provide_artifacts,
+        "explain": provide_explain,
+        "fleet": provide_fleet,
         "settings": provide_settings,
         "registry": provide_registry,
     }
@@ -90,7 +100,8 @@ def create_app(
 
     Routes: ``GET /healthz``, ``GET /metrics``, ``POST /v1/tasks``, ``GET /v1/tasks/{id}``,
     ``POST /v1/jobs``, ``GET /v1/jobs/{id}``, ``GET /v1/workers`` (spec §7), ``POST /v1/artifacts``,
-    ``GET``/``HEAD /v1/artifacts/{id}`` (issue 13), and the OpenAPI
+    ``GET``/``HEAD /v1/artifacts/{id}`` (issue 13), ``GET /v1/tasks/{id}/explain`` (issue 14
+    item 7), and the OpenAPI
     document under ``/schema`` (``/schema/openapi.json``).
 
     Args:

@@ -9,6 +9,7 @@ from litestar.di import NamedDependency
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import JSONBody, QueryParameter
 
+from dtq.application.fleet import FleetService
 from dtq.application.queries import QueryService
 from dtq.entrypoints.api import bodies, commands, guards, responses
 from dtq.entrypoints.api.middleware import CountingSubmit
@@ -54,16 +55,19 @@ class JobController(Controller):
         *,
         data: JSONBody[SubmitJobRequest],
         submit: NamedDependency[CountingSubmit],
+        fleet: NamedDependency[FleetService],
         settings: NamedDependency[Settings],
         idempotency_key: IdempotencyKey = None,
     ) -> Response[SubmitJobResponse]:
         """Validate the DAG, create the job and its tasks, enqueue the tasks without
         dependencies. 400 names the tasks of a duplicate name, unknown or self dependency, or
-        cycle; 201 with the ids, or 200 with the original ids on an idempotent replay.
+        cycle; 201 with the ids, or 200 with the original ids on an idempotent replay;
+        ``warnings`` when no live worker serves some task's priority or kind.
         """
         cmd = commands.submit_job(data, idempotency_key=idempotency_key, settings=settings)
         result = await submit.submit_job(cmd)
-        body = bodies.submitted_job(result)
+        warnings = await fleet.submit_warnings(cmd.tasks)
+        body = bodies.submitted_job(result, warnings)
         return Response(body, status_code=201 if result.created else 200)
 
     @get("/{id:str}", summary="Get a job with all its tasks", responses=responses.READ_BY_ID)

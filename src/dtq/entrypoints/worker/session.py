@@ -19,7 +19,6 @@ from structlog.typing import FilteringBoundLogger
 
 from dtq.application.commands import Claim, ReportOutcome
 from dtq.application.execution import ExecutionService, FailOutcome
-from dtq.domain.entities import DEFAULT_PRIORITY
 from dtq.entrypoints.bundles import WorkerServices
 from dtq.entrypoints.metrics import WorkerMetrics
 from dtq.entrypoints.worker.artifacts import TaskArtifacts
@@ -360,14 +359,14 @@ class Session:
     async def _registry_loop(self) -> None:
         """Upsert the ``workers`` row every ``registry_every`` s; errors are logged."""
         hostname = socket.gethostname()
+        # what the worker serves (explain, submit warnings, the reconciler's unpolled check):
+        # the kinds it registered and the tiers it polls, always written
         metadata: dict[str, Any] = {
             "kinds": sorted(self._handlers),
+            "priorities": list(self._config.priorities),
             "concurrency": self._config.concurrency,
             "pid": os.getpid(),
         }
-        if self._config.priorities != (DEFAULT_PRIORITY,):
-            # what the reconciler's unpolled check reads; absent means the default tier only
-            metadata["priorities"] = list(self._config.priorities)
         while True:
             try:
                 await self._registry.heartbeat(self._config.worker_id, hostname, metadata)
