@@ -24,6 +24,7 @@ from dtq.application.queries import QueryService
 from dtq.application.reconcile import ReconcileService
 from dtq.application.registry import WorkerRegistryService
 from dtq.application.submit import SubmitService
+from dtq.application.tokens import TokenService
 from dtq.entrypoints.config import Settings
 
 
@@ -36,12 +37,14 @@ class ApiServices:
         queries: the read side (tasks, jobs, workers).
         health: backend pings for ``/healthz``.
         artifacts: artifact upload and download (``/v1/artifacts``).
+        tokens: API tokens; the auth guard authenticates requests with it (``API_AUTH``).
     """
 
     submit: SubmitService
     queries: QueryService
     health: HealthService
     artifacts: ArtifactService
+    tokens: TokenService
 
 
 @dataclass(frozen=True, slots=True)
