@@ -40,9 +40,15 @@ class Scope(StrEnum):
 
 
 class Unauthenticated(DtqError):
-    """A valid API token is required (``Authorization: Bearer <token>``)."""
+    """A valid API token is required: send the header Authorization: Bearer <token>.
+
+    ``field`` is ``Authorization`` unless given.
+    """
 
     code = "unauthenticated"
+
+    def __init__(self, detail: str | None = None, *, field: str | None = "Authorization") -> None:
+        super().__init__(detail, field=field)
 
 
 class Forbidden(DtqError):

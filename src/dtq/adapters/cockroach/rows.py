@@ -135,7 +135,7 @@ def worker_from_row(row: TupleRow) -> Worker:
 
 
 def token_from_row(row: TupleRow) -> ApiToken:
-    """Map a row of the ``sql.API_TOKENS_*`` reads to an ``ApiToken`` (``scopes`` is a ``TEXT[]``)."""
+    """Map a row of the ``sql.API_TOKENS_*`` reads to an ``ApiToken`` (``scopes``: ``TEXT[]``)."""
     return ApiToken(
         id=row[0],
         name=row[1],

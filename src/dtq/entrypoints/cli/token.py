@@ -90,13 +90,13 @@ def cmd_create(args: argparse.Namespace) -> int:
     """Create the token; the secret is the last stdout line."""
     from dtq.entrypoints.container import open_token_service
 
-    settings = cli_settings(args)
-    settings.require_dsn()
     try:
         scopes = parse_scopes(args.scopes)
     except ValidationError as exc:
         raise UsageError("--scopes", exc.detail) from None
     lifetime = None if args.expires is None else parse_lifetime(args.expires)
+    settings = cli_settings(args)
+    settings.require_dsn()
 
     async def create() -> int:
         async with open_token_service(settings) as tokens:
