@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from dtq.application.tokens import MAX_LIFETIME
 from dtq.domain.errors import Conflict, NotFound, ValidationError
 from dtq.domain.tokens import ApiToken, parse_scopes
 from dtq.entrypoints.cli.common import EXIT_OK, UsageError, cli_settings, run, say
@@ -65,17 +66,18 @@ def parse_lifetime(text: str) -> float:
     """``90d`` (days) or a Go duration (``12h``, ``1h30m``) -> seconds.
 
     Raises:
-        UsageError: neither (subject ``--expires``).
+        UsageError: neither, or not in (0, 3650d] (subject ``--expires``).
     """
     days = _DAYS.fullmatch(text.strip())
-    if days:
-        return int(days[1]) * 86400.0
     try:
-        return parse_duration(text, variable="--expires")
+        seconds = int(days[1]) * 86400.0 if days else parse_duration(text, variable="--expires")
     except ConfigError:
         raise UsageError(
             "--expires", f"not a duration: {text!r} (use e.g. 90d, 12h, 30m)"
         ) from None
+    if not 0 < seconds <= MAX_LIFETIME:
+        raise UsageError("--expires", f"must be positive and at most 3650d, got {text!r}")
+    return seconds
 
 
 def _when(at: datetime | None) -> str:
