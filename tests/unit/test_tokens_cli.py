@@ -96,9 +96,9 @@ def test_loopback_hosts(host: str, loopback: bool) -> None:
 
 def test_dev_refuses_tokens_and_non_loopback_binds() -> None:
     check_dev_auth(Settings(api_auth="none", orchestrator_listen="127.0.0.1:8080"))
-    with pytest.raises(ConfigError, match="^API_AUTH: "):
+    with pytest.raises(ConfigError, match=r"^API_AUTH: "):
         check_dev_auth(Settings(api_auth="tokens", orchestrator_listen="127.0.0.1:8080"))
-    with pytest.raises(ConfigError, match="^ORCHESTRATOR_LISTEN: .*loopback"):
+    with pytest.raises(ConfigError, match=r"^ORCHESTRATOR_LISTEN: .*loopback"):
         check_dev_auth(Settings(api_auth="none", orchestrator_listen=":8080"))
 
 
