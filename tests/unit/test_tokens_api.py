@@ -271,3 +271,14 @@ async def test_api_auth_none_checks_nothing_and_declares_no_scheme() -> None:
     assert created.status_code == 201
     assert "securitySchemes" not in schema.get("components", {})
     assert "security" not in schema["paths"]["/v1/tasks"]["post"]
+
+
+async def test_a_database_outage_during_authentication_is_a_503(api: Api) -> None:
+    reader = await secret_for(api, Scope.READ)
+    api.store.available = False
+
+    response = await api.client.get("/v1/workers", headers=bearer(reader))
+
+    assert response.status_code == 503
+    assert response.headers["retry-after"] == "1"
+    assert reader not in response.text
