@@ -224,6 +224,8 @@ def cluster(database: str, redis_prefix: str, tmp_path: Path) -> Iterator[Cluste
         "WORKER_CONCURRENCY": "8",
         "WORKER_HEARTBEAT_INTERVAL": "1s",
         "LOG_FORMAT": "json",
+        # explicitly off (the orchestrator's default is tokens); test_tokens_e2e turns it on
+        "API_AUTH": "none",
         "E2E_RECORD_DIR": str(records),
         # this tree's src first, so a git worktree's processes run its own code, not the
         # editable install's

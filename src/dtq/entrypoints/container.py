@@ -11,7 +11,8 @@ queue come from one of two backends, chosen by the ``backend`` dependency:
 Nothing is built at import time. :func:`open_services` builds a container, resolves the
 per-process bundles of :mod:`dtq.entrypoints.bundles` (API, worker, reconciler) on one store and
 queue, and shuts the resources down on exit; :func:`open_worker_services` yields only the worker's
-bundle. :func:`migrate` applies the schema migrations, so the CLI never names an adapter. Tests
+bundle, :func:`open_token_service` the token service alone (``dtq token``). :func:`migrate`
+applies the schema migrations, so the CLI never names an adapter. Tests
 replace any provider with ``container.<name>.override(providers.Object(fake))`` and pass the
 container in.
 """
@@ -40,6 +41,7 @@ from dtq.application.queries import QueryService
 from dtq.application.reconcile import ReconcileService
 from dtq.application.registry import WorkerRegistryService
 from dtq.application.submit import SubmitService
+from dtq.application.tokens import TokenService
 from dtq.domain.errors import BackendUnavailable
 from dtq.entrypoints.bundles import ApiServices, ReconcilerServices, Services, WorkerServices
 from dtq.entrypoints.config import ConfigError, Settings
@@ -175,6 +177,7 @@ class Container(containers.DeclarativeContainer):
         inspector, explain: the queue's ``QueueInspector`` and the explain service on it.
         fleet: the worker-registry view (a singleton: it caches the submit warnings' read);
             its live window is ``FLEET_ALIVE_WITHIN``.
+        tokens: the API token service; a singleton, since it keeps the authentication cache.
         artifact_store, artifacts: the ``ARTIFACT_BACKEND`` store (one per container) and the
             artifact service on it.
         reconcile: the reconcile service; a singleton, since it keeps keyset cursors. Its
@@ -239,6 +242,7 @@ class Container(containers.DeclarativeContainer):
         stale_running_after=policy.provided.stale_running_after,
         reconcile_interval=settings.provided.reconcile_interval,
     )
+    tokens = providers.Singleton(TokenService, store=store, clock=clock)
 
     api_services = providers.Factory(
         ApiServices,
@@ -248,6 +252,7 @@ class Container(containers.DeclarativeContainer):
         artifacts=artifacts,
         explain=explain,
         fleet=fleet,
+        tokens=tokens,
     )
     worker_services = providers.Factory(
         WorkerServices, execution=execution, registry=registry, queue=queue, artifacts=artifacts
@@ -346,6 +351,23 @@ async def open_worker_services(
     """
     async with open_services(settings, backend=backend, container=container) as services:
         yield services.worker
+
+
+@asynccontextmanager
+async def open_token_service(settings: Settings) -> AsyncIterator[TokenService]:
+    """The token service on the real store alone (``dtq token``: no Redis needed).
+
+    Raises:
+        ConfigError: ``CRDB_DSN`` is unset or names a database that cannot be reached.
+    """
+    container = build_container(settings, backend="real")
+    try:
+        await _resolve(container.store)
+        yield await _resolve(container.tokens)
+    finally:
+        shutdown = container.shutdown_resources()
+        if inspect.isawaitable(shutdown):
+            await shutdown
 
 
 def migrate(settings: Settings) -> list[str]:

@@ -34,12 +34,14 @@ from dtq.adapters.cockroach.rows import (
     job_from_row,
     run_from_row,
     task_from_row,
+    token_from_row,
     worker_from_row,
 )
 from dtq.application.ports import DueTask, RunningTask
 from dtq.domain.entities import Job, Task, TaskRun, Worker
 from dtq.domain.errors import ConcurrentUpdate, DuplicateIdempotencyKey
 from dtq.domain.status import RunStatus, TaskStatus
+from dtq.domain.tokens import ApiToken, TokenNameTaken
 
 Conn = AsyncConnection[TupleRow]
 
@@ -608,8 +610,56 @@ class PgWorkerRepository:
         return [worker_from_row(row) for row in await cur.fetchall()]
 
 
+class PgApiTokenRepository:
+    """``ApiTokenRepository`` on one transaction."""
+
+    def __init__(self, conn: Conn) -> None:
+        self._conn = conn
+
+    async def add(self, token: ApiToken) -> None:
+        """Insert the token (scopes sorted).
+
+        Raises:
+            TokenNameTaken: the name is taken (the insert wrote nothing).
+        """
+        cur = await self._conn.execute(
+            sql.API_TOKENS_INSERT,
+            (
+                token.id,
+                token.name,
+                token.secret_hash,
+                sorted(scope.value for scope in token.scopes),
+                token.created_at,
+                token.expires_at,
+                token.revoked_at,
+            ),
+        )
+        if await cur.fetchone() is None:
+            raise TokenNameTaken(f"a token named {token.name!r} already exists", field="name")
+
+    async def get_by_hash(self, secret_hash: str) -> ApiToken | None:
+        """The token with this secret hash, or None (one index probe)."""
+        row = await (await self._conn.execute(sql.API_TOKENS_BY_HASH, (secret_hash,))).fetchone()
+        return None if row is None else token_from_row(row)
+
+    async def get_by_name(self, name: str) -> ApiToken | None:
+        """The token named ``name``, or None (one index probe)."""
+        row = await (await self._conn.execute(sql.API_TOKENS_BY_NAME, (name,))).fetchone()
+        return None if row is None else token_from_row(row)
+
+    async def list_all(self) -> list[ApiToken]:
+        """Every token, ordered by name."""
+        cur = await self._conn.execute(sql.API_TOKENS_LIST)
+        return [token_from_row(row) for row in await cur.fetchall()]
+
+    async def set_revoked(self, token_id: UUID, at: datetime) -> bool:
+        """Set ``revoked_at`` if still NULL; True when this call did."""
+        cur = await self._conn.execute(sql.API_TOKENS_REVOKE, (at, token_id))
+        return await cur.fetchone() is not None
+
+
 class PgTransaction:
-    """``Transaction``: the four repositories on one connection plus the database clock.
+    """``Transaction``: the five repositories on one connection plus the database clock.
 
     One instance per try of ``CockroachStore.run``; ``now()`` is read once and cached, and costs
     no statement when a task read earlier in the try brought it (``_TxClock``).
@@ -622,6 +672,7 @@ class PgTransaction:
         self.tasks = PgTaskRepository(conn, self._clock)
         self.runs = PgRunRepository(conn)
         self.workers = PgWorkerRepository(conn)
+        self.tokens = PgApiTokenRepository(conn)
 
     async def now(self) -> datetime:
         """The transaction timestamp (database ``now()``, aware UTC), fixed for this try."""

@@ -334,3 +334,36 @@ LIST_ACTIVE_WORKERS: Final = (
     "SELECT id, hostname, last_heartbeat_at, metadata::text FROM workers"
     " WHERE last_heartbeat_at >= %s ORDER BY last_heartbeat_at DESC, id"
 )
+
+# --- api tokens (issue 15 item 3) -------------------------------------------------------------
+# Every read returns the columns of rows.token_from_row, in this order:
+# id, name, secret_hash, scopes, created_at, expires_at, revoked_at.
+
+# ON CONFLICT without a target: a taken name (the only constraint a caller can hit; the id and
+# the hash are random) inserts nothing and returns no row.
+API_TOKENS_INSERT: Final = (
+    "INSERT INTO api_tokens (id, name, secret_hash, scopes, created_at, expires_at, revoked_at)"
+    " VALUES (%s, %s, %s, %s::text[], %s, %s, %s) ON CONFLICT DO NOTHING RETURNING id"
+)
+
+# Served by the unique index on secret_hash (api_tokens_secret_hash_key).
+API_TOKENS_BY_HASH: Final = (
+    "SELECT id, name, secret_hash, scopes, created_at, expires_at, revoked_at"
+    " FROM api_tokens WHERE secret_hash = %s"
+)
+
+# Served by the unique index on name (api_tokens_name_key).
+API_TOKENS_BY_NAME: Final = (
+    "SELECT id, name, secret_hash, scopes, created_at, expires_at, revoked_at"
+    " FROM api_tokens WHERE name = %s"
+)
+
+# Read in name order from api_tokens_name_key: an operator's command, never on a request path.
+API_TOKENS_LIST: Final = (
+    "SELECT id, name, secret_hash, scopes, created_at, expires_at, revoked_at"
+    " FROM api_tokens ORDER BY name"
+)
+
+API_TOKENS_REVOKE: Final = (
+    "UPDATE api_tokens SET revoked_at = %s WHERE id = %s AND revoked_at IS NULL RETURNING id"
+)

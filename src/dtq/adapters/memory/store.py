@@ -28,6 +28,7 @@ from dtq.domain.errors import (
     StaleRun,
 )
 from dtq.domain.status import RunStatus, TaskStatus
+from dtq.domain.tokens import ApiToken, TokenNameTaken
 
 T = TypeVar("T")
 
@@ -40,6 +41,7 @@ class _Tables:
         self.tasks: dict[UUID, Task] = {}
         self.runs: dict[UUID, TaskRun] = {}
         self.workers: dict[str, Worker] = {}
+        self.tokens: dict[UUID, ApiToken] = {}
         self.idempotency: dict[str, UUID] = {}
         self.job_tasks: dict[UUID, list[UUID]] = defaultdict(list)
         self.task_runs: dict[UUID, list[UUID]] = defaultdict(list)
@@ -125,11 +127,13 @@ class _MemoryTransaction:
         self._tasks: dict[UUID, Task] = {}
         self._runs: dict[UUID, TaskRun] = {}
         self._workers: dict[str, Worker] = {}
+        self._tokens: dict[UUID, ApiToken] = {}
         self._new_jobs: list[tuple[Job, list[Task], list[tuple[UUID, UUID]]]] = []
         self.jobs = _Jobs(self)
         self.tasks = _Tasks(self)
         self.runs = _Runs(self)
         self.workers = _Workers(self)
+        self.tokens = _Tokens(self)
 
     async def now(self) -> datetime:
         """The transaction's fixed timestamp."""
@@ -161,6 +165,7 @@ class _MemoryTransaction:
         t.tasks.update(self._tasks)
         t.runs.update(self._runs)
         t.workers.update(self._workers)
+        t.tokens.update(self._tokens)
 
 
 class _Jobs:
@@ -409,3 +414,37 @@ class _Workers:
         merged.update(self._tx._workers)
         active = [replace(w) for w in merged.values() if w.last_heartbeat_at >= since]
         return sorted(active, key=lambda w: w.last_heartbeat_at, reverse=True)
+
+
+class _Tokens:
+    """``ApiTokenRepository`` over the committed tokens plus this try's writes (tokens are
+    frozen values, so no copies are needed)."""
+
+    def __init__(self, tx: _MemoryTransaction) -> None:
+        self._tx = tx
+
+    def _merged(self) -> dict[UUID, ApiToken]:
+        merged = dict(self._tx._t.tokens)
+        merged.update(self._tx._tokens)
+        return merged
+
+    async def add(self, token: ApiToken) -> None:
+        if any(t.name == token.name for t in self._merged().values()):
+            raise TokenNameTaken(f"a token named {token.name!r} already exists", field="name")
+        self._tx._tokens[token.id] = token
+
+    async def get_by_hash(self, secret_hash: str) -> ApiToken | None:
+        return next((t for t in self._merged().values() if t.secret_hash == secret_hash), None)
+
+    async def get_by_name(self, name: str) -> ApiToken | None:
+        return next((t for t in self._merged().values() if t.name == name), None)
+
+    async def list_all(self) -> list[ApiToken]:
+        return sorted(self._merged().values(), key=lambda t: t.name)
+
+    async def set_revoked(self, token_id: UUID, at: datetime) -> bool:
+        token = self._merged().get(token_id)
+        if token is None or token.revoked_at is not None:
+            return False
+        self._tx._tokens[token_id] = token.revoke(at=at)
+        return True

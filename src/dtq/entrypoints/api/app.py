@@ -12,6 +12,7 @@ from importlib.metadata import PackageNotFoundError, version
 from litestar import Litestar
 from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
+from litestar.openapi.spec import Components
 from prometheus_client import CollectorRegistry
 
 from dtq.application.artifacts import ArtifactService
@@ -20,6 +21,7 @@ from dtq.application.fleet import FleetService
 from dtq.application.health import HealthService
 from dtq.application.queries import QueryService
 from dtq.entrypoints.api.artifacts import ArtifactController
+from dtq.entrypoints.api.auth import auth_guard, document_security, security_components
 from dtq.entrypoints.api.errors import EXCEPTION_HANDLERS
 from dtq.entrypoints.api.health import HealthController, MetricsController
 from dtq.entrypoints.api.jobs import JobController
@@ -113,10 +115,16 @@ def create_app(
         body_timeout: seconds a request body may take to arrive in full, from the request's
             start; then HTTP 408 (``middleware.BODY_TIMEOUT``, 30 s, by default).
 
+    With ``settings.api_auth == "tokens"`` every ``/v1`` route (and ``/metrics`` with
+    ``settings.metrics_auth``) needs a bearer token with the route's scope (``auth.py``), checked
+    by ``services.tokens``; with ``"none"`` nothing is checked.
+
     Returns:
         The ASGI application. It does not configure logging (``logging_config=None``): the
         process entrypoint does that once for everything.
     """
+    tokens_on = settings.api_auth == "tokens"
+    guards = [auth_guard(services.tokens, metrics_auth=settings.metrics_auth)] if tokens_on else []
     app = Litestar(
         route_handlers=[
             HealthController,
@@ -128,15 +136,19 @@ def create_app(
         ],
         dependencies=_dependencies(services, settings, metrics, registry),
         exception_handlers=EXCEPTION_HANDLERS,
+        guards=guards,
         request_max_body_size=settings.api_max_body_bytes,
         openapi_config=OpenAPIConfig(
             title="dtq",
             version=_package_version(),
             description="Distributed task orchestrator: jobs of tasks with dependencies.",
             path="/schema",
+            components=security_components() if tokens_on else Components(),
         ),
         plugins=[StrictStructSchemaPlugin()],
         logging_config=None,
     )
+    if tokens_on:
+        document_security(app, metrics_auth=settings.metrics_auth)
     install_middleware(app, metrics, body_timeout)
     return app

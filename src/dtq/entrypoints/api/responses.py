@@ -29,6 +29,14 @@ UNSUPPORTED = _error(
 INTERNAL = _error("Unexpected server error (`internal_error`); details are only logged")
 UNAVAILABLE = _error("Database or Redis unavailable (`backend_unavailable`); retry later")
 
+UNAUTHENTICATED = _error(
+    "No API token, or one that is not valid, expired or revoked (`unauthenticated`; "
+    "`WWW-Authenticate: Bearer`)"
+)
+FORBIDDEN = _error("The token lacks the scope this route needs (`forbidden`, naming it)")
+
+#: Errors of every route that needs a token (``API_AUTH=tokens``; ``auth.document_security``).
+AUTH = {401: UNAUTHENTICATED, 403: FORBIDDEN}
 #: Errors any route can give.
 COMMON = {500: INTERNAL, 503: UNAVAILABLE}
 #: Errors of the two submission routes.
