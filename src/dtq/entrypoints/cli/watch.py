@@ -95,6 +95,12 @@ class Snapshot:
             ],
         )
 
+    @property
+    def done(self) -> bool:
+        """The job is terminal and none of its tasks is still running or waiting (a job fails
+        as soon as one task fails, while others may still run)."""
+        return self.status.terminal and self.finished == self.total
+
     def exit_status(self) -> int:
         """0 for a completed job, :data:`EXIT_JOB_FAILED` for a failed or cancelled one."""
         return EXIT_OK if self.status is JobStatus.COMPLETED else EXIT_JOB_FAILED
@@ -148,8 +154,8 @@ def follow(
     interval: float,
     timeout: float | None = None,
 ) -> int:
-    """Look at the job every ``interval`` seconds until it is terminal, showing the live view
-    (or, with ``as_json``, printing only the final snapshot as JSON).
+    """Look at the job every ``interval`` seconds until it is done (:attr:`Snapshot.done`),
+    showing the live view (or, with ``as_json``, printing only the final snapshot as JSON).
 
     Returns:
         0 completed, :data:`EXIT_JOB_FAILED` failed or cancelled, :data:`EXIT_WAIT_TIMEOUT`
@@ -161,7 +167,7 @@ def follow(
     try:
         if live is not None:
             live.start()
-        while not snap.status.terminal:
+        while not snap.done:
             left = interval if deadline is None else deadline - time.monotonic()
             if left <= 0:
                 fail(f"job {job_id} still {snap.status} after {timeout:g}s")
