@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dtq.application.artifacts import ArtifactService
+from dtq.application.control import ControlService
 from dtq.application.execution import ExecutionService
 from dtq.application.health import HealthService
 from dtq.application.ports import Queue, Store
@@ -36,12 +37,15 @@ class ApiServices:
         queries: the read side (tasks, jobs, workers).
         health: backend pings for ``/healthz``.
         artifacts: artifact upload and download (``/v1/artifacts``).
+        control: cancel and manual retry (``/v1/tasks/{id}/cancel|retry``,
+            ``/v1/jobs/{id}/cancel``; issue 14 items 1 and 4).
     """
 
     submit: SubmitService
     queries: QueryService
     health: HealthService
     artifacts: ArtifactService
+    control: ControlService
 
 
 @dataclass(frozen=True, slots=True)

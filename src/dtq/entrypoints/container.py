@@ -31,6 +31,7 @@ from dtq.adapters.memory.queue import InMemoryQueue
 from dtq.adapters.memory.store import InMemoryStore
 from dtq.application.artifacts import ArtifactService, ArtifactStore
 from dtq.application.commands import ExecutionPolicy
+from dtq.application.control import ControlService
 from dtq.application.execution import ExecutionService
 from dtq.application.health import HealthService
 from dtq.application.ports import Queue, Store
@@ -148,7 +149,7 @@ class Container(containers.DeclarativeContainer):
         clock: the host clock (one per container).
         policy: the ``ExecutionPolicy`` derived from the settings.
         store, queue: selected by ``backend``; memory ones are singletons, real ones resources.
-        submit, queries, health, execution, registry: stateless services (factories).
+        submit, queries, health, execution, registry, control: stateless services (factories).
         artifact_store, artifacts: the ``ARTIFACT_BACKEND`` store (one per container) and the
             artifact service on it.
         reconcile: the reconcile service; a singleton, since it keeps keyset cursors. Its
@@ -189,6 +190,7 @@ class Container(containers.DeclarativeContainer):
 
     submit = providers.Factory(SubmitService, store=store, queue=queue)
     queries = providers.Factory(QueryService, store=store)
+    control = providers.Factory(ControlService, store=store, queue=queue)
     health = providers.Factory(HealthService, store=store, queue=queue)
     execution = providers.Factory(
         ExecutionService, store=store, queue=queue, policy=policy, clock=clock
@@ -203,7 +205,12 @@ class Container(containers.DeclarativeContainer):
     registry = providers.Factory(WorkerRegistryService, store=store)
 
     api_services = providers.Factory(
-        ApiServices, submit=submit, queries=queries, health=health, artifacts=artifacts
+        ApiServices,
+        submit=submit,
+        queries=queries,
+        health=health,
+        artifacts=artifacts,
+        control=control,
     )
     worker_services = providers.Factory(
         WorkerServices, execution=execution, registry=registry, queue=queue, artifacts=artifacts

@@ -15,6 +15,7 @@ from litestar.openapi import OpenAPIConfig
 from prometheus_client import CollectorRegistry
 
 from dtq.application.artifacts import ArtifactService
+from dtq.application.control import ControlService
 from dtq.application.health import HealthService
 from dtq.application.queries import QueryService
 from dtq.entrypoints.api.artifacts import ArtifactController
@@ -56,6 +57,9 @@ def _dependencies(
     def provide_health() -> HealthService:
         return services.health
 
+    def provide_control() -> ControlService:
+        return services.control
+
     def provide_artifacts() -> ArtifactService:
         return services.artifacts
 
@@ -69,6 +73,7 @@ def _dependencies(
         "submit": provide_submit,
         "queries": provide_queries,
         "health": provide_health,
+        "control": provide_control,
         "artifacts": provide_artifacts,
         "settings": provide_settings,
         "registry": provide_registry,

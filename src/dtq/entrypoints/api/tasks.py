@@ -1,4 +1,5 @@
-"""``/v1/tasks``: submit a single-task job, read a task with its runs (spec §7)."""
+"""``/v1/tasks``: submit a single-task job, read a task with its runs (spec §7); cancel and
+retry a task (issue 14 items 1 and 4)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from litestar.di import NamedDependency
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import JSONBody
 
+from dtq.application.control import ControlService
 from dtq.application.queries import QueryService
 from dtq.entrypoints.api import bodies, commands, guards, responses
 from dtq.entrypoints.api.middleware import CountingSubmit
@@ -14,7 +16,9 @@ from dtq.entrypoints.api.params import IdempotencyKey, ResourceId, parse_id
 from dtq.entrypoints.api.schemas import (
     SubmitTaskRequest,
     SubmitTaskResponse,
+    TaskCancelResponse,
     TaskDetailBody,
+    TaskRetryResponse,
 )
 from dtq.entrypoints.config import Settings
 
@@ -26,7 +30,8 @@ REPLAYED = ResponseSpec(
 
 
 class TaskController(Controller):
-    """Single tasks: ``POST /v1/tasks`` and ``GET /v1/tasks/{id}``."""
+    """Single tasks: ``POST /v1/tasks``, ``GET /v1/tasks/{id}``, ``POST /v1/tasks/{id}/cancel``
+    and ``POST /v1/tasks/{id}/retry``."""
 
     path = "/v1/tasks"
     tags = ["tasks"]
@@ -61,3 +66,35 @@ class TaskController(Controller):
     ) -> TaskDetailBody:
         """The task row and its runs ordered by ``started_at``; 404 unknown, 400 not a UUID."""
         return bodies.task_detail_body(await queries.get_task(parse_id(id)))
+
+    @post(
+        "/{id:str}/cancel",
+        status_code=200,
+        summary="Cancel a task (a running one stops at its worker's next lease heartbeat)",
+        responses=responses.CANCEL,
+    )
+    async def cancel(
+        self, id: ResourceId, control: NamedDependency[ControlService]
+    ) -> TaskCancelResponse:
+        """``pending``/``queued``/``running`` -> ``cancelled``, with its pending dependents;
+        200 also for a task already cancelled; 409 ``not_cancellable`` for a completed or
+        failed one; 404 unknown, 400 not a UUID."""
+        task_id = parse_id(id)
+        status, cascaded = await control.cancel_task(task_id)
+        return TaskCancelResponse(task_id=task_id, status=status, cascaded=cascaded)
+
+    @post(
+        "/{id:str}/retry",
+        status_code=200,
+        summary="Retry a failed or cancelled task now, with a fresh attempt budget",
+        responses=responses.RETRY,
+    )
+    async def retry(
+        self, id: ResourceId, control: NamedDependency[ControlService]
+    ) -> TaskRetryResponse:
+        """``failed``/``cancelled`` -> ``queued`` (``pending`` while a dependency is
+        unfinished), its cascade-ended dependents -> ``pending``, the job re-derived; 409
+        ``not_retryable`` otherwise; 404 unknown, 400 not a UUID."""
+        task_id = parse_id(id)
+        status, reopened = await control.retry_task(task_id)
+        return TaskRetryResponse(task_id=task_id, status=status, reopened=reopened)
