@@ -132,11 +132,13 @@ async def test_cancel_vs_reclaim(services: Services, redis_client: Redis) -> Non
     await asyncio.sleep(POLICY.stale_running_after + 0.2)
     control, reconcile = services.api.control, services.reconciler.reconcile
 
-    results = await asyncio.gather(
-        reconcile.reclaim_stale(), *(control.cancel_task(i) for i in ids)
-    )
+    async def cancel(task_id: UUID) -> TaskStatus:
+        status, _ = await control.cancel_task(task_id)
+        return status
 
-    assert all(status is TaskStatus.CANCELLED for status, _ in results[1:])
+    results = await asyncio.gather(reconcile.reclaim_stale(), *(cancel(i) for i in ids))
+
+    assert all(status is TaskStatus.CANCELLED for status in results[1:])
     for claim in claims:
         task_view = await view(services, claim.task.id)
         assert task_view.task.status is TaskStatus.CANCELLED

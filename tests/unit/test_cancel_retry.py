@@ -4,6 +4,7 @@ refuse a late report."""
 
 from __future__ import annotations
 
+from typing import Any
 from uuid import UUID, uuid4
 
 import pytest
@@ -179,7 +180,7 @@ async def test_cancel_job_walks_every_task_in_bounded_batches(app: App) -> None:
     transactions = 0
     real_run = app.store.run
 
-    async def counting_run(fn):  # type: ignore[no-untyped-def]
+    async def counting_run(fn: Any) -> Any:
         nonlocal transactions
         transactions += 1
         return await real_run(fn)
