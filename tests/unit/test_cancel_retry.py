@@ -235,6 +235,7 @@ async def test_retry_of_a_failed_task_reopens_it_its_cascade_and_its_job(app: Ap
     assert await status_of(app, ids["c"]) is TaskStatus.FAILED
     assert await job_status(app, result.job_id) is JobStatus.FAILED
 
+    app.clock.advance(1)  # the runs are listed by started_at
     assert await control(app).retry_task(ids["a"]) == (TaskStatus.QUEUED, 2)
 
     task = (await app.queries.get_task(ids["a"])).task
@@ -285,6 +286,7 @@ async def test_a_late_report_of_the_old_run_after_a_retry_is_stale(app: App) -> 
     await app.submit_tasks(TaskSpec("a", "echo", max_attempts=1))
     old = await pop_claim(app)
     await fail_for_good(app, old)
+    app.clock.advance(1)  # the runs are listed by started_at
     await control(app).retry_task(old.task.id)
     new = await pop_claim(app)
 
