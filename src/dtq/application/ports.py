@@ -289,7 +289,8 @@ class Store(Protocol):
 
 
 class LeaseState(StrEnum):
-    """Result of a lease heartbeat (``Queue.extend_lease``)."""
+    """Result of a lease heartbeat (``Queue.extend_lease``; ``CANCELLED`` only from
+    ``ExecutionService.heartbeat``, which reads the store when the lease is missing)."""
 
     EXTENDED = "extended"  # the lease was ours and now lasts ttl longer
     MISSING = "missing"  # the task has no lease (expired, evicted, or the queue lost its data)
