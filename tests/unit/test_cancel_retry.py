@@ -377,3 +377,23 @@ async def test_retry_tasks_counts_a_task_reopened_by_an_earlier_id_as_changed(ap
     assert outcome.skipped == (unknown,)
     assert outcome.cascaded == 2
     assert await status_of(app, ids["q"]) is TaskStatus.PENDING
+
+
+async def test_cancel_cascades_through_a_diamond_once_per_task(app: App) -> None:
+    result = await app.submit_tasks(
+        TaskSpec("a", "echo"),
+        TaskSpec("b", "echo", depends_on=("a",)),
+        TaskSpec("c", "echo", depends_on=("a",)),
+        TaskSpec("d", "echo", depends_on=("b", "c")),
+    )
+    ids = result.task_ids
+
+    outcome = await control(app).cancel_tasks([ids["a"], ids["c"]])
+
+    assert outcome.changed == (ids["a"], ids["c"])
+    assert outcome.cascaded == 2  # b and d; c was cancelled by its own id
+    view = await app.queries.get_job(result.job_id)
+    assert {t.name: t.status for t in view.tasks} == dict.fromkeys("abcd", TaskStatus.CANCELLED)
+    assert view.job.status is JobStatus.CANCELLED
+    d = next(t for t in view.tasks if t.name == "d")
+    assert d.version == 1  # written once
