@@ -207,7 +207,10 @@ def test_migration_files_are_numbered_single_idempotent_ddl() -> None:
         statements = [s for s in sqlparse.split(text) if sqlparse.format(s, strip_comments=True)]
         assert len(statements) == 1, f"{path.name}: one DDL statement per migration"
         assert re.search(r"^-- transactional: false$", text, re.MULTILINE), path.name
-        assert "IF NOT EXISTS" in text, f"{path.name}: must be idempotent"
+        # A constraint is replaced idempotently by dropping it IF EXISTS in the same statement
+        # (PostgreSQL has no ADD CONSTRAINT IF NOT EXISTS).
+        replaces = re.search(r"DROP CONSTRAINT IF EXISTS (\w+),\s+ADD CONSTRAINT \1\b", text)
+        assert "IF NOT EXISTS" in text or replaces, f"{path.name}: must be idempotent"
 
 
 def test_migration_files_avoid_constructs_that_differ_on_cockroachdb() -> None:
@@ -292,3 +295,28 @@ def test_constraints_refuse_bad_rows(
     apply_migrations(pg_empty_dsn)
     with psycopg.connect(pg_empty_dsn, autocommit=True) as conn, pytest.raises(error):
         conn.execute(statement)
+
+
+@pytest.mark.integration
+def test_task_runs_accept_cancelled_and_still_refuse_an_unknown_status(pg_empty_dsn: str) -> None:
+    """Migration 0021 widened ``task_runs_status_check`` by ``cancelled`` (issue 14 item 1)."""
+    apply_migrations(pg_empty_dsn)
+    with psycopg.connect(pg_empty_dsn, autocommit=True) as conn:
+        job = conn.execute(
+            "INSERT INTO jobs (id, name, status) VALUES (gen_random_uuid(), 'j', 'running')"
+            " RETURNING id"
+        ).fetchone()
+        assert job is not None
+        task = conn.execute(
+            "INSERT INTO tasks (id, job_id, name, kind, payload, status)"
+            " VALUES (gen_random_uuid(), %s, 't', 'k', 'null'::jsonb, 'cancelled') RETURNING id",
+            (job[0],),
+        ).fetchone()
+        assert task is not None
+        insert = (
+            "INSERT INTO task_runs (task_id, attempt_number, worker_id, status)"
+            " VALUES (%s, 1, 'w', %s)"
+        )
+        conn.execute(insert, (task[0], "cancelled"))
+        with pytest.raises(psycopg.errors.CheckViolation):
+            conn.execute(insert, (task[0], "bogus"))

@@ -33,6 +33,7 @@ from dtq.adapters.clock import SystemClock  # noqa: E402
 from dtq.adapters.memory.queue import InMemoryQueue  # noqa: E402
 from dtq.adapters.memory.store import InMemoryStore  # noqa: E402
 from dtq.application.artifacts import ArtifactService  # noqa: E402
+from dtq.application.control import ControlService  # noqa: E402
 from dtq.application.explain import ExplainService  # noqa: E402
 from dtq.application.fleet import FleetService  # noqa: E402
 from dtq.application.health import HealthService  # noqa: E402
@@ -60,6 +61,7 @@ def memory_services() -> tuple[ApiServices, str]:
         submit=SubmitService(store=store, queue=queue),
         queries=QueryService(store=store),
         health=HealthService(store=store, queue=queue),
+        control=ControlService(store=store, queue=queue),
         artifacts=ArtifactService(
             store=FsArtifactStore(Path(tempfile.gettempdir()) / "dtq-fuzz-artifacts" / uuid4().hex)
         ),

@@ -179,6 +179,12 @@ class TaskRepository(Protocol):
         """True when some task of the job has one of ``statuses`` (an index probe, not a count)."""
         ...
 
+    async def dependency_has_status(self, task_id: UUID, statuses: Sequence[TaskStatus]) -> bool:
+        """True when some direct dependency of ``task_id`` has one of ``statuses`` (one
+        statement, stopping at the first hit; False for a task without dependencies). The
+        manual retry asks it for ``failed``/``cancelled`` (issue 14 item 4)."""
+        ...
+
     async def due_queued(
         self, *, now: datetime, after: tuple[datetime, UUID] | None, limit: int
     ) -> list[DueTask]:
@@ -324,11 +330,15 @@ class Store(Protocol):
 
 
 class LeaseState(StrEnum):
-    """Result of a lease heartbeat (``Queue.extend_lease``)."""
+    """Result of a lease heartbeat (``Queue.extend_lease``; ``CANCELLED`` only from
+    ``ExecutionService.heartbeat``, which reads the store when the lease is missing)."""
 
     EXTENDED = "extended"  # the lease was ours and now lasts ttl longer
     MISSING = "missing"  # the task has no lease (expired, evicted, or the queue lost its data)
     LOST = "lost"  # the lease names another run: stop working on the task
+    CANCELLED = (
+        "cancelled"  # the run was closed because its task was cancelled: stop, report nothing
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dtq.application.artifacts import ArtifactService
+from dtq.application.control import ControlService
 from dtq.application.execution import ExecutionService
 from dtq.application.explain import ExplainService
 from dtq.application.fleet import FleetService
@@ -42,6 +43,8 @@ class ApiServices:
         explain: ``GET /v1/tasks/{id}/explain`` (issue 14 item 7).
         fleet: the live workers' advertisements, cached for the submit warnings.
         tokens: API tokens; the auth guard authenticates requests with it (``API_AUTH``).
+        control: cancel and manual retry (``/v1/tasks/{id}/cancel|retry``,
+            ``/v1/jobs/{id}/cancel``; issue 14 items 1 and 4).
     """
 
     submit: SubmitService
@@ -51,6 +54,7 @@ class ApiServices:
     explain: ExplainService
     fleet: FleetService
     tokens: TokenService
+    control: ControlService
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,7 @@ from dtq.adapters.memory.queue import InMemoryQueue
 from dtq.adapters.memory.store import InMemoryStore
 from dtq.application.artifacts import ArtifactService, ArtifactStore
 from dtq.application.commands import ExecutionPolicy
+from dtq.application.control import ControlService
 from dtq.application.execution import ExecutionService
 from dtq.application.explain import ExplainService
 from dtq.application.fleet import FleetService
@@ -173,7 +174,7 @@ class Container(containers.DeclarativeContainer):
         clock: the host clock (one per container).
         policy: the ``ExecutionPolicy`` derived from the settings.
         store, queue: selected by ``backend``; memory ones are singletons, real ones resources.
-        submit, queries, health, execution, registry: stateless services (factories).
+        submit, queries, health, execution, registry, control: stateless services (factories).
         inspector, explain: the queue's ``QueueInspector`` and the explain service on it.
         fleet: the worker-registry view (a singleton: it caches the submit warnings' read);
             its live window is ``FLEET_ALIVE_WITHIN``.
@@ -218,6 +219,7 @@ class Container(containers.DeclarativeContainer):
 
     submit = providers.Factory(SubmitService, store=store, queue=queue)
     queries = providers.Factory(QueryService, store=store)
+    control = providers.Factory(ControlService, store=store, queue=queue)
     health = providers.Factory(HealthService, store=store, queue=queue)
     execution = providers.Factory(
         ExecutionService, store=store, queue=queue, policy=policy, clock=clock
@@ -253,6 +255,7 @@ class Container(containers.DeclarativeContainer):
         explain=explain,
         fleet=fleet,
         tokens=tokens,
+        control=control,
     )
     worker_services = providers.Factory(
         WorkerServices, execution=execution, registry=registry, queue=queue, artifacts=artifacts

@@ -450,6 +450,14 @@ class PgTaskRepository:
         row = await cur.fetchone()
         return bool(row and row[0])
 
+    async def dependency_has_status(self, task_id: UUID, statuses: Sequence[TaskStatus]) -> bool:
+        """True when some direct dependency of ``task_id`` has one of ``statuses``."""
+        cur = await self._conn.execute(
+            sql.DEPENDENCY_HAS_STATUS, (task_id, [status.value for status in statuses])
+        )
+        row = await cur.fetchone()
+        return bool(row and row[0])
+
     async def job_has_status(self, job_id: UUID, statuses: Sequence[TaskStatus]) -> bool:
         """True when some task of the job has one of ``statuses`` (EXISTS probe)."""
         if not statuses:

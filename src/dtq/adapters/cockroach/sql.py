@@ -233,6 +233,15 @@ DEPENDENCIES_COMPLETED: Final = (
     " WHERE d.task_id = %s AND t.status <> %s)"
 )
 
+# Manual retry (issue 14 item 4): is some direct dependency failed or cancelled? Served like
+# DEPENDENCIES_COMPLETED (task_dependencies primary key, then tasks by primary key per edge);
+# EXISTS stops at the first hit.
+DEPENDENCY_HAS_STATUS: Final = (
+    "SELECT EXISTS ("
+    "SELECT 1 FROM task_dependencies d JOIN tasks t ON t.id = d.depends_on_task_id"
+    " WHERE d.task_id = %s AND t.status = ANY(%b::text[]))"
+)
+
 # One point probe of idx_tasks_job_id (job_id, status) per wanted status (a semi-join over the
 # unnested list), stopping at the first hit: the cost does not grow with the job's size. The
 # plainer "status = ANY($2)" becomes a filter over the whole job range in generic plans.

@@ -318,6 +318,14 @@ class _Tasks:
                 return False
         return True
 
+    async def dependency_has_status(self, task_id: UUID, statuses: Sequence[TaskStatus]) -> bool:
+        wanted = set(statuses)
+        for dep_id in self._edges("dependencies", task_id):
+            dep = self._tx.task(dep_id)
+            if dep is not None and dep.status in wanted:
+                return True
+        return False
+
     async def job_has_status(self, job_id: UUID, statuses: Sequence[TaskStatus]) -> bool:
         wanted = set(statuses)
         for task_id in self._job_task_ids(job_id):

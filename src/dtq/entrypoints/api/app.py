@@ -16,6 +16,7 @@ from litestar.openapi.spec import Components
 from prometheus_client import CollectorRegistry
 
 from dtq.application.artifacts import ArtifactService
+from dtq.application.control import ControlService
 from dtq.application.explain import ExplainService
 from dtq.application.fleet import FleetService
 from dtq.application.health import HealthService
@@ -60,6 +61,9 @@ def _dependencies(
     def provide_health() -> HealthService:
         return services.health
 
+    def provide_control() -> ControlService:
+        return services.control
+
     def provide_artifacts() -> ArtifactService:
         return services.artifacts
 
@@ -79,6 +83,7 @@ def _dependencies(
         "submit": provide_submit,
         "queries": provide_queries,
         "health": provide_health,
+        "control": provide_control,
         "artifacts": provide_artifacts,
         "explain": provide_explain,
         "fleet": provide_fleet,

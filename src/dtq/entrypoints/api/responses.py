@@ -43,3 +43,19 @@ COMMON = {500: INTERNAL, 503: UNAVAILABLE}
 SUBMIT = {400: BAD_REQUEST, 409: CONFLICT, 413: TOO_LARGE, 415: UNSUPPORTED, **COMMON}
 #: Errors of the read routes addressed by ``{id}``.
 READ_BY_ID = {400: BAD_REQUEST, 404: NOT_FOUND, **COMMON}
+
+
+#: ``POST /v1/tasks/{id}/cancel`` and ``POST /v1/jobs/{id}/cancel`` (issue 14 item 1).
+CANCEL = {
+    400: BAD_REQUEST,
+    404: NOT_FOUND,
+    409: _error("The task (or job) has already completed or failed (`not_cancellable`)"),
+    **COMMON,
+}
+#: ``POST /v1/tasks/{id}/retry`` (issue 14 item 4).
+RETRY = {
+    400: BAD_REQUEST,
+    404: NOT_FOUND,
+    409: _error("The task is not failed or cancelled, or a dependency of it is (`not_retryable`)"),
+    **COMMON,
+}

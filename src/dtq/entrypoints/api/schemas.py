@@ -381,3 +381,37 @@ class ErrorBody(msgspec.Struct, kw_only=True):
     """The one shape of every error response: ``{"error": {"code", "message", "field"}}``."""
 
     error: ErrorDetail
+
+
+# --- cancel and manual retry (issue 14 items 1 and 4) ------------------------------------------
+
+
+class TaskCancelResponse(msgspec.Struct, kw_only=True):
+    """``POST /v1/tasks/{id}/cancel``: the task is ``cancelled`` (also when it already was)."""
+
+    task_id: UUID
+    status: TaskStatus
+    cascaded: Annotated[
+        int, msgspec.Meta(description="Pending dependents cancelled with it, transitively")
+    ]
+
+
+class JobCancelResponse(msgspec.Struct, kw_only=True):
+    """``POST /v1/jobs/{id}/cancel``: the job's status afterwards and how many of its tasks this
+    call cancelled (``cancelled`` stays ``failed`` for a job with a failed task)."""
+
+    job_id: UUID
+    status: JobStatus
+    cancelled: Annotated[int, msgspec.Meta(description="Tasks this call cancelled")]
+
+
+class TaskRetryResponse(msgspec.Struct, kw_only=True):
+    """``POST /v1/tasks/{id}/retry``: the task's new status (``queued``; ``pending`` while a
+    dependency is unfinished) and how many dependents the retry reopened."""
+
+    task_id: UUID
+    status: TaskStatus
+    reopened: Annotated[
+        int,
+        msgspec.Meta(description="Dependents failed or cancelled by the cascade, now pending"),
+    ]

@@ -1,5 +1,5 @@
 """``/v1/tasks``: submit a single-task job, read a task with its runs (spec §7), explain why it
-is (not) running (issue 14 item 7)."""
+is (not) running (issue 14 item 7); cancel and retry a task (issue 14 items 1 and 4)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from litestar.di import NamedDependency
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import JSONBody
 
+from dtq.application.control import ControlService
 from dtq.application.explain import ExplainService
 from dtq.application.fleet import FleetService
 from dtq.application.queries import QueryService
@@ -18,7 +19,9 @@ from dtq.entrypoints.api.schemas import (
     ExplainBody,
     SubmitTaskRequest,
     SubmitTaskResponse,
+    TaskCancelResponse,
     TaskDetailBody,
+    TaskRetryResponse,
 )
 from dtq.entrypoints.config import Settings
 
@@ -30,8 +33,8 @@ REPLAYED = ResponseSpec(
 
 
 class TaskController(Controller):
-    """Single tasks: ``POST /v1/tasks``, ``GET /v1/tasks/{id}`` and
-    ``GET /v1/tasks/{id}/explain``."""
+    """Single tasks: ``POST /v1/tasks``, ``GET /v1/tasks/{id}``, ``GET /v1/tasks/{id}/explain``,
+    ``POST /v1/tasks/{id}/cancel`` and ``POST /v1/tasks/{id}/retry``."""
 
     path = "/v1/tasks"
     tags = ["tasks"]
@@ -83,3 +86,35 @@ class TaskController(Controller):
         ``application/explain.py``); 404 unknown, 400 not a UUID, 503 when the database, or
         Redis for a code that needs it, is unavailable."""
         return bodies.explain_body(await explain.explain(parse_id(id)))
+
+    @post(
+        "/{id:str}/cancel",
+        status_code=200,
+        summary="Cancel a task (a running one stops at its worker's next lease heartbeat)",
+        responses=responses.CANCEL,
+    )
+    async def cancel(
+        self, id: ResourceId, control: NamedDependency[ControlService]
+    ) -> TaskCancelResponse:
+        """``pending``/``queued``/``running`` -> ``cancelled``, with its pending dependents;
+        200 also for a task already cancelled; 409 ``not_cancellable`` for a completed or
+        failed one; 404 unknown, 400 not a UUID."""
+        task_id = parse_id(id)
+        status, cascaded = await control.cancel_task(task_id)
+        return TaskCancelResponse(task_id=task_id, status=status, cascaded=cascaded)
+
+    @post(
+        "/{id:str}/retry",
+        status_code=200,
+        summary="Retry a failed or cancelled task now, with a fresh attempt budget",
+        responses=responses.RETRY,
+    )
+    async def retry(
+        self, id: ResourceId, control: NamedDependency[ControlService]
+    ) -> TaskRetryResponse:
+        """``failed``/``cancelled`` -> ``queued`` (``pending`` while a dependency is
+        unfinished), its cascade-ended dependents -> ``pending``, the job re-derived; 409
+        ``not_retryable`` otherwise; 404 unknown, 400 not a UUID."""
+        task_id = parse_id(id)
+        status, reopened = await control.retry_task(task_id)
+        return TaskRetryResponse(task_id=task_id, status=status, reopened=reopened)
