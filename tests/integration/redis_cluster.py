@@ -143,7 +143,7 @@ def start_cluster() -> LocalCluster:
                         "no",
                         "--daemonize",
                         "no",
-                    ],  # fmt: skip
+                    ],
                     stdout=log,
                     stderr=subprocess.STDOUT,
                 )

@@ -1,10 +1,11 @@
 """Contract suite of the ``Queue`` port (spec §5), run against every adapter.
 
 The same test bodies run on ``InMemoryQueue`` (driven by a ``FakeClock``), on ``RedisQueue`` over
-one Redis server, and on ``RedisQueue`` over a local three-master Redis Cluster (``redis_cluster``,
-issue 17 item 6; TTLs and due times on the Redis server's clock). To serve both, the fake clock starts at the real
-current time and the ``advance`` fixture sleeps for real *and* moves the fake clock by the same
-amount; TTLs in these tests are therefore short (a few tenths of a second).
+one Redis server, and on ``RedisQueue`` over a local three-master Redis Cluster
+(``redis_cluster``, issue 17 item 6); TTLs and due times on the Redis server's clock. To serve
+all of them, the fake clock starts at the real current time and the ``advance`` fixture sleeps
+for real *and* moves the fake clock by the same amount; TTLs in these tests are therefore short
+(a few tenths of a second).
 
 Redis-only checks (key layout, socket timeouts, error wrapping, helpers) are in
 ``test_redis_queue.py``.

@@ -47,34 +47,33 @@ async def test_redis_keys_follow_spec_layout_under_the_prefix(
     redis_client: Redis, redis_prefix: str
 ) -> None:
     queue = RedisQueue(redis_client, prefix=redis_prefix, marker_ttl=30.0)
+    tag = tagged_prefix(redis_prefix)  # the prefix as the hash tag of every key: "{...}:"
     queued, leased, scheduled = new_id(), new_id(), new_id()
     lease = lease_for(leased, deadline_ms=123)
     await enqueue_one(queue, queued, "high")
     await queue.set_leases([lease], 30.0)
     await queue.schedule(scheduled, "low|tier", datetime(2030, 1, 1, tzinfo=UTC))
 
-    keys = {_text(key) async for key in redis_client.scan_iter(match=f"{tagged_prefix(redis_prefix)}*")}
+    keys = {_text(key) async for key in redis_client.scan_iter(match=f"{tag}*")}
     assert keys == {
-        f"{tagged_prefix(redis_prefix)}queue:ready:high",
-        f"{tagged_prefix(redis_prefix)}queue:pending:{queued}",
-        f"{tagged_prefix(redis_prefix)}lease:task:{leased}",
-        f"{tagged_prefix(redis_prefix)}queue:scheduled",
+        f"{tag}queue:ready:high",
+        f"{tag}queue:pending:{queued}",
+        f"{tag}lease:task:{leased}",
+        f"{tag}queue:scheduled",
     }
     for task_id in (queued, leased, scheduled):
         anywhere = [_text(k) async for k in redis_client.scan_iter(match=f"*{task_id}*")]
-        assert all(key.startswith(redis_prefix) for key in anywhere)
+        assert all(key.startswith(tag) for key in anywhere)
 
-    assert await redis_client.lrange(f"{tagged_prefix(redis_prefix)}queue:ready:high", 0, -1) == [
-        str(queued).encode()
-    ]
-    assert 0 < await redis_client.pttl(f"{tagged_prefix(redis_prefix)}queue:pending:{queued}") <= 30_000
-    assert 0 < await redis_client.pttl(f"{tagged_prefix(redis_prefix)}lease:task:{leased}") <= 30_000
-    assert await redis_client.hgetall(f"{tagged_prefix(redis_prefix)}lease:task:{leased}") == {
+    assert await redis_client.lrange(f"{tag}queue:ready:high", 0, -1) == [str(queued).encode()]
+    assert 0 < await redis_client.pttl(f"{tag}queue:pending:{queued}") <= 30_000
+    assert 0 < await redis_client.pttl(f"{tag}lease:task:{leased}") <= 30_000
+    assert await redis_client.hgetall(f"{tag}lease:task:{leased}") == {
         b"worker_id": b"w-1",
         b"run_id": str(lease.run_id).encode(),
         b"deadline_ms": b"123",
     }
-    members = await redis_client.zrange(f"{tagged_prefix(redis_prefix)}queue:scheduled", 0, -1, withscores=True)
+    members = await redis_client.zrange(f"{tag}queue:scheduled", 0, -1, withscores=True)
     assert members == [(f"low|tier|{scheduled}".encode(), 1_893_456_000_000.0)]
 
     # A priority containing "|" survives promotion (the member is split at the last "|").
@@ -136,21 +135,22 @@ async def test_redis_batch_writes_follow_the_single_id_layout(
     redis_client: Redis, redis_prefix: str
 ) -> None:
     queue = RedisQueue(redis_client, prefix=redis_prefix, marker_ttl=30.0)
+    tag = tagged_prefix(redis_prefix)
     queued, leased = new_id(), new_id()
     lease = lease_for(leased, deadline_ms=123)
     await queue.enqueue_many([(queued, "high")])
     await queue.set_leases([lease], 20.0)
 
-    keys = {_text(key) async for key in redis_client.scan_iter(match=f"{tagged_prefix(redis_prefix)}*")}
+    keys = {_text(key) async for key in redis_client.scan_iter(match=f"{tag}*")}
     assert keys == {
-        f"{tagged_prefix(redis_prefix)}queue:ready:high",
-        f"{tagged_prefix(redis_prefix)}queue:pending:{queued}",
-        f"{tagged_prefix(redis_prefix)}lease:task:{leased}",
+        f"{tag}queue:ready:high",
+        f"{tag}queue:pending:{queued}",
+        f"{tag}lease:task:{leased}",
     }
-    assert await redis_client.get(f"{tagged_prefix(redis_prefix)}queue:pending:{queued}") == b"1"
-    assert 20_000 < await redis_client.pttl(f"{tagged_prefix(redis_prefix)}queue:pending:{queued}") <= 30_000
-    assert 0 < await redis_client.pttl(f"{tagged_prefix(redis_prefix)}lease:task:{leased}") <= 20_000
-    assert await redis_client.hgetall(f"{tagged_prefix(redis_prefix)}lease:task:{leased}") == {
+    assert await redis_client.get(f"{tag}queue:pending:{queued}") == b"1"
+    assert 20_000 < await redis_client.pttl(f"{tag}queue:pending:{queued}") <= 30_000
+    assert 0 < await redis_client.pttl(f"{tag}lease:task:{leased}") <= 20_000
+    assert await redis_client.hgetall(f"{tag}lease:task:{leased}") == {
         b"worker_id": b"w-1",
         b"run_id": str(lease.run_id).encode(),
         b"deadline_ms": b"123",

@@ -200,7 +200,8 @@ async def test_heartbeat_on_redis_does_not_overwrite_a_lease_written_after_missi
         ExecutionService(store=store, queue=queue, policy=policy), task_id, "w-a"
     )
     assert claim is not None
-    await redis_client.delete(f"{tagged_prefix(redis_prefix)}lease:task:{task_id}")  # Redis lost A's lease
+    lease_key = f"{tagged_prefix(redis_prefix)}lease:task:{task_id}"
+    await redis_client.delete(lease_key)  # Redis lost A's lease
     rival = Lease(task_id=task_id, worker_id="w-b", run_id=new_id(), deadline_ms=1)
 
     class Racing:

@@ -117,7 +117,7 @@ def test_a_key_prefix_that_would_make_an_empty_hash_tag_is_refused() -> None:
     assert load_settings({}).redis_key_prefix == "dto:"
 
 
-# --- connect_redis ---------------------------------------------------------------------------------
+# --- connect_redis --------------------------------------------------------------------------------
 
 
 def test_parse_cluster_seeds_reads_seeds_credentials_and_tls() -> None:

@@ -2,9 +2,10 @@
 
 ``{tag}lease:task:{task_id}`` (``keys.KeyLayout.lease``) is a HASH of ``worker_id``, ``run_id``
 and ``deadline_ms`` (Unix epoch milliseconds at which the holder's lease window ends), with a
-PEXPIRE slightly longer than that window. Every write that is conditional on the owner (extend, re-create, delete) is one Lua
-script, so no other client's write lands between the check and the write. Every command here is
-idempotent, so each is re-sent after a lost reply (``connection.idempotent``).
+PEXPIRE slightly longer than that window. Every write that is conditional on the owner (extend,
+re-create, delete) is one Lua script, so no other client's write lands between the check and the
+write. Every command here is idempotent, so each is re-sent after a lost reply
+(``connection.idempotent``).
 """
 
 from __future__ import annotations
