@@ -18,7 +18,7 @@ import pytest
 from redis.asyncio import Redis
 
 from dtq.adapters.cockroach import CockroachStore
-from dtq.adapters.redis import RedisQueue
+from dtq.adapters.redis import KeyLayout, RedisQueue
 from dtq.application.commands import ExecutionPolicy, ReportOutcome, SubmitJob, TaskSpec, TaskView
 from dtq.application.ports import LeaseState
 from dtq.domain.errors import NotCancellable
@@ -34,7 +34,7 @@ ROUNDS = 6
 
 @pytest.fixture
 async def services(pg_store: CockroachStore, redis_client: Redis, redis_prefix: str) -> Services:
-    await redis_client.set(f"{redis_prefix}epoch", "fixture|0")
+    await redis_client.set(KeyLayout(redis_prefix).epoch, "fixture|0")
     return services_on(pg_store, queue=RedisQueue(redis_client, prefix=redis_prefix), policy=POLICY)
 
 

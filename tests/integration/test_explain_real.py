@@ -14,7 +14,7 @@ import pytest
 from redis.asyncio import Redis
 
 from dtq.adapters.cockroach import CockroachStore
-from dtq.adapters.redis import RedisQueue
+from dtq.adapters.redis import KeyLayout, RedisQueue
 from dtq.application.commands import ExecutionPolicy
 from dtq.entrypoints.bundles import Services
 from tests.integration.wiring import api_client, services_on
@@ -98,7 +98,7 @@ async def test_a_claimed_task_is_running_under_its_redis_lease_then_lease_lost_w
     assert timedelta(0) < deadline - datetime.now(UTC) <= timedelta(seconds=POLICY.lease_duration)
     assert running["details"]["lease_ttl"] > 0
 
-    await redis_client.delete(f"{redis_prefix}lease:task:{task_id}")  # the lease is lost
+    await redis_client.delete(KeyLayout(redis_prefix).lease(task_id))  # the lease is lost
     lost = await explain(client, task_id)
 
     assert (lost["status"], lost["reason"]) == ("running", "lease_lost")

@@ -32,6 +32,7 @@ from dtq.entrypoints.config_values import (
     listen_address,
     parse_duration,
     redis_address,
+    redis_key_prefix,
 )
 
 __all__ = [
@@ -143,8 +144,8 @@ class Settings:
 
     Attributes:
         crdb_dsn: PostgreSQL/CockroachDB DSN (``CRDB_DSN``); required by the real backend only.
-        redis_addr: Redis ``host:port`` (``REDIS_ADDR``).
-        redis_key_prefix: prefix of every Redis key (``REDIS_KEY_PREFIX``).
+        redis_addr: Redis ``host:port``, URL or ``redis+cluster://`` seed list (``REDIS_ADDR``).
+        redis_key_prefix: prefix of every Redis key (``REDIS_KEY_PREFIX``), made their hash tag.
         orchestrator_listen: HTTP bind address (``ORCHESTRATOR_LISTEN``); ``:8080`` = all
             interfaces. See :func:`listen_address`.
         reconcile_interval: seconds between reconcile passes (``RECONCILE_INTERVAL``).
@@ -396,7 +397,7 @@ def load_settings(environ: Mapping[str, str]) -> Settings:
         crdb_dsn=env.raw("CRDB_DSN"),
         redis_addr=redis_addr,
         # The prefix is taken verbatim (not stripped): it is part of every key.
-        redis_key_prefix=environ.get("REDIS_KEY_PREFIX") or "dto:",
+        redis_key_prefix=redis_key_prefix(environ.get("REDIS_KEY_PREFIX") or "dto:"),
         orchestrator_listen=listen,
         reconcile_interval=env.duration("RECONCILE_INTERVAL", 30.0),
         lease_duration=lease,

@@ -1,12 +1,12 @@
 """Redis implementation of the ``QueueInspector`` port (explain, issue 14 item 7).
 
 Reads, in one MULTI/EXEC (one round trip, one instant), the keys ``RedisQueue`` writes for a task
-(key layout in ``dtq.adapters.redis.queue``): PTTL of ``queue:pending:{id}``, HGETALL and PTTL of
+(key layout in ``dtq.adapters.redis.keys``): PTTL of ``queue:pending:{id}``, HGETALL and PTTL of
 ``lease:task:{id}``, ZSCORE of ``"{priority}|{id}"`` in ``queue:scheduled``, LLEN of
 ``queue:ready:{priority}``, LPOS of the id searched from the list's oldest end (RANK -1, MAXLEN
 ``scan_limit``: O(scan_limit) on the server at most) and TIME. Read-only, so it is re-sent after
-a lost reply (``connection.idempotent``). Never on the claim path. On Redis Cluster the
-MULTI spans several keys, so, like the queue's scripts, it needs a hash-tagged prefix.
+a lost reply (``connection.idempotent``). Never on the claim path. Every key shares the
+deployment's hash tag, so the MULTI is one slot on Redis Cluster too.
 """
 
 from __future__ import annotations
@@ -15,9 +15,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from redis.asyncio import Redis
-
-from dtq.adapters.redis.connection import as_text, idempotent
+from dtq.adapters.redis.connection import RedisClient, as_text, idempotent
+from dtq.adapters.redis.keys import KeyLayout
 from dtq.application.ports import Lease, QueueSnapshot
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -49,14 +48,17 @@ class RedisQueueInspector:
     """``QueueInspector`` on the keys of a ``RedisQueue`` (same client and prefix).
 
     Args:
-        client: a ``redis.asyncio.Redis`` (from ``connect_redis``).
-        prefix: key namespace, ``REDIS_KEY_PREFIX`` (spec §8), as the queue's.
+        client: a Redis or Redis Cluster client (from ``connect_redis``).
+        prefix: key namespace, ``REDIS_KEY_PREFIX`` (spec §8), as the queue's (tagged by
+            ``KeyLayout``).
         scan_limit: how many of the ready list's oldest entries are searched for the task.
     """
 
-    def __init__(self, client: Redis, *, prefix: str, scan_limit: int = DEFAULT_SCAN_LIMIT) -> None:
+    def __init__(
+        self, client: RedisClient, *, prefix: str, scan_limit: int = DEFAULT_SCAN_LIMIT
+    ) -> None:
         self._client = client
-        self._prefix = prefix
+        self._keys = KeyLayout(prefix)
         self._scan_limit = scan_limit
 
     async def inspect(self, task_id: UUID, priority: str) -> QueueSnapshot:
@@ -65,16 +67,16 @@ class RedisQueueInspector:
         Raises:
             BackendUnavailable: Redis failed or is unreachable.
         """
-        p = self._prefix
-        ready_key = f"{p}queue:ready:{priority}"
-        lease_key = f"{p}lease:task:{task_id}"
+        keys = self._keys
+        ready_key = keys.ready(priority)
+        lease_key = keys.lease(task_id)
 
         async def read() -> list[Any]:
             async with self._client.pipeline(transaction=True) as pipe:
-                pipe.pttl(f"{p}queue:pending:{task_id}")
+                pipe.pttl(keys.marker(task_id))
                 pipe.hgetall(lease_key)
                 pipe.pttl(lease_key)
-                pipe.zscore(f"{p}queue:scheduled", f"{priority}|{task_id}")
+                pipe.zscore(keys.scheduled, f"{priority}|{task_id}")
                 pipe.llen(ready_key)
                 pipe.lpos(ready_key, str(task_id), rank=-1, maxlen=self._scan_limit)
                 pipe.time()
