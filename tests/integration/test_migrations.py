@@ -18,7 +18,14 @@ from dtq.adapters.cockroach.migrate import (
     yoyo_url,
 )
 
-OUR_TABLES = ("jobs", "tasks", "task_dependencies", "task_runs", "workers")
+OUR_TABLES = (
+    "jobs",
+    "tasks",
+    "task_dependencies",
+    "task_runs",
+    "workers",
+    "idempotency_tombstones",
+)
 YOYO_TABLES = ("_yoyo_log", "_yoyo_migration", "_yoyo_version", "yoyo_lock")
 
 # --- the reference schema (spec §4 + the columns the domain needs) ---------------------------
@@ -81,6 +88,13 @@ REFERENCE_COLUMNS: dict[str, list[tuple[str, str, bool]]] = {  # (name, type, nu
         ("last_heartbeat_at", TS, False),
         ("metadata", "jsonb", True),
     ],
+    "idempotency_tombstones": [
+        ("idempotency_key", "text", False),
+        ("request_hash", "text", True),
+        ("job_id", "uuid", False),
+        ("task_ids", "jsonb", False),
+        ("pruned_at", TS, False),
+    ],
 }
 
 REFERENCE_INDEXES: dict[str, tuple[str, str, bool]] = {  # name -> (table, columns, unique)
@@ -99,6 +113,13 @@ REFERENCE_INDEXES: dict[str, tuple[str, str, bool]] = {  # name -> (table, colum
     "idx_task_runs_task_id": ("task_runs", "task_id, started_at DESC", False),
     "workers_pkey": ("workers", "id", True),
     "idx_workers_last_heartbeat": ("workers", "last_heartbeat_at", False),
+    "idx_jobs_status_updated_id": ("jobs", "status, updated_at, id", False),
+    "idempotency_tombstones_pkey": ("idempotency_tombstones", "idempotency_key", True),
+    "idx_idempotency_tombstones_pruned": (
+        "idempotency_tombstones",
+        "pruned_at, idempotency_key",
+        False,
+    ),
 }
 
 REFERENCE_CONSTRAINTS: dict[str, tuple[str, str]] = {  # name -> (table, type)
@@ -116,6 +137,7 @@ REFERENCE_CONSTRAINTS: dict[str, tuple[str, str]] = {  # name -> (table, type)
     "task_runs_task_id_fkey": ("task_runs", "FOREIGN KEY"),
     "task_runs_status_check": ("task_runs", "CHECK"),
     "workers_pkey": ("workers", "PRIMARY KEY"),
+    "idempotency_tombstones_pkey": ("idempotency_tombstones", "PRIMARY KEY"),
 }
 
 FORBIDDEN = re.compile(

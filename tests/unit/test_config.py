@@ -97,6 +97,9 @@ def test_every_variable_is_parsed() -> None:
         "ARTIFACT_S3_BUCKET": "dtq-artifacts",
         "ARTIFACT_S3_ENDPOINT": "http://127.0.0.1:8333",
         "API_MAX_ARTIFACT_BYTES": "1048576",
+        "RETENTION_COMPLETED": "24h",
+        "RETENTION_FAILED": "0",
+        "IDEMPOTENCY_KEY_TTL": "1h30m",
     }
     assert set(env) == set(ENV_VARS)
 
@@ -132,6 +135,9 @@ def test_every_variable_is_parsed() -> None:
         artifact_s3_bucket="dtq-artifacts",
         artifact_s3_endpoint="http://127.0.0.1:8333",
         api_max_artifact_bytes=1048576,
+        retention_completed=86400.0,
+        retention_failed=0.0,
+        idempotency_key_ttl=5400.0,
     )
 
 

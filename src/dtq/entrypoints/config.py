@@ -26,6 +26,7 @@ from dotenv import dotenv_values
 from psycopg.conninfo import conninfo_to_dict
 
 from dtq.application.commands import ExecutionPolicy
+from dtq.application.retention import RetentionPolicy
 from dtq.entrypoints.config_values import (
     ConfigError,
     ascii_int,
@@ -91,6 +92,9 @@ ENV_VARS: tuple[str, ...] = (
     "ARTIFACT_S3_BUCKET",
     "ARTIFACT_S3_ENDPOINT",
     "API_MAX_ARTIFACT_BYTES",
+    "RETENTION_COMPLETED",
+    "RETENTION_FAILED",
+    "IDEMPOTENCY_KEY_TTL",
 )
 
 _LOG_FORMATS: tuple[LogFormat, ...] = ("auto", "json", "console")
@@ -102,6 +106,10 @@ _MAX_ARTIFACT_BYTES = 1024 * 1024 * _MIB
 #: Longest accepted duration, in seconds (7 days). Far beyond any sensible lease or interval, and
 #: far below what overflows a timestamp when added to the database's ``now()``.
 MAX_DURATION = 7 * 24 * 3600.0
+#: Longest retention or idempotency-key TTL (about ten years, in seconds): far below what
+#: overflows a timestamp when subtracted from the database's ``now()``.
+MAX_RETENTION = 3650 * 86400.0
+_DAY = 86400.0
 #: Longest ``DB_ACQUIRE_TIMEOUT``: past a minute a request is better failed (503) than held.
 _MAX_ACQUIRE_TIMEOUT = 60.0
 #: Upper bounds of the integer variables: far past any sensible value, and far below what
@@ -170,6 +178,12 @@ class Settings:
             from the environment; empty keys mean unsigned requests. Not shown in ``repr``.
         api_max_artifact_bytes: largest accepted ``POST /v1/artifacts`` body, 1 B..1 TiB
             (``API_MAX_ARTIFACT_BYTES``; 413 above it).
+        retention_completed: seconds a completed job is kept after it finished, 0 = for ever
+            (``RETENTION_COMPLETED``, default 7 days; issue 14 item 8).
+        retention_failed: the same for failed and cancelled jobs (``RETENTION_FAILED``,
+            default 30 days).
+        idempotency_key_ttl: seconds a pruned job's ``Idempotency-Key`` still answers its
+            original ids; 0 = not at all (``IDEMPOTENCY_KEY_TTL``, default 7 days).
     """
 
     crdb_dsn: str | None = None
@@ -202,6 +216,17 @@ class Settings:
     artifact_s3_endpoint: str | None = None
     artifact_s3_credentials: tuple[str, str, str] = field(default=("", "", "us-east-1"), repr=False)
     api_max_artifact_bytes: int = 256 * _MIB
+    retention_completed: float = 7 * _DAY
+    retention_failed: float = 30 * _DAY
+    idempotency_key_ttl: float = 7 * _DAY
+
+    def retention_policy(self) -> RetentionPolicy:
+        """The retention periods of the reconciler's retention pass (issue 14 item 8)."""
+        return RetentionPolicy(
+            completed=self.retention_completed,
+            failed=self.retention_failed,
+            idempotency_key_ttl=self.idempotency_key_ttl,
+        )
 
     def execution_policy(self) -> ExecutionPolicy:
         """The timings and budgets the execution and reconcile services run with.
@@ -413,6 +438,7 @@ def load_settings(environ: Mapping[str, str]) -> Settings:
         db_pool_size=env.integer("DB_POOL_SIZE", 8, minimum=1, maximum=_MAX_POOL_SIZE),
         db_acquire_timeout=env.duration("DB_ACQUIRE_TIMEOUT", 3.0, maximum=_MAX_ACQUIRE_TIMEOUT),
         **_artifact_settings(env),
+        **_retention_settings(env),
     )
 
 
@@ -443,4 +469,26 @@ def _artifact_settings(env: _Reader) -> dict[str, Any]:
         "api_max_artifact_bytes": env.integer(
             "API_MAX_ARTIFACT_BYTES", 256 * _MIB, minimum=1, maximum=_MAX_ARTIFACT_BYTES
         ),
+    }
+
+
+def _retention_settings(env: _Reader) -> dict[str, Any]:
+    """``RETENTION_COMPLETED``, ``RETENTION_FAILED``, ``IDEMPOTENCY_KEY_TTL`` (issue 14 item 8):
+    Go durations where ``0`` is allowed (it disables), at most :data:`MAX_RETENTION`."""
+
+    def period(name: str, default: float) -> float:
+        raw = env.raw(name)
+        if raw is None:
+            return default
+        seconds = parse_duration(raw, variable=name)
+        if seconds < 0:
+            raise ConfigError(name, f"must not be negative (0 disables), got {raw!r}")
+        if seconds > MAX_RETENTION:
+            raise ConfigError(name, f"must be at most {MAX_RETENTION / 3600:g}h, got {raw!r}")
+        return seconds
+
+    return {
+        "retention_completed": period("RETENTION_COMPLETED", 7 * _DAY),
+        "retention_failed": period("RETENTION_FAILED", 30 * _DAY),
+        "idempotency_key_ttl": period("IDEMPOTENCY_KEY_TTL", 7 * _DAY),
     }

@@ -11,7 +11,9 @@ Two independent loops share one stop event (spec §2 invariant, §5, DESIGN §5)
   its traceback. Each
   pass's report also drives a warning when the queue lost its data and, per priority,
   the ``orchestrator_tasks_queued_unpolled`` gauge and a warning for due tasks no live
-  worker polls;
+  worker polls. After each pass, when a retention service is given, its retention pass runs
+  (issue 14 item 8: ``orchestrator_pruned_total``, one log line when it deleted something),
+  failing and logging the same way;
 * the **promoter loop** moves due entries of the scheduled set (retry backoff, delays) to their
   ready lists every ``promote_interval`` seconds, so a retry becomes runnable within about that
   long rather than a whole reconcile interval later. While it keeps failing (Redis down) it backs
@@ -35,6 +37,7 @@ from dtq.entrypoints import eventloop
 if TYPE_CHECKING:
     from dtq.application.commands import ReconcileReport
     from dtq.application.reconcile import ReconcileService
+    from dtq.application.retention import PruneReport, RetentionService
     from dtq.entrypoints.metrics import OrchestratorMetrics
 
 
@@ -49,6 +52,7 @@ class Reconciler:
         batch: most candidates handled per step of a pass (``RECONCILE_BATCH``).
         metrics: counters and histogram to update (``orchestrator_reconcile_*``), or None.
         logger: a structlog logger; ``dtq.reconciler`` when None.
+        retention: the retention pass to run after each reconcile pass, or None for none.
 
     Raises:
         ValueError: an interval is not positive or ``batch`` is below 1.
@@ -63,12 +67,14 @@ class Reconciler:
         batch: int,
         metrics: OrchestratorMetrics | None = None,
         logger: Any = None,
+        retention: RetentionService | None = None,
     ) -> None:
         if interval <= 0 or promote_interval <= 0:
             raise ValueError("reconcile and promote intervals must be positive")
         if batch < 1:
             raise ValueError("batch must be at least 1")
         self._reconcile = reconcile
+        self._retention = retention
         self._interval = interval
         self._promote_interval = promote_interval
         self._batch = batch
@@ -138,6 +144,51 @@ class Reconciler:
             )
         return report
 
+    async def prune_pass(self) -> PruneReport | None:
+        """Run one retention pass, counting what it deleted and logging it when it did.
+
+        Returns:
+            The pass's report, or None when there is no retention service or the pass failed
+            (logged, and counted in ``orchestrator_reconcile_errors_total``).
+        """
+        if self._retention is None:
+            return None
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            report = await self._retention.prune_once()
+        except BackendUnavailable as exc:
+            if self._metrics is not None:
+                self._metrics.reconcile_errors.inc()
+            self._log.warning("retention pass failed: backend unavailable", error=str(exc))
+            return None
+        except Exception:
+            if self._metrics is not None:
+                self._metrics.reconcile_errors.inc()
+            self._log.exception("retention pass failed")
+            return None
+        if self._metrics is not None:
+            pruned = self._metrics.pruned
+            for what, count in (
+                ("jobs", report.jobs),
+                ("tasks", report.tasks),
+                ("runs", report.runs),
+                ("tombstones", report.tombstones),
+            ):
+                if count:
+                    pruned.labels(what=what).inc(count)
+        if report.pruned:
+            self._log.info(
+                "retention pass",
+                jobs=report.jobs,
+                tasks=report.tasks,
+                runs=report.runs,
+                tombstones_written=report.tombstones_written,
+                tombstones_expired=report.tombstones,
+                duration_s=round(loop.time() - started, 6),
+            )
+        return report
+
     def _report_queue_state(self, report: ReconcileReport) -> None:
         """Warn about a lost queue and about due tasks no live worker polls; set the gauge."""
         if report.queue_reset:
@@ -167,6 +218,8 @@ class Reconciler:
         while not stop.is_set():
             started = loop.time()
             await self.run_pass()
+            if self._retention is not None:
+                await self.prune_pass()
             delay = self._interval - (loop.time() - started)
             if await _wait(stop, max(delay, 0.0)):
                 return
