@@ -537,3 +537,35 @@ def test_a_huge_bad_integer_is_refused_in_a_short_line(value: str) -> None:
         load_settings({"MAX_RECLAIMS": value})
 
     assert len(str(e.value)) < 120
+
+
+# --- retention (issue 14 item 8) --------------------------------------------------------------
+
+
+def test_retention_settings_default_to_7_30_and_7_days() -> None:
+    s = load_settings({})
+    assert (s.retention_completed, s.retention_failed, s.idempotency_key_ttl) == (
+        7 * 86400.0,
+        30 * 86400.0,
+        7 * 86400.0,
+    )
+    assert s.retention_policy().failed == 30 * 86400.0
+
+
+def test_retention_settings_take_zero_to_disable() -> None:
+    s = load_settings({"RETENTION_COMPLETED": "0", "IDEMPOTENCY_KEY_TTL": "0s"})
+    assert (s.retention_completed, s.idempotency_key_ttl) == (0.0, 0.0)
+
+
+@pytest.mark.parametrize(
+    "variable", ["RETENTION_COMPLETED", "RETENTION_FAILED", "IDEMPOTENCY_KEY_TTL"]
+)
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [("-1h", "must not be negative"), ("7d", "not a duration"), ("87601h", "must be at most")],
+)
+def test_bad_retention_settings_are_refused_naming_the_variable(
+    variable: str, value: str, message: str
+) -> None:
+    with pytest.raises(ConfigError, match=f"^{variable}: {message}"):
+        load_settings({variable: value})
