@@ -4,6 +4,7 @@ answering its original ids through a tombstone until the key's TTL."""
 
 from __future__ import annotations
 
+import asyncio
 from uuid import UUID
 
 import pytest
@@ -16,6 +17,8 @@ from dtq.application.retention import PruneReport, RetentionPolicy, RetentionSer
 from dtq.application.transitions import settle_job
 from dtq.domain.errors import IdempotencyConflict, JobNotFound
 from dtq.domain.status import JobStatus, TaskStatus
+from dtq.entrypoints.config import Settings
+from dtq.entrypoints.container import open_services
 from dtq.entrypoints.metrics import OrchestratorMetrics
 from dtq.entrypoints.reconciler import Reconciler
 from tests.single import complete_one
@@ -330,3 +333,21 @@ async def test_the_status_of_a_pruned_jobs_task_is_gone(app: App) -> None:
         return [task.status for task in found]
 
     assert await app.store.run(read) == []
+
+
+async def test_the_container_wires_the_retention_settings_into_the_reconcilers_bundle() -> None:
+    """``dtq dev`` and ``dtq orchestrator`` get the pass from the container, on the store the
+    API writes to, with the settings' periods (here 1 ms for completed jobs, failed kept)."""
+    settings = Settings(retention_completed=0.001, retention_failed=0)
+    async with open_services(settings, backend="memory") as services:
+        done = await services.api.submit.submit_job(SubmitJob(tasks=(TaskSpec("a", "echo"),)))
+        ids = await services.queue.pop_many(["default"], 0, 1)
+        claims = await services.worker.execution.claim_many(ids, "w1")
+        await services.worker.execution.complete_many(claims)
+        await asyncio.sleep(0.01)
+
+        report = await services.reconciler.retention.prune_once()
+
+        assert (report.jobs, report.tasks, report.runs) == (1, 1, 1)
+        with pytest.raises(JobNotFound):
+            await services.api.queries.get_job(done.job_id)
