@@ -473,6 +473,7 @@ def test_the_event_loop_variable_is_listed_with_the_others() -> None:
         ("CRDB_DSN", "postgresql://postgres@127.0.0.1:1/postgres?sslmode=bogus"),
         ("STALE_RUNNING_AFTER", "1s"),
         ("RECONCILE_BATCH", "99999999999999999999"),
+        ("RETENTION_FAILED", "-1h"),
     ],
 )
 def test_the_cli_refuses_bad_configuration_in_one_line_with_exit_2(
