@@ -351,3 +351,39 @@ async def test_the_container_wires_the_retention_settings_into_the_reconcilers_b
         assert (report.jobs, report.tasks, report.runs) == (1, 1, 1)
         with pytest.raises(JobNotFound):
             await services.api.queries.get_job(done.job_id)
+
+
+async def test_the_retention_loop_drains_a_backlog_without_waiting_an_interval(app: App) -> None:
+    """Passes bounded to two jobs each: the loop runs the next pass at once while the last one
+    stopped at its bound, so ten jobs go long before a second interval (an hour) is due."""
+    for _ in range(10):
+        await completed_job(app)
+    app.clock.advance(7 * DAY + 1)
+    reconciler = Reconciler(
+        app.reconcile,
+        interval=3600,
+        promote_interval=3600,
+        batch=10,
+        logger=RecordingLog(),
+        retention=retention(app, batch_jobs=2, max_pages=1),
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(reconciler.run(stop))
+    async with asyncio.timeout(5):
+        while app.store._tables.jobs:
+            await asyncio.sleep(0.01)
+    stop.set()
+    await task
+    assert not app.store._tables.tasks
+
+
+async def test_a_pass_that_stopped_at_its_bound_says_more_is_left(app: App) -> None:
+    for _ in range(3):
+        await completed_job(app)
+    app.clock.advance(7 * DAY + 1)
+    service = retention(app, batch_jobs=2, max_pages=1)
+
+    first, second = await service.prune_once(), await service.prune_once()
+
+    assert (first.jobs, first.more) == (2, True)
+    assert (second.jobs, second.more) == (1, False)

@@ -45,6 +45,7 @@ class PruneReport:
         jobs, tasks, runs: rows deleted with their jobs.
         tombstones_written: tombstones left by deleted jobs holding an idempotency key.
         tombstones: expired tombstones deleted.
+        more: the pass stopped at its page bound with candidates left; run the next one soon.
     """
 
     jobs: int = 0
@@ -52,6 +53,7 @@ class PruneReport:
     runs: int = 0
     tombstones_written: int = 0
     tombstones: int = 0
+    more: bool = False
 
     @property
     def pruned(self) -> bool:
@@ -115,13 +117,14 @@ class RetentionService:
         ):
             if seconds > 0:
                 totals = _add(totals, await self._prune_status(status, timedelta(seconds=seconds)))
-        tombstones = await self._prune_tombstones()
+        tombstones, tombstones_left = await self._prune_tombstones()
         return PruneReport(
             jobs=totals.jobs,
             tasks=totals.tasks,
             runs=totals.runs,
             tombstones_written=totals.tombstones_written,
             tombstones=tombstones,
+            more=tombstones_left or any(c is not None for c in self._cursors.values()),
         )
 
     async def _prune_status(self, status: JobStatus, retention: timedelta) -> PrunedJobs:
@@ -166,7 +169,12 @@ class RetentionService:
 
         return await self._store.run(delete)
 
-    async def _prune_tombstones(self) -> int:
+    async def _prune_tombstones(self) -> tuple[int, bool]:
+        """Delete expired tombstones, a bounded page per transaction.
+
+        Returns:
+            How many were deleted, and whether the pass stopped at its bound (more may be left).
+        """
         ttl = timedelta(seconds=self._policy.idempotency_key_ttl)
         limit = self._batch_jobs * 10  # a tombstone is one small row
         deleted = 0
@@ -179,8 +187,8 @@ class RetentionService:
             count = await self._store.run(delete)
             deleted += count
             if count < limit:
-                break
-        return deleted
+                return deleted, False
+        return deleted, True
 
 
 def _chunks(

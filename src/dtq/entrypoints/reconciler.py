@@ -1,6 +1,6 @@
-"""The orchestrator's background loops: reconcile passes and the scheduled-set promoter.
+"""The orchestrator's background loops: reconcile passes, the scheduled-set promoter, retention.
 
-Two independent loops share one stop event (spec §2 invariant, §5, DESIGN §5):
+Independent loops share one stop event (spec §2 invariant, §5, DESIGN §5):
 
 * the **reconcile loop** runs ``ReconcileService.reconcile_once`` at once, then every
   ``interval`` seconds measured start to start. A pass never overlaps the next: when a pass takes
@@ -11,9 +11,13 @@ Two independent loops share one stop event (spec §2 invariant, §5, DESIGN §5)
   its traceback. Each
   pass's report also drives a warning when the queue lost its data and, per priority,
   the ``orchestrator_tasks_queued_unpolled`` gauge and a warning for due tasks no live
-  worker polls. After each pass, when a retention service is given, its retention pass runs
-  (issue 14 item 8: ``orchestrator_pruned_total``, one log line when it deleted something),
-  failing and logging the same way;
+  worker polls;
+* the **retention loop** (when a retention service is given; issue 14 item 8) runs
+  ``RetentionService.prune_once`` at once, then every ``interval`` seconds; a pass that stopped
+  at its page bound with work left is followed at once by the next, so a backlog drains at the
+  database's pace while every transaction stays small, and the repairs of the reconcile loop
+  never wait for it. It counts ``orchestrator_pruned_total``, logs one line per pass that
+  deleted something, and fails and logs like the reconcile loop;
 * the **promoter loop** moves due entries of the scheduled set (retry backoff, delays) to their
   ready lists every ``promote_interval`` seconds, so a retry becomes runnable within about that
   long rather than a whole reconcile interval later. While it keeps failing (Redis down) it backs
@@ -52,7 +56,7 @@ class Reconciler:
         batch: most candidates handled per step of a pass (``RECONCILE_BATCH``).
         metrics: counters and histogram to update (``orchestrator_reconcile_*``), or None.
         logger: a structlog logger; ``dtq.reconciler`` when None.
-        retention: the retention pass to run after each reconcile pass, or None for none.
+        retention: the retention pass of the retention loop, or None for no such loop.
 
     Raises:
         ValueError: an interval is not positive or ``batch`` is below 1.
@@ -101,6 +105,8 @@ class Reconciler:
         async with asyncio.TaskGroup() as group:
             group.create_task(self._reconcile_loop(stop), name="dtq-reconcile")
             group.create_task(self._promote_loop(stop), name="dtq-promote")
+            if self._retention is not None:
+                group.create_task(self._retention_loop(stop), name="dtq-retention")
         self._log.info("reconciler stopped")
 
     async def run_pass(self) -> ReconcileReport | None:
@@ -218,10 +224,15 @@ class Reconciler:
         while not stop.is_set():
             started = loop.time()
             await self.run_pass()
-            if self._retention is not None:
-                await self.prune_pass()
             delay = self._interval - (loop.time() - started)
             if await _wait(stop, max(delay, 0.0)):
+                return
+
+    async def _retention_loop(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            report = await self.prune_pass()
+            more = report is not None and report.more
+            if await _wait(stop, 0.0 if more else self._interval):
                 return
 
     async def _promote_loop(self, stop: asyncio.Event) -> None:
