@@ -241,7 +241,15 @@ PG_ADMIN_URL = os.environ.get(
 PG_INJECT_RETRIES = os.environ.get("DTQ_TEST_CRDB_INJECT_RETRIES") == "1"
 
 #: Tables emptied between tests, children first.
-PG_TABLES = ("task_runs", "task_dependencies", "tasks", "jobs", "workers", "api_tokens")
+PG_TABLES = (
+    "task_runs",
+    "task_dependencies",
+    "tasks",
+    "jobs",
+    "workers",
+    "api_tokens",
+    "idempotency_tombstones",
+)
 
 
 def _admin_connect() -> psycopg.Connection[tuple[object, ...]]:

@@ -18,7 +18,15 @@ from dtq.adapters.cockroach.migrate import (
     yoyo_url,
 )
 
-OUR_TABLES = ("jobs", "tasks", "task_dependencies", "task_runs", "workers", "api_tokens")
+OUR_TABLES = (
+    "jobs",
+    "tasks",
+    "task_dependencies",
+    "task_runs",
+    "workers",
+    "api_tokens",
+    "idempotency_tombstones",
+)
 YOYO_TABLES = ("_yoyo_log", "_yoyo_migration", "_yoyo_version", "yoyo_lock")
 
 # --- the reference schema (spec §4 + the columns the domain needs) ---------------------------
@@ -90,6 +98,13 @@ REFERENCE_COLUMNS: dict[str, list[tuple[str, str, bool]]] = {  # (name, type, nu
         ("expires_at", TS, True),
         ("revoked_at", TS, True),
     ],
+    "idempotency_tombstones": [
+        ("idempotency_key", "text", False),
+        ("request_hash", "text", True),
+        ("job_id", "uuid", False),
+        ("task_ids", "jsonb", False),
+        ("pruned_at", TS, False),
+    ],
 }
 
 REFERENCE_INDEXES: dict[str, tuple[str, str, bool]] = {  # name -> (table, columns, unique)
@@ -111,6 +126,13 @@ REFERENCE_INDEXES: dict[str, tuple[str, str, bool]] = {  # name -> (table, colum
     "api_tokens_pkey": ("api_tokens", "id", True),
     "api_tokens_name_key": ("api_tokens", "name", True),
     "api_tokens_secret_hash_key": ("api_tokens", "secret_hash", True),
+    "idx_jobs_status_updated_id": ("jobs", "status, updated_at, id", False),
+    "idempotency_tombstones_pkey": ("idempotency_tombstones", "idempotency_key", True),
+    "idx_idempotency_tombstones_pruned": (
+        "idempotency_tombstones",
+        "pruned_at, idempotency_key",
+        False,
+    ),
 }
 
 REFERENCE_CONSTRAINTS: dict[str, tuple[str, str]] = {  # name -> (table, type)
@@ -131,6 +153,7 @@ REFERENCE_CONSTRAINTS: dict[str, tuple[str, str]] = {  # name -> (table, type)
     "api_tokens_pkey": ("api_tokens", "PRIMARY KEY"),
     "api_tokens_name_key": ("api_tokens", "UNIQUE"),
     "api_tokens_secret_hash_key": ("api_tokens", "UNIQUE"),
+    "idempotency_tombstones_pkey": ("idempotency_tombstones", "PRIMARY KEY"),
 }
 
 FORBIDDEN = re.compile(

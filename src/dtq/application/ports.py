@@ -18,7 +18,7 @@ from typing import Any, Protocol, TypeVar
 from uuid import UUID
 
 from dtq.domain.entities import Job, Task, TaskRun, Worker
-from dtq.domain.status import TaskStatus
+from dtq.domain.status import JobStatus, TaskStatus
 from dtq.domain.tokens import ApiToken
 
 T = TypeVar("T")
@@ -280,6 +280,94 @@ class ApiTokenRepository(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class FinishedJob:
+    """A terminal job as listed by the retention pass (issue 14 item 8), in keyset order."""
+
+    id: UUID
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Tombstone:
+    """What is left of a pruned job that was created under an ``Idempotency-Key``: enough to
+    answer a replay with the original ids (issue 14 item 8).
+
+    Attributes:
+        pruned_at: when the job was deleted (database clock); the tombstone lives
+            ``IDEMPOTENCY_KEY_TTL`` from then.
+    """
+
+    idempotency_key: str
+    request_hash: str | None
+    job_id: UUID
+    task_ids: dict[str, UUID]
+    pruned_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class PrunedJobs:
+    """Rows one ``RetentionRepository.delete_jobs`` call deleted (and tombstones it wrote)."""
+
+    jobs: int = 0
+    tasks: int = 0
+    runs: int = 0
+    tombstones_written: int = 0
+
+
+class RetentionRepository(Protocol):
+    """Deleting finished jobs and the idempotency tombstones they leave (issue 14 item 8)."""
+
+    async def finished_jobs(
+        self,
+        *,
+        status: JobStatus,
+        updated_before: datetime,
+        after: tuple[datetime, UUID] | None,
+        limit: int,
+    ) -> list[FinishedJob]:
+        """Jobs with ``status`` and ``updated_at < updated_before``, ordered
+        by ``(updated_at, id)``, strictly after the keyset cursor ``after``; at most ``limit``
+        (an index range scan). Candidates only: ``delete_jobs`` re-checks them."""
+        ...
+
+    async def task_counts(self, job_ids: Sequence[UUID]) -> dict[UUID, int]:
+        """Number of tasks of each of ``job_ids`` (a job without tasks or unknown: absent)."""
+        ...
+
+    async def delete_jobs(
+        self,
+        job_ids: Sequence[UUID],
+        *,
+        status: JobStatus,
+        finished_before: datetime,
+        tombstone_at: datetime | None,
+    ) -> PrunedJobs:
+        """Delete each of ``job_ids`` that still qualifies, with its tasks, dependency edges and
+        runs, in a constant number of statements.
+
+        A job qualifies when its status is still ``status``, its ``updated_at`` is before
+        ``finished_before``, and every one of its tasks is terminal and finished (``finished_at``)
+        before ``finished_before``. Unknown or no longer qualifying ids are skipped and not
+        counted, so two callers deleting the same job count it once. When ``tombstone_at`` is
+        given, each deleted job that holds an idempotency key leaves a ``Tombstone`` with that
+        ``pruned_at`` (replacing an older tombstone of the same key).
+        """
+        ...
+
+    async def get_tombstone(self, key: str) -> Tombstone | None:
+        """The tombstone of ``key``, or None."""
+        ...
+
+    async def delete_tombstones(self, *, pruned_before: datetime, limit: int) -> int:
+        """Delete at most ``limit`` tombstones with ``pruned_at < pruned_before``, oldest first.
+
+        Returns:
+            How many were deleted.
+        """
+        ...
+
+
 class Transaction(Protocol):
     """One database transaction: the repositories plus the database clock."""
 
@@ -297,6 +385,9 @@ class Transaction(Protocol):
 
     @property
     def tokens(self) -> ApiTokenRepository: ...
+
+    @property
+    def retention(self) -> RetentionRepository: ...
 
     async def now(self) -> datetime:
         """The transaction's timestamp (database clock, aware UTC; fixed within one try)."""

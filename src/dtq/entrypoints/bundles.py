@@ -26,6 +26,7 @@ from dtq.application.ports import Queue, Store
 from dtq.application.queries import QueryService
 from dtq.application.reconcile import ReconcileService
 from dtq.application.registry import WorkerRegistryService
+from dtq.application.retention import RetentionService
 from dtq.application.submit import SubmitService
 from dtq.application.tokens import TokenService
 from dtq.entrypoints.config import Settings
@@ -81,9 +82,12 @@ class ReconcilerServices:
     Attributes:
         reconcile: the passes (enqueue due, reclaim stale, promote scheduled); it keeps
             keyset cursors, so one instance serves the whole process.
+        retention: the retention pass (issue 14 item 8), run after each reconcile pass;
+            keyset cursors too.
     """
 
     reconcile: ReconcileService
+    retention: RetentionService
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ from dotenv import dotenv_values
 from psycopg.conninfo import conninfo_to_dict
 
 from dtq.application.commands import ExecutionPolicy
+from dtq.application.retention import RetentionPolicy
 from dtq.entrypoints.config_values import (
     ConfigError,
     ascii_int,
@@ -95,6 +96,9 @@ ENV_VARS: tuple[str, ...] = (
     "API_MAX_ARTIFACT_BYTES",
     "API_AUTH",
     "METRICS_AUTH",
+    "RETENTION_COMPLETED",
+    "RETENTION_FAILED",
+    "IDEMPOTENCY_KEY_TTL",
 )
 
 _LOG_FORMATS: tuple[LogFormat, ...] = ("auto", "json", "console")
@@ -116,6 +120,10 @@ _MAX_ARTIFACT_BYTES = 1024 * 1024 * _MIB
 #: Longest accepted duration, in seconds (7 days). Far beyond any sensible lease or interval, and
 #: far below what overflows a timestamp when added to the database's ``now()``.
 MAX_DURATION = 7 * 24 * 3600.0
+#: Longest retention or idempotency-key TTL (about ten years, in seconds): far below what
+#: overflows a timestamp when subtracted from the database's ``now()``.
+MAX_RETENTION = 3650 * 86400.0
+_DAY = 86400.0
 #: Longest ``DB_ACQUIRE_TIMEOUT``: past a minute a request is better failed (503) than held.
 _MAX_ACQUIRE_TIMEOUT = 60.0
 #: Upper bounds of the integer variables: far past any sensible value, and far below what
@@ -189,6 +197,12 @@ class Settings:
             ``dtq dev`` defaults to ``none``.
         metrics_auth: ``GET /metrics`` needs a ``read`` token too (``METRICS_AUTH``, ``true`` or
             ``false``; only with ``api_auth="tokens"``).
+        retention_completed: seconds a completed job is kept after it finished, 0 = for ever
+            (``RETENTION_COMPLETED``, default 7 days; issue 14 item 8).
+        retention_failed: the same for failed and cancelled jobs (``RETENTION_FAILED``,
+            default 30 days).
+        idempotency_key_ttl: seconds a pruned job's ``Idempotency-Key`` still answers its
+            original ids; 0 = not at all (``IDEMPOTENCY_KEY_TTL``, default 7 days).
     """
 
     crdb_dsn: str | None = None
@@ -223,6 +237,17 @@ class Settings:
     api_max_artifact_bytes: int = 256 * _MIB
     api_auth: ApiAuth = "tokens"
     metrics_auth: bool = False
+    retention_completed: float = 7 * _DAY
+    retention_failed: float = 30 * _DAY
+    idempotency_key_ttl: float = 7 * _DAY
+
+    def retention_policy(self) -> RetentionPolicy:
+        """The retention periods of the reconciler's retention pass (issue 14 item 8)."""
+        return RetentionPolicy(
+            completed=self.retention_completed,
+            failed=self.retention_failed,
+            idempotency_key_ttl=self.idempotency_key_ttl,
+        )
 
     def execution_policy(self) -> ExecutionPolicy:
         """The timings and budgets the execution and reconcile services run with.
@@ -436,6 +461,7 @@ def load_settings(environ: Mapping[str, str]) -> Settings:
         **_artifact_settings(env),
         api_auth=env.choice("API_AUTH", "tokens", _API_AUTHS, {}),
         metrics_auth=env.choice("METRICS_AUTH", "false", _BOOLEANS, _BOOLEAN_ALIASES) == "true",
+        **_retention_settings(env),
     )
 
 
@@ -466,4 +492,26 @@ def _artifact_settings(env: _Reader) -> dict[str, Any]:
         "api_max_artifact_bytes": env.integer(
             "API_MAX_ARTIFACT_BYTES", 256 * _MIB, minimum=1, maximum=_MAX_ARTIFACT_BYTES
         ),
+    }
+
+
+def _retention_settings(env: _Reader) -> dict[str, Any]:
+    """``RETENTION_COMPLETED``, ``RETENTION_FAILED``, ``IDEMPOTENCY_KEY_TTL`` (issue 14 item 8):
+    Go durations where ``0`` is allowed (it disables), at most :data:`MAX_RETENTION`."""
+
+    def period(name: str, default: float) -> float:
+        raw = env.raw(name)
+        if raw is None:
+            return default
+        seconds = parse_duration(raw, variable=name)
+        if seconds < 0:
+            raise ConfigError(name, f"must not be negative (0 disables), got {raw!r}")
+        if seconds > MAX_RETENTION:
+            raise ConfigError(name, f"must be at most {MAX_RETENTION / 3600:g}h, got {raw!r}")
+        return seconds
+
+    return {
+        "retention_completed": period("RETENTION_COMPLETED", 7 * _DAY),
+        "retention_failed": period("RETENTION_FAILED", 30 * _DAY),
+        "idempotency_key_ttl": period("IDEMPOTENCY_KEY_TTL", 7 * _DAY),
     }

@@ -41,6 +41,7 @@ from dtq.application.ports import Queue, QueueInspector, Store
 from dtq.application.queries import QueryService
 from dtq.application.reconcile import ReconcileService
 from dtq.application.registry import WorkerRegistryService
+from dtq.application.retention import RetentionPolicy, RetentionService
 from dtq.application.submit import SubmitService
 from dtq.application.tokens import TokenService
 from dtq.domain.errors import BackendUnavailable
@@ -131,6 +132,10 @@ def _policy(settings: Settings) -> ExecutionPolicy:
     return settings.execution_policy()
 
 
+def _retention_policy(settings: Settings) -> RetentionPolicy:
+    return settings.retention_policy()
+
+
 #: A worker counts as alive for the reconciler's checks when its registry row was written within
 #: this many ``WORKER_HEARTBEAT_INTERVAL``\ s: two upserts may be missed before it looks gone.
 WORKER_ALIVE_HEARTBEATS = 3
@@ -183,6 +188,8 @@ class Container(containers.DeclarativeContainer):
             artifact service on it.
         reconcile: the reconcile service; a singleton, since it keeps keyset cursors. Its
             ``worker_alive_within`` is :func:`worker_alive_within` of the settings.
+        retention: the retention service (``RETENTION_*``, ``IDEMPOTENCY_KEY_TTL``); a
+            singleton for its keyset cursors.
         api_services, worker_services, reconciler_services: the per-process bundles.
     """
 
@@ -245,6 +252,9 @@ class Container(containers.DeclarativeContainer):
         reconcile_interval=settings.provided.reconcile_interval,
     )
     tokens = providers.Singleton(TokenService, store=store, clock=clock)
+    retention = providers.Singleton(
+        RetentionService, store=store, policy=providers.Callable(_retention_policy, settings)
+    )
 
     api_services = providers.Factory(
         ApiServices,
@@ -260,7 +270,9 @@ class Container(containers.DeclarativeContainer):
     worker_services = providers.Factory(
         WorkerServices, execution=execution, registry=registry, queue=queue, artifacts=artifacts
     )
-    reconciler_services = providers.Factory(ReconcilerServices, reconcile=reconcile)
+    reconciler_services = providers.Factory(
+        ReconcilerServices, reconcile=reconcile, retention=retention
+    )
 
 
 def build_container(settings: Settings, *, backend: Backend) -> Container:

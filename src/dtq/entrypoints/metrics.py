@@ -102,10 +102,19 @@ class OrchestratorMetrics:
         queued_unpolled: ``orchestrator_tasks_queued_unpolled{priority}``: due ``queued``
             tasks of a priority that no live worker polls, as last counted by the reconciler;
             a priority's series exists only while it has some (bounded label set).
+        pruned: ``orchestrator_pruned_total{what}``: rows deleted by the retention pass,
+            ``what`` one of ``jobs``, ``tasks``, ``runs``, ``tombstones`` (expired
+            idempotency tombstones) (issue 14 item 8).
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
+        self.pruned = Counter(
+            "orchestrator_pruned",
+            "Rows deleted by the retention pass, by what (jobs, tasks, runs, tombstones).",
+            ("what",),
+            registry=registry,
+        )
         self.http_requests = Counter(
             "orchestrator_http_requests",
             "HTTP requests served, by method, route template and status code.",

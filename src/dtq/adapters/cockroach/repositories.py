@@ -28,6 +28,7 @@ from psycopg.rows import TupleRow
 from psycopg.types.numeric import Int8
 
 from dtq.adapters.cockroach import sql
+from dtq.adapters.cockroach.retention import PgRetentionRepository
 from dtq.adapters.cockroach.rows import (
     decode_json,
     encode_json,
@@ -667,7 +668,7 @@ class PgApiTokenRepository:
 
 
 class PgTransaction:
-    """``Transaction``: the five repositories on one connection plus the database clock.
+    """``Transaction``: the repositories on one connection plus the database clock.
 
     One instance per try of ``CockroachStore.run``; ``now()`` is read once and cached, and costs
     no statement when a task read earlier in the try brought it (``_TxClock``).
@@ -681,6 +682,7 @@ class PgTransaction:
         self.runs = PgRunRepository(conn)
         self.workers = PgWorkerRepository(conn)
         self.tokens = PgApiTokenRepository(conn)
+        self.retention = PgRetentionRepository(conn)
 
     async def now(self) -> datetime:
         """The transaction timestamp (database ``now()``, aware UTC), fixed for this try."""

@@ -18,7 +18,8 @@ from datetime import datetime
 from typing import Any, TypeVar
 from uuid import UUID
 
-from dtq.application.ports import Clock, DueTask, RunningTask
+from dtq.adapters.memory.retention import MemoryRetention
+from dtq.application.ports import Clock, DueTask, RunningTask, Tombstone
 from dtq.domain.entities import Job, Task, TaskRun, Worker
 from dtq.domain.errors import (
     BackendUnavailable,
@@ -47,6 +48,20 @@ class _Tables:
         self.task_runs: dict[UUID, list[UUID]] = defaultdict(list)
         self.dependents: dict[UUID, list[UUID]] = defaultdict(list)
         self.dependencies: dict[UUID, list[UUID]] = defaultdict(list)
+        self.tombstones: dict[str, Tombstone] = {}
+
+    def delete_job(self, job_id: UUID) -> None:
+        """Drop a job with its tasks, their runs and edges, and its idempotency key."""
+        job = self.jobs.pop(job_id, None)
+        key = None if job is None else job.idempotency_key
+        if key is not None and self.idempotency.get(key) == job_id:
+            del self.idempotency[key]
+        for task_id in self.job_tasks.pop(job_id, []):
+            self.tasks.pop(task_id, None)
+            for run_id in self.task_runs.pop(task_id, []):
+                self.runs.pop(run_id, None)
+            self.dependents.pop(task_id, None)  # edges stay inside one job
+            self.dependencies.pop(task_id, None)
 
 
 class InMemoryStore:
@@ -129,11 +144,14 @@ class _MemoryTransaction:
         self._workers: dict[str, Worker] = {}
         self._tokens: dict[UUID, ApiToken] = {}
         self._new_jobs: list[tuple[Job, list[Task], list[tuple[UUID, UUID]]]] = []
+        self.deleted_jobs: set[UUID] = set()
+        self.tombstones: dict[str, Tombstone | None] = {}  # None: deleted in this try
         self.jobs = _Jobs(self)
         self.tasks = _Tasks(self)
         self.runs = _Runs(self)
         self.workers = _Workers(self)
         self.tokens = _Tokens(self)
+        self.retention = MemoryRetention(self)
 
     async def now(self) -> datetime:
         """The transaction's fixed timestamp."""
@@ -141,13 +159,39 @@ class _MemoryTransaction:
 
     # reads through the write set
     def job(self, job_id: UUID) -> Job | None:
+        if job_id in self.deleted_jobs:
+            return None
         return self._jobs.get(job_id) or self._t.jobs.get(job_id)
+
+    @property
+    def new_jobs(self) -> list[tuple[Job, list[Task], list[tuple[UUID, UUID]]]]:
+        """Jobs added in this try, with their tasks and edges."""
+        return self._new_jobs
+
+    def job_task_ids(self, job_id: UUID) -> list[UUID]:
+        """Ids of the job's tasks, committed and added in this try."""
+        ids = list(self._t.job_tasks.get(job_id, ()))
+        for job, tasks, _ in self._new_jobs:
+            if job.id == job_id:
+                ids.extend(t.id for t in tasks)
+        return ids
+
+    def run_ids(self, task_id: UUID) -> list[UUID]:
+        """Ids of the task's runs, committed and added in this try."""
+        ids = list(self._t.task_runs.get(task_id, ()))
+        ids.extend(r.id for r in self._runs.values() if r.task_id == task_id and r.id not in ids)
+        return ids
 
     def task(self, task_id: UUID) -> Task | None:
         return self._tasks.get(task_id) or self._t.tasks.get(task_id)
 
     def run(self, run_id: UUID) -> TaskRun | None:
         return self._runs.get(run_id) or self._t.runs.get(run_id)
+
+    @property
+    def tables(self) -> _Tables:
+        """The committed state (read by ``MemoryRetention``)."""
+        return self._t
 
     def commit(self) -> None:
         t = self._t
@@ -166,6 +210,13 @@ class _MemoryTransaction:
         t.runs.update(self._runs)
         t.workers.update(self._workers)
         t.tokens.update(self._tokens)
+        for job_id in self.deleted_jobs:
+            t.delete_job(job_id)
+        for key, tombstone in self.tombstones.items():
+            if tombstone is None:
+                t.tombstones.pop(key, None)
+            else:
+                t.tombstones[key] = tombstone
 
 
 class _Jobs:
@@ -219,12 +270,7 @@ class _Tasks:
         self._tx = tx
 
     def _job_task_ids(self, job_id: UUID) -> list[UUID]:
-        tx = self._tx
-        ids = list(tx._t.job_tasks.get(job_id, ()))
-        for job, tasks, _ in tx._new_jobs:
-            if job.id == job_id:
-                ids.extend(t.id for t in tasks)
-        return ids
+        return self._tx.job_task_ids(job_id)
 
     def _edges(self, index: str, task_id: UUID) -> list[UUID]:
         tx = self._tx

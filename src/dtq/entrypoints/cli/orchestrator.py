@@ -131,6 +131,7 @@ async def serve(settings: Settings, *, backend: Backend, runtime: Runtime | None
             promote_interval=settings.promote_interval,
             batch=settings.reconcile_batch,
             metrics=metrics,
+            retention=services.reconciler.retention,
         )
 
         def stop_gracefully() -> None:
