@@ -9,6 +9,11 @@
 #
 # Local CockroachDB + Redis (Docker): compose-up / compose-down / migrate, and a three-node
 # cluster for failover drills: cluster-up / cluster-migrate / cluster-status / cluster-down.
+#
+#   make up        the whole stack in Docker (docker-compose.yml, profile "app"): builds the image,
+#                  then crdb + redis healthy -> dtq migrate -> orchestrator healthy -> worker
+#   make monitoring-up   the same plus Prometheus (:9090) and Grafana (:3000) with the dtq dashboard
+#   make down      stop all of it (volumes kept; add `-v` to the compose command to wipe them)
 
 SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
@@ -24,7 +29,7 @@ CLUSTER_DSN := postgresql://root@127.0.0.1:26257,127.0.0.1:26258,127.0.0.1:26259
 COMPOSE ?= docker compose
 CLUSTER := $(COMPOSE) -f docker-compose.multinode.yml -p dtq-multinode
 
-.PHONY: install lint test dev compose-up compose-down migrate \
+.PHONY: install lint test dev compose-up compose-down up monitoring-up down migrate \
 	cluster-up cluster-migrate cluster-status cluster-down
 
 install: $(STAMP)
@@ -51,6 +56,19 @@ dev: install
 
 compose-up:
 	$(COMPOSE) up -d
+
+# `up -d` returns once each service's dependencies met their conditions, so the worker has
+# started when it does; `docker compose --profile app ps` shows each service's health.
+up:
+	$(COMPOSE) --profile app up -d --build
+	$(COMPOSE) --profile app ps
+
+monitoring-up:
+	$(COMPOSE) --profile app --profile monitoring up -d --build
+	$(COMPOSE) --profile app --profile monitoring ps
+
+down:
+	$(COMPOSE) --profile app --profile monitoring down
 
 compose-down:
 	$(COMPOSE) down

@@ -25,6 +25,8 @@ from pathlib import Path
 import psycopg
 import redis
 
+from dtq.adapters.redis.keys import tagged_prefix
+
 ADMIN_DSN = os.environ.get("BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 ROOT = Path(__file__).resolve().parents[1]
@@ -89,16 +91,18 @@ def temp_database(tag: str, *, serializable: bool = False) -> Iterator[str]:
 
 
 def delete_prefix(client: redis.Redis, prefix: str) -> int:
-    """Delete every key under ``prefix``; return how many there were."""
+    """Delete every key under ``prefix`` and under its hash-tagged form (``tagged_prefix``: dtq's
+    queue keys; peers use ``prefix`` as given); return how many there were."""
     deleted = 0
-    batch: list[str] = []
-    for key in client.scan_iter(match=f"{prefix}*", count=1000):
-        batch.append(key)
-        if len(batch) >= 1000:
+    for start in dict.fromkeys((prefix, tagged_prefix(prefix))):
+        batch: list[str] = []
+        for key in client.scan_iter(match=f"{start}*", count=1000):
+            batch.append(key)
+            if len(batch) >= 1000:
+                deleted += int(client.delete(*batch))
+                batch.clear()
+        if batch:
             deleted += int(client.delete(*batch))
-            batch.clear()
-    if batch:
-        deleted += int(client.delete(*batch))
     return deleted
 
 

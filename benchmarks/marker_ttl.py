@@ -24,7 +24,7 @@ from uuid import UUID
 from redis.asyncio import Redis
 
 from benchmarks.common import REDIS_URL
-from dtq.adapters.redis import RedisQueue, connect_redis
+from dtq.adapters.redis import KeyLayout, RedisQueue, connect_redis, tagged_prefix
 
 PAGE = 500  # RECONCILE_BATCH default
 PAGES = 10  # reconcile_once's max_pages
@@ -48,7 +48,7 @@ return pushed
 
 
 async def _fill(client: Redis, prefix: str, ids: list[UUID]) -> None:
-    ready = f"{prefix}queue:ready:default"
+    ready = KeyLayout(prefix).ready("default")
     for start in range(0, len(ids), 5_000):
         await client.lpush(ready, *(str(task_id) for task_id in ids[start : start + 5_000]))
 
@@ -69,7 +69,8 @@ async def _pass(queue: RedisQueue, ids: list[UUID]) -> tuple[float, float, int]:
 
 
 async def _delete(client: Redis, prefix: str) -> None:
-    keys = [key async for key in client.scan_iter(match=f"{prefix}*", count=5_000)]
+    match = f"{tagged_prefix(prefix)}*"
+    keys = [key async for key in client.scan_iter(match=match, count=5_000)]
     for start in range(0, len(keys), 5_000):
         await client.delete(*keys[start : start + 5_000])
 

@@ -76,3 +76,29 @@ async def sleep_first(task: Task) -> None:
     if first:
         await asyncio.sleep(float(_payload(task).get("seconds", 30)))
     _record("end", task)
+
+
+@runtime.handler("cancellable")
+async def cancellable(task: Task) -> None:
+    """Sleep ``payload.seconds`` (default 30), recording ``cancelled`` when the runtime cancels
+    it (issue 14 item 1: its task was cancelled)."""
+    _record("start", task)
+    try:
+        await asyncio.sleep(float(_payload(task).get("seconds", 30)))
+    except asyncio.CancelledError:
+        _record("cancelled", task)
+        raise
+    _record("end", task)
+
+
+@runtime.handler("fail_first")
+async def fail_first(task: Task) -> None:
+    """Fail permanently on the first delivery of the task, succeed on any later one (a manual
+    retry resets the attempt count, so the flag file tells the deliveries apart)."""
+    flag = Path(os.environ["E2E_RECORD_DIR"]) / f"{task.id}.failed"
+    first = not flag.exists()
+    flag.touch()
+    _record("start", task, first=first)
+    if first:
+        raise PermanentError("first delivery fails")
+    _record("end", task)

@@ -25,6 +25,8 @@ import psycopg
 import pytest
 import redis
 
+from dtq.adapters.redis import tagged_prefix
+
 ROOT = Path(__file__).resolve().parents[2]
 ADMIN_DSN = os.environ.get("DTQ_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS_URL = os.environ.get("DTQ_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -81,8 +83,13 @@ def redis_prefix() -> Iterator[str]:
 
 
 def delete_prefix(client: redis.Redis, prefix: str) -> int:
-    """Delete every key under ``prefix`` (our FLUSHALL: it spares other users of the server)."""
-    keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
+    """Delete every key under ``prefix`` and its hash-tagged form (``tagged_prefix``, where the
+    queue's keys live): our FLUSHALL, it spares other users of the server."""
+    keys = [
+        key
+        for start in dict.fromkeys((prefix, tagged_prefix(prefix)))
+        for key in client.scan_iter(match=f"{start}*", count=1000)
+    ]
     if keys:
         client.delete(*keys)
     return len(keys)
@@ -224,6 +231,8 @@ def cluster(database: str, redis_prefix: str, tmp_path: Path) -> Iterator[Cluste
         "WORKER_CONCURRENCY": "8",
         "WORKER_HEARTBEAT_INTERVAL": "1s",
         "LOG_FORMAT": "json",
+        # explicitly off (the orchestrator's default is tokens); test_tokens_e2e turns it on
+        "API_AUTH": "none",
         "E2E_RECORD_DIR": str(records),
         # this tree's src first, so a git worktree's processes run its own code, not the
         # editable install's

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import subprocess
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
@@ -17,16 +18,22 @@ import pytest
 import redis
 from psycopg import sql as pgsql
 from psycopg.conninfo import make_conninfo
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 from redis.retry import Retry
 
 from dtq.adapters.cockroach.migrate import apply_migrations
 from dtq.adapters.cockroach.store import CockroachStore, Pool, open_pool
-from dtq.adapters.redis import connect_redis
+from dtq.adapters.redis import KeyLayout, RedisClient, connect_redis, tagged_prefix
 from dtq.application.ports import Lease
 from dtq.entrypoints.bundles import Services
+from tests.integration.redis_cluster import (
+    ClusterUnavailable,
+    LocalCluster,
+    delete_slot_keys,
+    start_cluster,
+)
 from tests.integration.wiring import api_client, services_on
 
 # =================================================================================================
@@ -44,32 +51,35 @@ def _unavailable(message: str) -> None:
 
 
 async def delete_prefix_keys(client: Redis, prefix: str) -> None:
-    """Delete every key under ``prefix`` (SCAN + DEL). Never FLUSHDB/FLUSHALL the shared server."""
-    batch: list[bytes | str] = []
-    async for key in client.scan_iter(match=f"{prefix}*", count=500):
-        batch.append(key)
-        if len(batch) >= 500:
+    """Delete every key under ``prefix`` and under its hash-tagged form (``tagged_prefix``, the
+    queue's keys) by SCAN + DEL, on one server. Never FLUSHDB/FLUSHALL the shared server."""
+    for start in dict.fromkeys((prefix, tagged_prefix(prefix))):
+        batch: list[bytes | str] = []
+        async for key in client.scan_iter(match=f"{start}*", count=500):
+            batch.append(key)
+            if len(batch) >= 500:
+                await client.delete(*batch)
+                batch.clear()
+        if batch:
             await client.delete(*batch)
-            batch.clear()
-    if batch:
-        await client.delete(*batch)
 
 
 class RedisPeek:
     """Reads of the Redis queue's keys that no service needs, for tests: is a task's pending
-    marker set, and what does its lease hash hold (the spec §5 key layout under ``prefix``)."""
+    marker set, and what does its lease hash hold (the spec §5 key layout under ``prefix``, made
+    a hash tag: ``KeyLayout``). Works on one server and on a Redis Cluster client."""
 
-    def __init__(self, client: Redis, prefix: str) -> None:
+    def __init__(self, client: RedisClient, prefix: str) -> None:
         self._client = client
-        self._prefix = prefix
+        self._keys = KeyLayout(prefix)
 
     async def has_marker(self, task_id: uuid.UUID) -> bool:
-        """True while ``{prefix}queue:pending:{task_id}`` exists."""
-        return bool(await self._client.exists(f"{self._prefix}queue:pending:{task_id}"))
+        """True while ``{tag}queue:pending:{task_id}`` exists."""
+        return bool(await self._client.exists(self._keys.marker(task_id)))
 
     async def get_lease(self, task_id: uuid.UUID) -> Lease | None:
-        """The lease hash ``{prefix}lease:task:{task_id}``; None when absent or incomplete."""
-        raw = await self._client.hgetall(f"{self._prefix}lease:task:{task_id}")
+        """The lease hash ``{tag}lease:task:{task_id}``; None when absent or incomplete."""
+        raw = await self._client.hgetall(self._keys.lease(task_id))
         fields = {_text(name): _text(value) for name, value in raw.items()}
         try:
             return Lease(
@@ -117,6 +127,7 @@ async def redis_client(redis_unreachable: str | None) -> AsyncIterator[Redis]:
     if redis_unreachable:
         _unavailable(redis_unreachable)
     client = connect_redis(REDIS_URL)
+    assert isinstance(client, Redis)  # one server: the cluster has its own fixtures
     try:
         await client.ping()
     except (RedisError, OSError) as exc:
@@ -149,6 +160,67 @@ def redis_wipe(redis_client: Redis, redis_prefix: str) -> Callable[[], Awaitable
 
 
 # =================================================================================================
+# Redis Cluster (issue 17 item 6): a local three-master cluster, started once per session
+# =================================================================================================
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[LocalCluster]:
+    """A three-master Redis Cluster on free local ports (``redis_cluster.start_cluster``),
+    stopped and removed after the session; skips when it cannot start (fails under ``CI``)."""
+    try:
+        cluster = start_cluster()
+    except (ClusterUnavailable, OSError, subprocess.SubprocessError) as exc:
+        _unavailable(f"local Redis Cluster unavailable: {exc}")
+        raise  # unreachable: _unavailable skips or fails
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+async def redis_cluster_client(redis_cluster: LocalCluster) -> AsyncIterator[RedisCluster]:
+    """A ``connect_redis`` client for the cluster's seed list (a ``RedisCluster``), initialized
+    (slot map and command table read) so that no test times the discovery."""
+    client = connect_redis(redis_cluster.addr)
+    assert isinstance(client, RedisCluster)
+    try:
+        await client.initialize()
+        yield client
+    finally:
+        await client.aclose()
+
+
+@pytest.fixture
+async def redis_cluster_prefix(redis_cluster_client: RedisCluster) -> AsyncIterator[str]:
+    """A key prefix unique to this test; its keys (one slot) are deleted afterwards."""
+    prefix = f"dtqtest:{uuid.uuid4().hex}:"
+    try:
+        yield prefix
+    finally:
+        await delete_slot_keys(redis_cluster_client, prefix)
+
+
+@pytest.fixture
+def redis_cluster_wipe(
+    redis_cluster_client: RedisCluster, redis_cluster_prefix: str
+) -> Callable[[], Awaitable[None]]:
+    """Simulate losing the cluster's data for this test: delete the prefix's keys."""
+
+    async def wipe() -> None:
+        await delete_slot_keys(redis_cluster_client, redis_cluster_prefix)
+
+    return wipe
+
+
+@pytest.fixture
+def redis_cluster_peek(redis_cluster_client: RedisCluster, redis_cluster_prefix: str) -> RedisPeek:
+    """``RedisPeek`` over this test's key prefix on the cluster."""
+    return RedisPeek(redis_cluster_client, redis_cluster_prefix)
+
+
+# =================================================================================================
 # PostgreSQL / CockroachDB
 # =================================================================================================
 
@@ -169,7 +241,15 @@ PG_ADMIN_URL = os.environ.get(
 PG_INJECT_RETRIES = os.environ.get("DTQ_TEST_CRDB_INJECT_RETRIES") == "1"
 
 #: Tables emptied between tests, children first.
-PG_TABLES = ("task_runs", "task_dependencies", "tasks", "jobs", "workers")
+PG_TABLES = (
+    "task_runs",
+    "task_dependencies",
+    "tasks",
+    "jobs",
+    "workers",
+    "api_tokens",
+    "idempotency_tombstones",
+)
 
 
 def _admin_connect() -> psycopg.Connection[tuple[object, ...]]:

@@ -11,7 +11,7 @@ import pytest
 from redis.asyncio import Redis
 
 from dtq.adapters.cockroach import CockroachStore
-from dtq.adapters.redis import RedisQueue
+from dtq.adapters.redis import RedisQueue, tagged_prefix
 from dtq.application.commands import ExecutionPolicy, SubmitJob, TaskSpec
 from dtq.domain.policy import RetryPolicy
 from dtq.domain.status import TaskStatus
@@ -25,7 +25,7 @@ POLICY = ExecutionPolicy(lease_duration=5.0, retry_backoff=0.1, stale_running_af
 
 @pytest.fixture
 async def services(pg_store: CockroachStore, redis_client: Redis, redis_prefix: str) -> Services:
-    await redis_client.set(f"{redis_prefix}epoch", "fixture|0")
+    await redis_client.set(f"{tagged_prefix(redis_prefix)}epoch", "fixture|0")
     return services_on(pg_store, queue=RedisQueue(redis_client, prefix=redis_prefix), policy=POLICY)
 
 
@@ -48,7 +48,7 @@ async def test_delayed_root_and_dependent_wait_for_their_time(
     view = await services.api.queries.get_job(result.job_id)
     times = {t.name: t.scheduled_at for t in view.tasks}
     assert times["b"] - times["a"] == timedelta(milliseconds=800)
-    scheduled = await redis_client.zrange(f"{redis_prefix}queue:scheduled", 0, -1)
+    scheduled = await redis_client.zrange(f"{tagged_prefix(redis_prefix)}queue:scheduled", 0, -1)
     assert members(scheduled) == [f"default|{a}"]
     assert await services.queue.pop_many(["default"], timeout=0.05, max_count=4) == []
 
@@ -65,7 +65,7 @@ async def test_delayed_root_and_dependent_wait_for_their_time(
     task_b = (await services.api.queries.get_task(b)).task
     assert task_b.status is TaskStatus.QUEUED and task_b.scheduled_at == times["b"]
     assert await services.queue.pop_many(["default"], timeout=0.05, max_count=4) == []
-    scheduled = await redis_client.zrange(f"{redis_prefix}queue:scheduled", 0, -1)
+    scheduled = await redis_client.zrange(f"{tagged_prefix(redis_prefix)}queue:scheduled", 0, -1)
     assert members(scheduled) == [f"default|{b}"]
     await asyncio.sleep(0.8)
     assert await reconcile.promote_scheduled() == 1

@@ -18,7 +18,15 @@ from dtq.adapters.cockroach.migrate import (
     yoyo_url,
 )
 
-OUR_TABLES = ("jobs", "tasks", "task_dependencies", "task_runs", "workers")
+OUR_TABLES = (
+    "jobs",
+    "tasks",
+    "task_dependencies",
+    "task_runs",
+    "workers",
+    "api_tokens",
+    "idempotency_tombstones",
+)
 YOYO_TABLES = ("_yoyo_log", "_yoyo_migration", "_yoyo_version", "yoyo_lock")
 
 # --- the reference schema (spec §4 + the columns the domain needs) ---------------------------
@@ -81,6 +89,22 @@ REFERENCE_COLUMNS: dict[str, list[tuple[str, str, bool]]] = {  # (name, type, nu
         ("last_heartbeat_at", TS, False),
         ("metadata", "jsonb", True),
     ],
+    "api_tokens": [
+        ("id", "uuid", False),
+        ("name", "text", False),
+        ("secret_hash", "text", False),
+        ("scopes", "ARRAY", False),
+        ("created_at", TS, False),
+        ("expires_at", TS, True),
+        ("revoked_at", TS, True),
+    ],
+    "idempotency_tombstones": [
+        ("idempotency_key", "text", False),
+        ("request_hash", "text", True),
+        ("job_id", "uuid", False),
+        ("task_ids", "jsonb", False),
+        ("pruned_at", TS, False),
+    ],
 }
 
 REFERENCE_INDEXES: dict[str, tuple[str, str, bool]] = {  # name -> (table, columns, unique)
@@ -99,6 +123,16 @@ REFERENCE_INDEXES: dict[str, tuple[str, str, bool]] = {  # name -> (table, colum
     "idx_task_runs_task_id": ("task_runs", "task_id, started_at DESC", False),
     "workers_pkey": ("workers", "id", True),
     "idx_workers_last_heartbeat": ("workers", "last_heartbeat_at", False),
+    "api_tokens_pkey": ("api_tokens", "id", True),
+    "api_tokens_name_key": ("api_tokens", "name", True),
+    "api_tokens_secret_hash_key": ("api_tokens", "secret_hash", True),
+    "idx_jobs_status_updated_id": ("jobs", "status, updated_at, id", False),
+    "idempotency_tombstones_pkey": ("idempotency_tombstones", "idempotency_key", True),
+    "idx_idempotency_tombstones_pruned": (
+        "idempotency_tombstones",
+        "pruned_at, idempotency_key",
+        False,
+    ),
 }
 
 REFERENCE_CONSTRAINTS: dict[str, tuple[str, str]] = {  # name -> (table, type)
@@ -116,6 +150,10 @@ REFERENCE_CONSTRAINTS: dict[str, tuple[str, str]] = {  # name -> (table, type)
     "task_runs_task_id_fkey": ("task_runs", "FOREIGN KEY"),
     "task_runs_status_check": ("task_runs", "CHECK"),
     "workers_pkey": ("workers", "PRIMARY KEY"),
+    "api_tokens_pkey": ("api_tokens", "PRIMARY KEY"),
+    "api_tokens_name_key": ("api_tokens", "UNIQUE"),
+    "api_tokens_secret_hash_key": ("api_tokens", "UNIQUE"),
+    "idempotency_tombstones_pkey": ("idempotency_tombstones", "PRIMARY KEY"),
 }
 
 FORBIDDEN = re.compile(
@@ -183,13 +221,19 @@ def migration_files() -> list[Path]:
 
 def test_migration_files_are_numbered_single_idempotent_ddl() -> None:
     files = migration_files()
-    assert [f.name[:4] for f in files] == [f"{i:04d}" for i in range(1, len(files) + 1)]
+    numbers = [int(f.name[:4]) for f in files]
+    # Unique and increasing from 0001; gaps are allowed (each feature branch is assigned its own
+    # range of numbers, e.g. 0031-0032 for API tokens, and may leave some unused).
+    assert numbers[0] == 1 and numbers == sorted(set(numbers)), numbers
     for path in files:
         text = path.read_text(encoding="utf-8")
         statements = [s for s in sqlparse.split(text) if sqlparse.format(s, strip_comments=True)]
         assert len(statements) == 1, f"{path.name}: one DDL statement per migration"
         assert re.search(r"^-- transactional: false$", text, re.MULTILINE), path.name
-        assert "IF NOT EXISTS" in text, f"{path.name}: must be idempotent"
+        # A constraint is replaced idempotently by dropping it IF EXISTS in the same statement
+        # (PostgreSQL has no ADD CONSTRAINT IF NOT EXISTS).
+        replaces = re.search(r"DROP CONSTRAINT IF EXISTS (\w+),\s+ADD CONSTRAINT \1\b", text)
+        assert "IF NOT EXISTS" in text or replaces, f"{path.name}: must be idempotent"
 
 
 def test_migration_files_avoid_constructs_that_differ_on_cockroachdb() -> None:
@@ -274,3 +318,28 @@ def test_constraints_refuse_bad_rows(
     apply_migrations(pg_empty_dsn)
     with psycopg.connect(pg_empty_dsn, autocommit=True) as conn, pytest.raises(error):
         conn.execute(statement)
+
+
+@pytest.mark.integration
+def test_task_runs_accept_cancelled_and_still_refuse_an_unknown_status(pg_empty_dsn: str) -> None:
+    """Migration 0021 widened ``task_runs_status_check`` by ``cancelled`` (issue 14 item 1)."""
+    apply_migrations(pg_empty_dsn)
+    with psycopg.connect(pg_empty_dsn, autocommit=True) as conn:
+        job = conn.execute(
+            "INSERT INTO jobs (id, name, status) VALUES (gen_random_uuid(), 'j', 'running')"
+            " RETURNING id"
+        ).fetchone()
+        assert job is not None
+        task = conn.execute(
+            "INSERT INTO tasks (id, job_id, name, kind, payload, status)"
+            " VALUES (gen_random_uuid(), %s, 't', 'k', 'null'::jsonb, 'cancelled') RETURNING id",
+            (job[0],),
+        ).fetchone()
+        assert task is not None
+        insert = (
+            "INSERT INTO task_runs (task_id, attempt_number, worker_id, status)"
+            " VALUES (%s, 1, 'w', %s)"
+        )
+        conn.execute(insert, (task[0], "cancelled"))
+        with pytest.raises(psycopg.errors.CheckViolation):
+            conn.execute(insert, (task[0], "bogus"))

@@ -1,9 +1,11 @@
 """Contract suite of the ``Queue`` port (spec §5), run against every adapter.
 
-The same test bodies run on ``InMemoryQueue`` (driven by a ``FakeClock``) and on ``RedisQueue``
-(TTLs and due times on the Redis server's clock). To serve both, the fake clock starts at the real
-current time and the ``advance`` fixture sleeps for real *and* moves the fake clock by the same
-amount; TTLs in these tests are therefore short (a few tenths of a second).
+The same test bodies run on ``InMemoryQueue`` (driven by a ``FakeClock``), on ``RedisQueue`` over
+one Redis server, and on ``RedisQueue`` over a local three-master Redis Cluster
+(``redis_cluster``, issue 17 item 6); TTLs and due times on the Redis server's clock. To serve
+all of them, the fake clock starts at the real current time and the ``advance`` fixture sleeps
+for real *and* moves the fake clock by the same amount; TTLs in these tests are therefore short
+(a few tenths of a second).
 
 Redis-only checks (key layout, socket timeouts, error wrapping, helpers) are in
 ``test_redis_queue.py``.
@@ -20,7 +22,7 @@ from typing import Protocol
 from uuid import UUID
 
 import pytest
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
 
 from dtq.adapters.memory.clock import FakeClock
 from dtq.adapters.memory.queue import InMemoryQueue
@@ -73,6 +75,26 @@ def redis_queue(
 
 
 @pytest.fixture
+def redis_cluster_queue(
+    redis_cluster_client: RedisCluster,
+    redis_cluster_prefix: str,
+    marker_ttl: float,
+    listed_scan_limit: int,
+) -> RedisQueue:
+    return RedisQueue(
+        redis_cluster_client,
+        prefix=redis_cluster_prefix,
+        marker_ttl=marker_ttl,
+        listed_scan_limit=listed_scan_limit,
+    )
+
+
+@pytest.fixture
+def redis_cluster_flush(redis_cluster_wipe: Flush) -> Flush:
+    return redis_cluster_wipe
+
+
+@pytest.fixture
 def memory_flush(memory_queue: InMemoryQueue) -> Flush:
     async def flush() -> None:
         memory_queue.flush()
@@ -85,7 +107,13 @@ def redis_flush(redis_wipe: Flush) -> Flush:
     return redis_wipe
 
 
-@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.integration)])
+@pytest.fixture(
+    params=[
+        "memory",
+        pytest.param("redis", marks=pytest.mark.integration),
+        pytest.param("redis_cluster", marks=pytest.mark.integration),
+    ]
+)
 def queue(request: pytest.FixtureRequest) -> Queue:
     queue: Queue = request.getfixturevalue(f"{request.param}_queue")
     return queue

@@ -17,7 +17,7 @@ import pytest
 from redis.asyncio import Redis
 
 from dtq.adapters.cockroach import CockroachStore
-from dtq.adapters.redis import RedisQueue
+from dtq.adapters.redis import RedisQueue, tagged_prefix
 from dtq.application.commands import Claim, SubmitJob, TaskSpec
 from dtq.domain.status import JobStatus, RunStatus, TaskStatus
 from dtq.entrypoints.api import create_app
@@ -34,7 +34,7 @@ async def services(pg_store: CockroachStore, redis_client: Redis, redis_prefix: 
     """The production container with the real adapters of the fixtures plugged in, on a Redis
     whose data set is long established (its epoch began at the Unix epoch): a fresh prefix
     would otherwise look like a Redis that just lost its data, and hold reclaims back."""
-    await redis_client.set(f"{redis_prefix}epoch", "fixture|0")
+    await redis_client.set(f"{tagged_prefix(redis_prefix)}epoch", "fixture|0")
     return services_on(pg_store, queue=RedisQueue(redis_client, prefix=redis_prefix))
 
 

@@ -20,7 +20,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
-from dtq.adapters.redis import RedisQueue, check_eviction_policy, connect_redis
+from dtq.adapters.redis import RedisQueue, check_eviction_policy, connect_redis, tagged_prefix
 from dtq.application.ports import Lease
 from dtq.domain.errors import BackendUnavailable
 from tests.single import enqueue_one, pop_one
@@ -47,34 +47,33 @@ async def test_redis_keys_follow_spec_layout_under_the_prefix(
     redis_client: Redis, redis_prefix: str
 ) -> None:
     queue = RedisQueue(redis_client, prefix=redis_prefix, marker_ttl=30.0)
+    tag = tagged_prefix(redis_prefix)  # the prefix as the hash tag of every key: "{...}:"
     queued, leased, scheduled = new_id(), new_id(), new_id()
     lease = lease_for(leased, deadline_ms=123)
     await enqueue_one(queue, queued, "high")
     await queue.set_leases([lease], 30.0)
     await queue.schedule(scheduled, "low|tier", datetime(2030, 1, 1, tzinfo=UTC))
 
-    keys = {_text(key) async for key in redis_client.scan_iter(match=f"{redis_prefix}*")}
+    keys = {_text(key) async for key in redis_client.scan_iter(match=f"{tag}*")}
     assert keys == {
-        f"{redis_prefix}queue:ready:high",
-        f"{redis_prefix}queue:pending:{queued}",
-        f"{redis_prefix}lease:task:{leased}",
-        f"{redis_prefix}queue:scheduled",
+        f"{tag}queue:ready:high",
+        f"{tag}queue:pending:{queued}",
+        f"{tag}lease:task:{leased}",
+        f"{tag}queue:scheduled",
     }
     for task_id in (queued, leased, scheduled):
         anywhere = [_text(k) async for k in redis_client.scan_iter(match=f"*{task_id}*")]
-        assert all(key.startswith(redis_prefix) for key in anywhere)
+        assert all(key.startswith(tag) for key in anywhere)
 
-    assert await redis_client.lrange(f"{redis_prefix}queue:ready:high", 0, -1) == [
-        str(queued).encode()
-    ]
-    assert 0 < await redis_client.pttl(f"{redis_prefix}queue:pending:{queued}") <= 30_000
-    assert 0 < await redis_client.pttl(f"{redis_prefix}lease:task:{leased}") <= 30_000
-    assert await redis_client.hgetall(f"{redis_prefix}lease:task:{leased}") == {
+    assert await redis_client.lrange(f"{tag}queue:ready:high", 0, -1) == [str(queued).encode()]
+    assert 0 < await redis_client.pttl(f"{tag}queue:pending:{queued}") <= 30_000
+    assert 0 < await redis_client.pttl(f"{tag}lease:task:{leased}") <= 30_000
+    assert await redis_client.hgetall(f"{tag}lease:task:{leased}") == {
         b"worker_id": b"w-1",
         b"run_id": str(lease.run_id).encode(),
         b"deadline_ms": b"123",
     }
-    members = await redis_client.zrange(f"{redis_prefix}queue:scheduled", 0, -1, withscores=True)
+    members = await redis_client.zrange(f"{tag}queue:scheduled", 0, -1, withscores=True)
     assert members == [(f"low|tier|{scheduled}".encode(), 1_893_456_000_000.0)]
 
     # A priority containing "|" survives promotion (the member is split at the last "|").
@@ -109,7 +108,7 @@ async def test_redis_pop_waits_longer_than_the_socket_timeout(redis_prefix: str)
 async def test_redis_pop_discards_malformed_entries(redis_client: Redis, redis_prefix: str) -> None:
     queue = RedisQueue(redis_client, prefix=redis_prefix)
     task_id = new_id()
-    await redis_client.lpush(f"{redis_prefix}queue:ready:default", "not-a-uuid")
+    await redis_client.lpush(f"{tagged_prefix(redis_prefix)}queue:ready:default", "not-a-uuid")
     await enqueue_one(queue, task_id, "default")
 
     assert await pop_one(queue, ["default"], 0.5) == task_id
@@ -121,7 +120,7 @@ async def test_redis_pop_many_discards_malformed_entries(
 ) -> None:
     queue = RedisQueue(redis_client, prefix=redis_prefix)
     first, second = new_id(), new_id()
-    ready = f"{redis_prefix}queue:ready:default"
+    ready = f"{tagged_prefix(redis_prefix)}queue:ready:default"
     await redis_client.lpush(ready, "not-a-uuid")
     await enqueue_one(queue, first, "default")
     await redis_client.lpush(ready, "")
@@ -136,21 +135,22 @@ async def test_redis_batch_writes_follow_the_single_id_layout(
     redis_client: Redis, redis_prefix: str
 ) -> None:
     queue = RedisQueue(redis_client, prefix=redis_prefix, marker_ttl=30.0)
+    tag = tagged_prefix(redis_prefix)
     queued, leased = new_id(), new_id()
     lease = lease_for(leased, deadline_ms=123)
     await queue.enqueue_many([(queued, "high")])
     await queue.set_leases([lease], 20.0)
 
-    keys = {_text(key) async for key in redis_client.scan_iter(match=f"{redis_prefix}*")}
+    keys = {_text(key) async for key in redis_client.scan_iter(match=f"{tag}*")}
     assert keys == {
-        f"{redis_prefix}queue:ready:high",
-        f"{redis_prefix}queue:pending:{queued}",
-        f"{redis_prefix}lease:task:{leased}",
+        f"{tag}queue:ready:high",
+        f"{tag}queue:pending:{queued}",
+        f"{tag}lease:task:{leased}",
     }
-    assert await redis_client.get(f"{redis_prefix}queue:pending:{queued}") == b"1"
-    assert 20_000 < await redis_client.pttl(f"{redis_prefix}queue:pending:{queued}") <= 30_000
-    assert 0 < await redis_client.pttl(f"{redis_prefix}lease:task:{leased}") <= 20_000
-    assert await redis_client.hgetall(f"{redis_prefix}lease:task:{leased}") == {
+    assert await redis_client.get(f"{tag}queue:pending:{queued}") == b"1"
+    assert 20_000 < await redis_client.pttl(f"{tag}queue:pending:{queued}") <= 30_000
+    assert 0 < await redis_client.pttl(f"{tag}lease:task:{leased}") <= 20_000
+    assert await redis_client.hgetall(f"{tag}lease:task:{leased}") == {
         b"worker_id": b"w-1",
         b"run_id": str(lease.run_id).encode(),
         b"deadline_ms": b"123",
@@ -182,7 +182,7 @@ async def test_redis_pop_many_keeps_the_popped_id_when_the_follow_up_fails(
     # ...then the id BRPOP already took is returned rather than lost; the rest stays queued.
     assert await asyncio.wait_for(popper, 2.0) == [task_id]
     assert calls == 2
-    ready = f"{redis_prefix}queue:ready:default"
+    ready = f"{tagged_prefix(redis_prefix)}queue:ready:default"
     assert await redis_client.lrange(ready, 0, -1) == [str(other).encode()]
 
 
@@ -244,6 +244,7 @@ async def test_redis_errors_become_backend_unavailable() -> None:
 )
 async def test_connect_redis_parses_addresses(addr: str, host: str, port: int) -> None:
     client = connect_redis(addr)
+    assert isinstance(client, Redis)
     try:
         options = client.connection_pool.connection_kwargs
         assert (options["host"], options["port"]) == (host, port)

@@ -20,7 +20,7 @@ from redis.asyncio import Redis
 
 from dtq.adapters.memory.clock import FakeClock
 from dtq.adapters.memory.store import InMemoryStore
-from dtq.adapters.redis import RedisQueue, connect_redis
+from dtq.adapters.redis import RedisQueue, connect_redis, tagged_prefix
 from dtq.adapters.redis.connection import wrap_errors
 from dtq.application.commands import ExecutionPolicy, SubmitJob, TaskSpec
 from dtq.application.execution import ExecutionService
@@ -142,7 +142,7 @@ async def test_a_pop_whose_reply_was_lost_is_not_sent_again(
 
     # The server popped ``first`` (its reply was lost); nothing else was taken on its behalf.
     assert proxy.dropped == 1
-    ready = f"{redis_prefix}queue:ready:default"
+    ready = f"{tagged_prefix(redis_prefix)}queue:ready:default"
     assert await redis_client.lrange(ready, 0, -1) == [str(second).encode()]
 
 
@@ -200,7 +200,8 @@ async def test_heartbeat_on_redis_does_not_overwrite_a_lease_written_after_missi
         ExecutionService(store=store, queue=queue, policy=policy), task_id, "w-a"
     )
     assert claim is not None
-    await redis_client.delete(f"{redis_prefix}lease:task:{task_id}")  # Redis lost A's lease
+    lease_key = f"{tagged_prefix(redis_prefix)}lease:task:{task_id}"
+    await redis_client.delete(lease_key)  # Redis lost A's lease
     rival = Lease(task_id=task_id, worker_id="w-b", run_id=new_id(), deadline_ms=1)
 
     class Racing:

@@ -307,6 +307,24 @@ async def test_jobs_without_a_key_never_collide(store: Store) -> None:
 # --- dependency and job probes ----------------------------------------------------------------
 
 
+async def test_dependencies_lists_a_tasks_direct_dependencies_by_id(store: Store) -> None:
+    now = await db_now(store)
+    job = new_job(now)
+    a, b = new_task(job, "a", now), new_task(job, "b", now)
+    c, d = (new_task(job, n, now, status=TaskStatus.PENDING) for n in "cd")
+    await add(store, job, [a, b, c, d], [(c.id, a.id), (c.id, b.id), (d.id, c.id)])
+
+    async def probe(tx: Transaction) -> tuple[list[UUID], ...]:
+        return (
+            await tx.tasks.dependencies(c.id),
+            await tx.tasks.dependencies(d.id),
+            await tx.tasks.dependencies(a.id),
+            await tx.tasks.dependencies(uuid4()),
+        )
+
+    assert await store.run(probe) == (sorted([a.id, b.id]), [c.id], [], [])
+
+
 async def test_dependents_dependencies_completed_and_job_has_status(store: Store) -> None:
     now = await db_now(store)
     job = new_job(now)
@@ -367,6 +385,70 @@ async def test_dependents_dependencies_completed_and_job_has_status(store: Store
         return await tx.tasks.dependencies_completed(d.id)
 
     assert await store.run(after_all) is True
+
+
+async def test_dependency_has_status_probes_the_direct_dependencies(store: Store) -> None:
+    """The manual retry's probe (issue 14 item 4): some direct dependency in ``statuses``."""
+    now = await db_now(store)
+    job = new_job(now)
+    a = new_task(job, "a", now, status=TaskStatus.FAILED)
+    b = new_task(job, "b", now, status=TaskStatus.COMPLETED)
+    c = new_task(job, "c", now, status=TaskStatus.FAILED)
+    d = new_task(job, "d", now, status=TaskStatus.FAILED)  # depends on b and c
+    await add(store, job, [a, b, c, d], [(c.id, a.id), (d.id, b.id), (d.id, c.id)])
+    blocking = [TaskStatus.FAILED, TaskStatus.CANCELLED]
+
+    async def probe(tx: Transaction) -> tuple[bool, ...]:
+        return (
+            await tx.tasks.dependency_has_status(a.id, blocking),  # no dependencies
+            await tx.tasks.dependency_has_status(c.id, blocking),  # a failed
+            await tx.tasks.dependency_has_status(d.id, blocking),  # c failed
+            await tx.tasks.dependency_has_status(d.id, [TaskStatus.CANCELLED]),
+            await tx.tasks.dependency_has_status(uuid4(), blocking),
+        )
+
+    assert await store.run(probe) == (False, True, True, False, False)
+
+    c.status = TaskStatus.CANCELLED
+    await save_task(store, c)
+
+    async def after(tx: Transaction) -> tuple[bool, bool]:
+        return (
+            await tx.tasks.dependency_has_status(d.id, [TaskStatus.CANCELLED]),
+            await tx.tasks.dependency_has_status(d.id, [TaskStatus.PENDING]),
+        )
+
+    assert await store.run(after) == (True, False)
+
+
+async def test_a_run_ended_cancelled_round_trips_and_ends_once(store: Store) -> None:
+    """A run closed because its task was cancelled (issue 14 item 1, migration 0021)."""
+    now = await db_now(store)
+    job = new_job(now)
+    task = new_task(job, "t", now, status=TaskStatus.RUNNING, started_at=now)
+    run = TaskRun(uuid4(), task.id, 1, "w1", RunStatus.RUNNING, started_at=now)
+    await add(store, job, [task])
+
+    async def fn(tx: Transaction) -> str:
+        await tx.runs.add_many([replace(run)])
+        cancelled, late = replace(run), replace(run)
+        cancelled._end(RunStatus.CANCELLED, at=now, error="task cancelled")
+        await tx.runs.save_many([cancelled])
+        late._end(RunStatus.SUCCEEDED, at=now)
+        try:
+            await tx.runs.save(late)
+        except ConcurrentUpdate:
+            return "conflict"
+        return "written"
+
+    assert await store.run(fn) == "conflict"
+
+    async def fetch(tx: Transaction) -> TaskRun | None:
+        return await tx.runs.get(run.id)
+
+    stored = await store.run(fetch)
+    assert stored is not None
+    assert (stored.status, stored.error) == (RunStatus.CANCELLED, "task cancelled")
 
 
 # --- reconciler queries -----------------------------------------------------------------------

@@ -28,11 +28,16 @@ POLICY = ExecutionPolicy(lease_duration=2.0, retry_backoff=0.1, stale_running_af
 
 
 def services_on(
-    store: Store, *, queue: Queue | None = None, policy: ExecutionPolicy = POLICY
+    store: Store,
+    *,
+    queue: Queue | None = None,
+    policy: ExecutionPolicy = POLICY,
+    settings: Settings | None = None,
 ) -> Services:
     """Every bundle of one container whose store is ``store`` (and queue ``queue``, else the
-    in-memory one), under ``policy``."""
-    settings = Settings()
+    in-memory one), under ``policy``; ``settings`` default to no API authentication."""
+    if settings is None:
+        settings = Settings(api_auth="none")  # explicitly: the production default is "tokens"
     c = build_container(settings, backend="memory")
     c.store.override(providers.Object(store))
     if queue is not None:

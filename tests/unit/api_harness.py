@@ -22,8 +22,10 @@ from dtq.entrypoints.config import Settings
 from dtq.entrypoints.container import build_container, open_services
 from dtq.entrypoints.metrics import OrchestratorMetrics, new_registry
 
-#: Small limits so the limit tests stay cheap.
+#: Small limits so the limit tests stay cheap; no API authentication (``API_AUTH=none``, given
+#: explicitly: the production default is ``tokens``; the token tests build their own settings).
 SETTINGS = Settings(
+    api_auth="none",
     api_max_body_bytes=64 * 1024,
     api_max_tasks_per_job=20,
     api_max_payload_bytes=1024,

@@ -30,7 +30,14 @@ async def api() -> AsyncIterator[Api]:
 # --- POST /v1/tasks ---------------------------------------------------------------------------
 
 
+async def echo_worker(api: Api) -> None:
+    """A live worker serving ``echo`` on the default tier, as in the README (no warnings)."""
+    metadata = {"kinds": ["echo"], "priorities": ["default"]}
+    await api.services.worker.registry.heartbeat("w-echo", None, metadata)
+
+
 async def test_readme_task_body_creates_a_queued_one_task_job(api: Api) -> None:
+    await echo_worker(api)
     response = await api.client.post("/v1/tasks", content=README_TASK, headers=JSON)
 
     assert response.status_code == 201
@@ -110,6 +117,7 @@ async def test_json_media_types_with_parameters_or_suffix_are_accepted(
 
 
 async def test_readme_dag_body_queues_the_root_and_holds_the_dependent(api: Api) -> None:
+    await echo_worker(api)
     response = await api.client.post("/v1/jobs", content=README_DAG, headers=JSON)
 
     assert response.status_code == 201

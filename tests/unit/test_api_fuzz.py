@@ -1,6 +1,9 @@
 """Schema-driven fuzzing of the HTTP API with schemathesis: no generated request, valid or
 not, may produce a 5xx (DESIGN §5: bad input is a 4xx, never a 500).
 
+Token authentication is on (``API_AUTH=tokens``, the production default) and every request
+carries a token holding all four scopes, so the fuzzer reaches the handlers behind the guard.
+
 The app runs on the memory adapters in process; examples are capped so the module stays well
 under a minute. Skipped when schemathesis is not installed. For a longer run against a live
 orchestrator::
@@ -10,6 +13,8 @@ orchestrator::
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -29,12 +34,17 @@ from dtq.adapters.memory.queue import InMemoryQueue  # noqa: E402
 from dtq.adapters.memory.store import InMemoryStore  # noqa: E402
 from dtq.application.artifacts import ArtifactService  # noqa: E402
 from dtq.application.commands import Claim, ExecutionPolicy  # noqa: E402
+from dtq.application.control import ControlService  # noqa: E402
 from dtq.application.execution import ExecutionService  # noqa: E402
+from dtq.application.explain import ExplainService  # noqa: E402
+from dtq.application.fleet import FleetService  # noqa: E402
 from dtq.application.health import HealthService  # noqa: E402
 from dtq.application.queries import QueryService  # noqa: E402
 from dtq.application.registry import WorkerRegistryService  # noqa: E402
 from dtq.application.remote import RemoteWorkerService  # noqa: E402
 from dtq.application.submit import SubmitService  # noqa: E402
+from dtq.application.tokens import TokenService  # noqa: E402
+from dtq.domain.tokens import Scope  # noqa: E402
 from dtq.entrypoints.api import create_app  # noqa: E402
 from dtq.entrypoints.bundles import ApiServices  # noqa: E402
 from dtq.entrypoints.metrics import OrchestratorMetrics, new_registry  # noqa: E402
@@ -49,18 +59,33 @@ class UnheldRemote(RemoteWorkerService):
         return await super().claim(worker_id, **{**options, "wait": 0.0})
 
 
-def memory_services() -> ApiServices:
-    """The API's services on fresh memory adapters, built without an event loop."""
+def memory_services() -> tuple[ApiServices, str]:
+    """The API's services on fresh memory adapters, and the secret of a token with every scope
+    (created on a loop of its own: the memory store's lock is not bound to a loop until
+    contended)."""
     clock = SystemClock()
     store = InMemoryStore(clock)
     queue = InMemoryQueue(clock)
-    return ApiServices(
+    fleet = FleetService(store=store, clock=clock, alive_within=120.0)
+    tokens = TokenService(store=store, clock=clock)
+    created = asyncio.run(tokens.create("fuzz", frozenset(Scope)))
+    services = ApiServices(
         submit=SubmitService(store=store, queue=queue),
         queries=QueryService(store=store),
         health=HealthService(store=store, queue=queue),
+        control=ControlService(store=store, queue=queue),
         artifacts=ArtifactService(
             store=FsArtifactStore(Path(tempfile.gettempdir()) / "dtq-fuzz-artifacts" / uuid4().hex)
         ),
+        explain=ExplainService(
+            store=store,
+            inspector=queue.inspector(),
+            fleet=fleet,
+            stale_running_after=60.0,
+            reconcile_interval=30.0,
+        ),
+        fleet=fleet,
+        tokens=tokens,
         remote=UnheldRemote(
             execution=ExecutionService(store=store, queue=queue, policy=ExecutionPolicy()),
             store=store,
@@ -68,17 +93,21 @@ def memory_services() -> ApiServices:
             registry=WorkerRegistryService(store=store),
         ),
     )
+    return services, created.secret
 
 
-def fuzz_app() -> Litestar:
+def fuzz_app() -> tuple[Litestar, str]:
     registry = new_registry()
-    return create_app(memory_services(), SETTINGS, OrchestratorMetrics(registry), registry)
+    services, secret = memory_services()
+    settings = dataclasses.replace(SETTINGS, api_auth="tokens")
+    return create_app(services, settings, OrchestratorMetrics(registry), registry), secret
 
 
 # Built at collection: schemathesis needs the schema to parametrize the test
 # (``schemathesis.pytest.from_fixture`` fails on pytest 9: "'Function' object has no attribute
 # '_nodeid'"). It only touches in-memory fakes.
-schema = schemathesis.openapi.from_asgi("/schema/openapi.json", fuzz_app())
+APP, SECRET = fuzz_app()
+schema = schemathesis.openapi.from_asgi("/schema/openapi.json", APP)
 
 
 @schema.parametrize()  # type: ignore[untyped-decorator]
@@ -89,7 +118,7 @@ schema = schemathesis.openapi.from_asgi("/schema/openapi.json", fuzz_app())
     database=None,
 )
 def test_no_generated_request_gets_a_server_error(case: Any) -> None:
-    response = case.call()
+    response = case.call(headers={"Authorization": f"Bearer {SECRET}"})
 
     case.validate_response(response, checks=[not_a_server_error])
     assert response.status_code < 500

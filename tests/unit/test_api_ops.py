@@ -210,6 +210,9 @@ async def test_openapi_document_lists_every_route_with_its_error_responses(api: 
         ("POST", "/v1/jobs"): {"201", "200", "400", "409", "413", "415", "500", "503"},
         ("GET", "/v1/jobs/{id}"): {"200", "400", "404", "500", "503"},
         ("GET", "/v1/jobs/{id}/results"): {"200", "400", "404", "500", "503"},
+        ("POST", "/v1/tasks/{id}/cancel"): {"200", "400", "404", "409", "500", "503"},
+        ("POST", "/v1/tasks/{id}/retry"): {"200", "400", "404", "409", "500", "503"},
+        ("POST", "/v1/jobs/{id}/cancel"): {"200", "400", "404", "409", "500", "503"},
         ("GET", "/v1/workers"): {"200", "400", "500", "503"},
         ("POST", "/v1/artifacts"): {"201", "413", "500", "503"},
         ("GET", "/v1/artifacts/{id}"): {"200", "400", "404", "416", "500", "503"},
@@ -257,6 +260,7 @@ async def test_openapi_document_lists_every_route_with_its_error_responses(api: 
         ("POST", "/v1/worker/registry"): {"204", "400", "413", "415", "500", "503"},
         ("POST", "/v1/worker/results"): {"200", "400", "413", "415", "500", "503"},
         ("HEAD", "/v1/artifacts/{id}"): {"200", "400", "404", "500", "503"},
+        ("GET", "/v1/tasks/{id}/explain"): {"200", "400", "404", "500", "503"},
     }
     error_ref = document["paths"]["/v1/jobs"]["post"]["responses"]["400"]["content"][
         "application/json"

@@ -277,6 +277,7 @@ async def test_dev_serves_runs_a_task_and_stops_on_sigterm(
 ) -> None:
     settings = Settings(
         orchestrator_listen="127.0.0.1:0",
+        api_auth="none",  # what dtq dev runs with (DEV_DEFAULTS)
         lease_duration=10.0,
         reconcile_interval=1.0,
         promote_interval=0.05,

@@ -97,6 +97,11 @@ def test_every_variable_is_parsed() -> None:
         "ARTIFACT_S3_BUCKET": "dtq-artifacts",
         "ARTIFACT_S3_ENDPOINT": "http://127.0.0.1:8333",
         "API_MAX_ARTIFACT_BYTES": "1048576",
+        "API_AUTH": "None",
+        "METRICS_AUTH": "yes",
+        "RETENTION_COMPLETED": "24h",
+        "RETENTION_FAILED": "0",
+        "IDEMPOTENCY_KEY_TTL": "1h30m",
         "DTQ_TOKEN": "secret",
     }
     assert set(env) == set(ENV_VARS)
@@ -133,6 +138,11 @@ def test_every_variable_is_parsed() -> None:
         artifact_s3_bucket="dtq-artifacts",
         artifact_s3_endpoint="http://127.0.0.1:8333",
         api_max_artifact_bytes=1048576,
+        api_auth="none",
+        metrics_auth=True,
+        retention_completed=86400.0,
+        retention_failed=0.0,
+        idempotency_key_ttl=5400.0,
         dtq_token="secret",
     )
 
@@ -469,6 +479,7 @@ def test_the_event_loop_variable_is_listed_with_the_others() -> None:
         ("CRDB_DSN", "postgresql://postgres@127.0.0.1:1/postgres?sslmode=bogus"),
         ("STALE_RUNNING_AFTER", "1s"),
         ("RECONCILE_BATCH", "99999999999999999999"),
+        ("RETENTION_FAILED", "-1h"),
     ],
 )
 def test_the_cli_refuses_bad_configuration_in_one_line_with_exit_2(
@@ -515,7 +526,9 @@ def test_huge_integers_are_refused_naming_the_variable(variable: str, value: str
 
 def test_every_integer_variable_is_bounded_and_listed() -> None:
     assert set(INTEGER_VARIABLES) == {
-        name for name in ENV_VARS if isinstance(getattr(Settings(), name.lower(), None), int)
+        name
+        for name in ENV_VARS
+        if type(getattr(Settings(), name.lower(), None)) is int  # not METRICS_AUTH's bool
     }
 
 
@@ -533,3 +546,35 @@ def test_a_huge_bad_integer_is_refused_in_a_short_line(value: str) -> None:
         load_settings({"MAX_RECLAIMS": value})
 
     assert len(str(e.value)) < 120
+
+
+# --- retention (issue 14 item 8) --------------------------------------------------------------
+
+
+def test_retention_settings_default_to_7_30_and_7_days() -> None:
+    s = load_settings({})
+    assert (s.retention_completed, s.retention_failed, s.idempotency_key_ttl) == (
+        7 * 86400.0,
+        30 * 86400.0,
+        7 * 86400.0,
+    )
+    assert s.retention_policy().failed == 30 * 86400.0
+
+
+def test_retention_settings_take_zero_to_disable() -> None:
+    s = load_settings({"RETENTION_COMPLETED": "0", "IDEMPOTENCY_KEY_TTL": "0s"})
+    assert (s.retention_completed, s.idempotency_key_ttl) == (0.0, 0.0)
+
+
+@pytest.mark.parametrize(
+    "variable", ["RETENTION_COMPLETED", "RETENTION_FAILED", "IDEMPOTENCY_KEY_TTL"]
+)
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [("-1h", "must not be negative"), ("7d", "not a duration"), ("87601h", "must be at most")],
+)
+def test_bad_retention_settings_are_refused_naming_the_variable(
+    variable: str, value: str, message: str
+) -> None:
+    with pytest.raises(ConfigError, match=f"^{variable}: {message}"):
+        load_settings({variable: value})

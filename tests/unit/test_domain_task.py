@@ -8,8 +8,14 @@ from uuid import UUID, uuid4
 import pytest
 
 from dtq.domain.entities import WORKER_LOST, Job, Task, TaskRun
-from dtq.domain.errors import InvalidTransition, StaleRun, TaskNotClaimable
-from dtq.domain.status import TASK_TRANSITIONS, JobStatus, RunStatus, TaskStatus
+from dtq.domain.errors import InvalidTransition, NotCancellable, StaleRun, TaskNotClaimable
+from dtq.domain.status import (
+    MANUAL_RETRY_EXITS,
+    TASK_TRANSITIONS,
+    JobStatus,
+    RunStatus,
+    TaskStatus,
+)
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 BACKOFF = timedelta(seconds=5)
@@ -250,18 +256,34 @@ def test_cancel_before_start(status: TaskStatus) -> None:
     assert task.status is TaskStatus.CANCELLED
 
 
-@pytest.mark.parametrize(
-    "status", [TaskStatus.RUNNING, TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED]
-)
-def test_cancel_after_start_is_an_invalid_transition(status: TaskStatus) -> None:
+@pytest.mark.parametrize("status", [TaskStatus.COMPLETED, TaskStatus.FAILED])
+def test_cancel_after_the_end_is_refused_as_not_cancellable(status: TaskStatus) -> None:
     task = make_task(status)
-    with pytest.raises(InvalidTransition):
+    with pytest.raises(NotCancellable):
         task.cancel(at=T0)
+    assert task.status is status
 
 
-def test_terminal_statuses_have_no_way_out() -> None:
+def test_cancel_of_a_running_task_needs_its_live_run() -> None:
+    task = make_task()
+    run = claimed(task)
+    with pytest.raises(StaleRun):
+        task.cancel(at=T0)
+    other = TaskRun(uuid4(), task.id, 1, "w2", RunStatus.RUNNING, T0)
+    with pytest.raises(StaleRun):
+        task.cancel(at=T0, run=other)
+    assert task.status is TaskStatus.RUNNING
+    assert run.status is RunStatus.RUNNING
+
+
+def test_terminal_statuses_leave_only_through_a_manual_retry() -> None:
     for status in TaskStatus:
-        assert (not TASK_TRANSITIONS[status]) == status.terminal
+        if status is TaskStatus.COMPLETED:
+            assert not TASK_TRANSITIONS[status]
+        elif status.terminal:
+            assert TASK_TRANSITIONS[status] == MANUAL_RETRY_EXITS
+        else:
+            assert TASK_TRANSITIONS[status]
 
 
 def test_domain_methods_never_touch_the_version() -> None:

@@ -251,3 +251,30 @@ async def test_a_graceful_stop_hands_a_running_task_back_over_http(api: Api) -> 
     assert (view.task.status, view.task.attempt, view.task.progress) == ("queued", 0, {"at": 1})
     assert [(run.status, run.error) for run in view.runs] == [("dead", "worker shutting down")]
     assert api.queue.ready_ids("default") == [task_id]  # pushed again at once
+
+
+async def test_a_cancel_stops_the_handler_over_http_and_nothing_is_reported(api: Api) -> None:
+    runtime = Runtime(Options(poll_timeout=0.2, shutdown_grace=1.0, lease_renew_every=0.1))
+    started, stopped = asyncio.Event(), asyncio.Event()
+
+    @runtime.handler("long")
+    async def long(task: Task) -> None:
+        started.set()
+        try:
+            await asyncio.sleep(30)
+        finally:
+            stopped.set()
+
+    submitted = await api.services.api.submit.submit_job(
+        SubmitJob(tasks=(TaskSpec(name="l", kind="long"),))
+    )
+    [task_id] = submitted.task_ids.values()
+
+    async with working(api, runtime):
+        await asyncio.wait_for(started.wait(), timeout=10)
+        await api.services.api.control.cancel_task(task_id)
+        await asyncio.wait_for(stopped.wait(), timeout=10)
+
+    view = await api.services.api.queries.get_task(task_id)
+    assert view.task.status == "cancelled"
+    assert [run.status for run in view.runs] == ["cancelled"]

@@ -278,7 +278,7 @@ async def test_only_the_configured_priority_tiers_are_popped() -> None:
 # -- registry and metrics -----------------------------------------------------------------------
 
 
-async def test_worker_registers_itself_with_its_kinds_and_concurrency() -> None:
+async def test_worker_registers_itself_with_its_kinds_priorities_and_concurrency() -> None:
     h = build_harness()
     runtime = Runtime(replace(FAST, concurrency=3))
     runtime.register("b", lambda task: None)
@@ -290,7 +290,12 @@ async def test_worker_registers_itself_with_its_kinds_and_concurrency() -> None:
 
     assert [w.id for w in workers] == [SETTINGS.worker_id]
     assert workers[0].hostname == socket.gethostname()
-    assert workers[0].metadata == {"kinds": ["a", "b"], "concurrency": 3, "pid": os.getpid()}
+    assert workers[0].metadata == {
+        "kinds": ["a", "b"],
+        "priorities": ["default"],
+        "concurrency": 3,
+        "pid": os.getpid(),
+    }
 
 
 async def test_metrics_are_served_when_an_address_is_configured() -> None:

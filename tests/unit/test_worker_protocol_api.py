@@ -427,3 +427,20 @@ async def test_registry_metadata_that_cannot_be_stored_is_a_400(api: Api) -> Non
     assert (nul.status_code, nul.json()["error"]["field"]) == (400, "metadata.k")
     assert big.value.field == "metadata"
     assert (await api.client.get("/v1/workers")).json()["workers"] == []
+
+
+async def test_a_cancelled_running_task_answers_cancel_true_and_refuses_its_report(
+    api: Api,
+) -> None:
+    task_id = await submit(api)
+    [claimed] = (await claim(api)).json()["tasks"]
+    run = f"/v1/worker/runs/{claimed['run_id']}"
+
+    cancelled = await api.client.post(f"/v1/tasks/{task_id}/cancel")
+    beat = await api.client.post(f"{run}/heartbeat", json={}, headers=W1)
+    result = await api.client.post(f"{run}/result", json={"result": 1}, headers=W1)
+
+    assert cancelled.status_code == 200, cancelled.text
+    assert (beat.status_code, beat.json()["cancel"]) == (200, True)
+    assert (result.status_code, result.json()["error"]["code"]) == (409, "stale_run")
+    assert (await task(api, task_id))["status"] == "cancelled"

@@ -469,10 +469,15 @@ class ExecutionService:
         while the store still shows this run live, the lease is re-created with
         ``Queue.recreate_lease``, which writes it only if the task still has no lease: a lease
         another run wrote meanwhile (the task was reclaimed and claimed again) is left alone and
-        the answer is LOST (cancel the handler and report nothing).
+        the answer is LOST (cancel the handler and report nothing). A cancel of a running task
+        (issue 14 item 1) closes its run ``cancelled`` and then deletes the lease, so the next
+        heartbeat finds none and, reading the run, answers CANCELLED (cancel the handler and
+        report nothing: its report would be refused as STALE). A heartbeat whose lease is still
+        there costs no statement.
 
         Returns:
-            ``LeaseState.EXTENDED`` or ``LeaseState.LOST`` (never MISSING).
+            ``LeaseState.EXTENDED``, ``LeaseState.LOST`` or ``LeaseState.CANCELLED`` (never
+            MISSING).
 
         Raises:
             BackendUnavailable: Redis or the database failed.
@@ -483,16 +488,22 @@ class ExecutionService:
         if state is not LeaseState.MISSING:
             return state
 
-        async def live(tx: Transaction) -> bool:
+        async def live(tx: Transaction) -> LeaseState | None:
             task = await tx.tasks.get(claim.task.id)
-            return (
+            if (
                 task is not None
                 and task.status is TaskStatus.RUNNING
                 and task.current_run_id == claim.run.id
-            )
-
-        if not await self._store.run(live):
+            ):
+                return None  # still ours: re-create the lease
+            run = await tx.runs.get(claim.run.id)
+            if run is not None and run.status is RunStatus.CANCELLED:
+                return LeaseState.CANCELLED
             return LeaseState.LOST
+
+        ended = await self._store.run(live)
+        if ended is not None:
+            return ended
         return await self._queue.recreate_lease(lease, self._policy.lease_ttl)
 
     def _lease(self, claim: Claim, *, deadline: float | None = None) -> Lease:

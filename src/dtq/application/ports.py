@@ -18,7 +18,8 @@ from typing import Any, Protocol, TypeVar
 from uuid import UUID
 
 from dtq.domain.entities import Job, Task, TaskRun, Worker
-from dtq.domain.status import TaskStatus
+from dtq.domain.status import JobStatus, TaskStatus
+from dtq.domain.tokens import ApiToken
 
 T = TypeVar("T")
 
@@ -153,6 +154,11 @@ class TaskRepository(Protocol):
         """``(depends_on_task_id, task_id)`` edges out of any of ``task_ids`` (one statement)."""
         ...
 
+    async def dependencies(self, task_id: UUID) -> list[UUID]:
+        """Ids of the tasks ``task_id`` depends on directly, ordered by id (one index range;
+        cost proportional to the in-degree). Unknown task or none: empty."""
+        ...
+
     async def parent_results(self, task_ids: Sequence[UUID]) -> dict[UUID, dict[str, Any]]:
         """Per task of ``task_ids``, its direct dependencies' ``name -> result`` (one statement;
         cost proportional to the tasks' in-degree). Tasks without dependencies are left out."""
@@ -171,6 +177,12 @@ class TaskRepository(Protocol):
 
     async def job_has_status(self, job_id: UUID, statuses: Sequence[TaskStatus]) -> bool:
         """True when some task of the job has one of ``statuses`` (an index probe, not a count)."""
+        ...
+
+    async def dependency_has_status(self, task_id: UUID, statuses: Sequence[TaskStatus]) -> bool:
+        """True when some direct dependency of ``task_id`` has one of ``statuses`` (one
+        statement, stopping at the first hit; False for a task without dependencies). The
+        manual retry asks it for ``failed``/``cancelled`` (issue 14 item 4)."""
         ...
 
     async def due_queued(
@@ -236,6 +248,126 @@ class WorkerRepository(Protocol):
         ...
 
 
+class ApiTokenRepository(Protocol):
+    """API tokens (``api_tokens``, issue 15 item 3): stored by the hash of their secret."""
+
+    async def add(self, token: ApiToken) -> None:
+        """Insert ``token``.
+
+        Raises:
+            TokenNameTaken: another token already has ``token.name``.
+        """
+        ...
+
+    async def get_by_hash(self, secret_hash: str) -> ApiToken | None:
+        """The token whose secret hashes to ``secret_hash`` (unique index), or None."""
+        ...
+
+    async def get_by_name(self, name: str) -> ApiToken | None:
+        """The token named ``name``, or None."""
+        ...
+
+    async def list_all(self) -> list[ApiToken]:
+        """Every token, revoked and expired ones included, ordered by name."""
+        ...
+
+    async def set_revoked(self, token_id: UUID, at: datetime) -> bool:
+        """Set ``revoked_at = at`` unless the token is already revoked.
+
+        Returns:
+            True when this call revoked it; False when it was revoked already or is unknown.
+        """
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class FinishedJob:
+    """A terminal job as listed by the retention pass (issue 14 item 8), in keyset order."""
+
+    id: UUID
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Tombstone:
+    """What is left of a pruned job that was created under an ``Idempotency-Key``: enough to
+    answer a replay with the original ids (issue 14 item 8).
+
+    Attributes:
+        pruned_at: when the job was deleted (database clock); the tombstone lives
+            ``IDEMPOTENCY_KEY_TTL`` from then.
+    """
+
+    idempotency_key: str
+    request_hash: str | None
+    job_id: UUID
+    task_ids: dict[str, UUID]
+    pruned_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class PrunedJobs:
+    """Rows one ``RetentionRepository.delete_jobs`` call deleted (and tombstones it wrote)."""
+
+    jobs: int = 0
+    tasks: int = 0
+    runs: int = 0
+    tombstones_written: int = 0
+
+
+class RetentionRepository(Protocol):
+    """Deleting finished jobs and the idempotency tombstones they leave (issue 14 item 8)."""
+
+    async def finished_jobs(
+        self,
+        *,
+        status: JobStatus,
+        updated_before: datetime,
+        after: tuple[datetime, UUID] | None,
+        limit: int,
+    ) -> list[FinishedJob]:
+        """Jobs with ``status`` and ``updated_at < updated_before``, ordered
+        by ``(updated_at, id)``, strictly after the keyset cursor ``after``; at most ``limit``
+        (an index range scan). Candidates only: ``delete_jobs`` re-checks them."""
+        ...
+
+    async def task_counts(self, job_ids: Sequence[UUID]) -> dict[UUID, int]:
+        """Number of tasks of each of ``job_ids`` (a job without tasks or unknown: absent)."""
+        ...
+
+    async def delete_jobs(
+        self,
+        job_ids: Sequence[UUID],
+        *,
+        status: JobStatus,
+        finished_before: datetime,
+        tombstone_at: datetime | None,
+    ) -> PrunedJobs:
+        """Delete each of ``job_ids`` that still qualifies, with its tasks, dependency edges and
+        runs, in a constant number of statements.
+
+        A job qualifies when its status is still ``status``, its ``updated_at`` is before
+        ``finished_before``, and every one of its tasks is terminal and finished (``finished_at``)
+        before ``finished_before``. Unknown or no longer qualifying ids are skipped and not
+        counted, so two callers deleting the same job count it once. When ``tombstone_at`` is
+        given, each deleted job that holds an idempotency key leaves a ``Tombstone`` with that
+        ``pruned_at`` (replacing an older tombstone of the same key).
+        """
+        ...
+
+    async def get_tombstone(self, key: str) -> Tombstone | None:
+        """The tombstone of ``key``, or None."""
+        ...
+
+    async def delete_tombstones(self, *, pruned_before: datetime, limit: int) -> int:
+        """Delete at most ``limit`` tombstones with ``pruned_at < pruned_before``, oldest first.
+
+        Returns:
+            How many were deleted.
+        """
+        ...
+
+
 class Transaction(Protocol):
     """One database transaction: the repositories plus the database clock."""
 
@@ -250,6 +382,12 @@ class Transaction(Protocol):
 
     @property
     def workers(self) -> WorkerRepository: ...
+
+    @property
+    def tokens(self) -> ApiTokenRepository: ...
+
+    @property
+    def retention(self) -> RetentionRepository: ...
 
     async def now(self) -> datetime:
         """The transaction's timestamp (database clock, aware UTC; fixed within one try)."""
@@ -283,11 +421,15 @@ class Store(Protocol):
 
 
 class LeaseState(StrEnum):
-    """Result of a lease heartbeat (``Queue.extend_lease``)."""
+    """Result of a lease heartbeat (``Queue.extend_lease``; ``CANCELLED`` only from
+    ``ExecutionService.heartbeat``, which reads the store when the lease is missing)."""
 
     EXTENDED = "extended"  # the lease was ours and now lasts ttl longer
     MISSING = "missing"  # the task has no lease (expired, evicted, or the queue lost its data)
     LOST = "lost"  # the lease names another run: stop working on the task
+    CANCELLED = (
+        "cancelled"  # the run was closed because its task was cancelled: stop, report nothing
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -441,6 +583,51 @@ class Queue(Protocol):
 
         Returns:
             The epoch in force and its age by the queue server's clock.
+        """
+        ...
+
+
+# --- queue inspection (issue 14 item 7: explain) --------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSnapshot:
+    """What the queue holds for one task, read in one round trip (``QueueInspector.inspect``).
+
+    Attributes:
+        server_time: the queue server's clock at the read (aware UTC).
+        marker_ttl: seconds left on the task's pending marker; None when no marker is held.
+        lease: the task's lease (who holds it, its ``deadline_ms``); None when absent.
+        lease_ttl: seconds before the lease key expires; None without a lease.
+        scheduled_at: the due time of the task's entry in the scheduled set under its
+            priority; None when it has none.
+        ready_depth: how many ids wait on the ready list of the task's priority.
+        ready_position: how many ids would be popped from that list before this task (0: it
+            is next); None when it was not found among the ``searched`` oldest entries.
+        searched: how many of the list's oldest entries were searched for the task.
+    """
+
+    server_time: datetime
+    marker_ttl: float | None
+    lease: Lease | None
+    lease_ttl: float | None
+    scheduled_at: datetime | None
+    ready_depth: int
+    ready_position: int | None
+    searched: int
+
+
+class QueueInspector(Protocol):
+    """Read-only view of the queue for diagnostics (``GET /v1/tasks/{id}/explain``). Off the
+    hot path on purpose: nothing in the claim flow calls it, and it changes nothing."""
+
+    async def inspect(self, task_id: UUID, priority: str) -> QueueSnapshot:
+        """The queue's state for ``task_id`` on the ready list and scheduled entry of
+        ``priority``, read at one instant in one round trip. An unknown task: an empty snapshot
+        (no marker, lease or entry; its list's depth). Idempotent, writes nothing.
+
+        Raises:
+            BackendUnavailable: the queue server failed or is unreachable.
         """
         ...
 

@@ -218,8 +218,9 @@ class ReconcileService:
         count of the due listing (None when no count completed since the last call).
 
         A worker polls the priorities its registry row lists under ``metadata["priorities"]``;
-        a row without that field polls the default tier only (workers record the field only
-        when they poll something else); a malformed field counts as polling every priority.
+        a row without that field polls the default tier only (workers older than issue 14 item
+        7 recorded it only when they polled something else; workers now always record it); a
+        malformed field counts as polling every priority.
         """
         counts, self._due_cycle = self._due_cycle, None
         if counts is None:

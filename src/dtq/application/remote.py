@@ -26,7 +26,7 @@ from dtq.application.registry import WorkerRegistryService
 from dtq.domain.entities import Task, TaskRun
 from dtq.domain.errors import BackendUnavailable, Conflict, InvalidPayload, NotFound
 from dtq.domain.payload import check_progress, check_result, check_storable
-from dtq.domain.status import TaskStatus
+from dtq.domain.status import RunStatus, TaskStatus
 
 #: Reason written to a run handed back because its claim response had no one to go to.
 UNDELIVERED_REASON = "claim not delivered: the worker disconnected"
@@ -75,8 +75,8 @@ class Renewal:
 
     Attributes:
         lease_expires_at: the lease's new deadline (host clock plus ``LEASE_DURATION``).
-        state: the lease state; a state valued ``"cancelled"`` (issue 15 cancel) asks the worker
-            to stop the handler.
+        state: EXTENDED, or CANCELLED: the task was cancelled (issue 14 item 1), the worker
+            must stop the handler and report nothing.
     """
 
     lease_expires_at: datetime
@@ -85,7 +85,7 @@ class Renewal:
     @property
     def cancel(self) -> bool:
         """True when the worker must stop the handler (the task was cancelled)."""
-        return str(self.state) == "cancelled"
+        return self.state is LeaseState.CANCELLED
 
 
 class RemoteWorkerService:
@@ -297,14 +297,16 @@ class RemoteWorkerService:
         if progress is not None:
             check_progress(progress)
         claim = await self.load(run_id, worker_id)
+        now = self._clock.now() if self._clock is not None else datetime.now(UTC)
+        if claim.run.status is RunStatus.CANCELLED:  # the task was cancelled while it ran
+            return Renewal(now + timedelta(seconds=self.lease_duration), LeaseState.CANCELLED)
         if claim.task.status is not TaskStatus.RUNNING or claim.task.current_run_id != run_id:
             raise LeaseLost(f"run {run_id} is no longer the task's live run")
         state = await self._execution.heartbeat(claim)
         if state is LeaseState.LOST:
             raise LeaseLost(f"run {run_id} is no longer the task's live run")
-        if progress is not None:
+        if progress is not None and state is LeaseState.EXTENDED:
             await self._execution.record_progress([(claim, progress)])
-        now = self._clock.now() if self._clock is not None else datetime.now(UTC)
         return Renewal(now + timedelta(seconds=self.lease_duration), state)
 
     async def succeed(

@@ -166,17 +166,30 @@ def _new_task(spec: TaskSpec, job_id: UUID, task_id: UUID, now: datetime, *, pos
 
 
 async def _replay(tx: Transaction, cmd: SubmitJob) -> SubmitResult | None:
-    assert cmd.idempotency_key is not None
-    job = await tx.jobs.get_by_idempotency_key(cmd.idempotency_key)
-    if job is None:
+    """The original answer to the key: from the live job holding it, else from the tombstone
+    its pruned job left (issue 14 item 8); None when the key is unused (or its tombstone
+    expired). Read in the submit's own transaction, so a concurrent prune is either before it
+    (the tombstone answers) or after it (the job answers), never neither."""
+    key = cmd.idempotency_key
+    assert key is not None
+    job = await tx.jobs.get_by_idempotency_key(key)
+    if job is not None:
+        _check_same_request(key, job.request_hash, cmd)
+        tasks = await tx.tasks.list_by_job(job.id)
+        return SubmitResult(job_id=job.id, task_ids={t.name: t.id for t in tasks}, created=False)
+    tombstone = await tx.retention.get_tombstone(key)
+    if tombstone is None:
         return None
-    if job.request_hash != cmd.request_hash:
+    _check_same_request(key, tombstone.request_hash, cmd)
+    return SubmitResult(job_id=tombstone.job_id, task_ids=dict(tombstone.task_ids), created=False)
+
+
+def _check_same_request(key: str, request_hash: str | None, cmd: SubmitJob) -> None:
+    if request_hash != cmd.request_hash:
         raise IdempotencyConflict(
-            f"Idempotency-Key {cmd.idempotency_key!r} was already used with a different request",
+            f"Idempotency-Key {key!r} was already used with a different request",
             field="Idempotency-Key",
         )
-    tasks = await tx.tasks.list_by_job(job.id)
-    return SubmitResult(job_id=job.id, task_ids={t.name: t.id for t in tasks}, created=False)
 
 
 async def _replay_required(tx: Transaction, cmd: SubmitJob) -> SubmitResult:

@@ -17,6 +17,8 @@ from dtq.domain.policy import derive_job_status
 from dtq.domain.status import JobStatus, TaskStatus
 
 _UNFINISHED = (TaskStatus.PENDING, TaskStatus.QUEUED, TaskStatus.RUNNING)
+#: A dependency in one of these never completes (until it is retried itself).
+_BLOCKING = (TaskStatus.FAILED, TaskStatus.CANCELLED)
 
 
 async def promote_dependents(
@@ -78,6 +80,99 @@ async def cascade_failure(tx: Transaction, task: Task, *, at: datetime) -> list[
                     next_frontier.append(child)
         frontier = next_frontier
     return failed
+
+
+async def cascade_cancel(tx: Transaction, tasks: Sequence[Task], *, at: datetime) -> list[Task]:
+    """Cancel every ``pending`` task downstream of ``tasks``, transitively, like
+    :func:`cascade_failure` fails them (issue 14 item 1: never left waiting), but one level of
+    the graph at a time: per level one ``dependents_many``, one ``get_many`` and one
+    ``save_many``, so a batch of cancels costs statements per depth, not per task.
+
+    Args:
+        tx: the open transaction.
+        tasks: tasks that have just become ``cancelled`` (already saved in ``tx``).
+        at: transaction time.
+
+    Returns:
+        The tasks cancelled by the cascade (saved).
+    """
+    cancelled: list[Task] = []
+    frontier = list(tasks)
+    while frontier:
+        names = {task.id: task.name for task in frontier}
+        edges = await tx.tasks.dependents_many(list(names))
+        if not edges:
+            break
+        parent_of: dict[UUID, UUID] = {}
+        for parent_id, child_id in edges:
+            parent_of.setdefault(child_id, parent_id)
+        frontier = []
+        for child in await tx.tasks.get_many(list(parent_of)):
+            if child.status is TaskStatus.PENDING:
+                child.cascade_cancel(cancelled_dependency=names[parent_of[child.id]], at=at)
+                frontier.append(child)
+        if frontier:
+            await tx.tasks.save_many(frontier)
+            cancelled.extend(frontier)
+    return cancelled
+
+
+async def reopen_dependents(tx: Transaction, tasks: Sequence[Task], *, at: datetime) -> list[Task]:
+    """Reopen the dependents of manually retried ``tasks`` that ended while they waited for
+    them (failed or cancelled by the cascade, never started), transitively: each goes back to
+    ``pending`` with a fresh attempt budget (issue 14 item 4). A dependent that another
+    ``failed`` or ``cancelled`` dependency still blocks is left as it is (reopened, it would
+    wait forever); the retry of that dependency reopens it.
+
+    Args:
+        tx: the open transaction.
+        tasks: tasks that have just been retried (now ``queued`` or ``pending``, saved).
+        at: transaction time.
+
+    Returns:
+        The reopened dependents (saved, ``pending``).
+    """
+    reopened: list[Task] = []
+    frontier = list(tasks)
+    while frontier:
+        next_frontier: list[Task] = []
+        for parent in frontier:
+            dependent_ids = await tx.tasks.dependents(parent.id)
+            if not dependent_ids:
+                continue
+            for child in await tx.tasks.get_many(dependent_ids):
+                if not child.ended_while_pending or await tx.tasks.dependency_has_status(
+                    child.id, _BLOCKING
+                ):
+                    continue
+                child.retry(at=at, dependencies_completed=False)
+                await tx.tasks.save(child)
+                reopened.append(child)
+                next_frontier.append(child)
+        frontier = next_frontier
+    return reopened
+
+
+async def reopen_job(tx: Transaction, job_id: UUID, *, at: datetime, started: bool) -> None:
+    """Re-derive the job's status after a manual retry made some of its tasks unfinished
+    (issue 14 item 4): it leaves ``failed`` or ``cancelled`` unless another task of it is still
+    ``failed`` (one index probe); the row is written only when the status changes.
+
+    Args:
+        started: some task of the job has started before (the job was past ``pending``).
+    """
+    job = await tx.jobs.get(job_id)
+    if job is None:
+        return
+    started = started or job.status in (JobStatus.RUNNING, JobStatus.FAILED)
+    status = derive_job_status(
+        any_failed=await tx.tasks.job_has_status(job_id, (TaskStatus.FAILED,)),
+        any_unfinished=True,
+        any_cancelled=False,
+        any_started=started,
+    )
+    if job.reopen(status, at=at):
+        await tx.jobs.save(job)
 
 
 async def mark_jobs_started(tx: Transaction, job_ids: Iterable[UUID], *, at: datetime) -> None:

@@ -13,12 +13,21 @@ from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from dtq.domain.errors import InvalidTransition, StaleRun, TaskNotClaimable
+from dtq.domain.errors import (
+    InvalidTransition,
+    NotCancellable,
+    NotRetryable,
+    StaleRun,
+    TaskNotClaimable,
+)
 from dtq.domain.policy import RetryDecision, RetryPolicy, decide_retry
 from dtq.domain.status import RUN_TRANSITIONS, TASK_TRANSITIONS, JobStatus, RunStatus, TaskStatus
 
 #: Priority tier used when a task does not name one (spec §5: ``queue:ready:default``).
 DEFAULT_PRIORITY = "default"
+
+#: ``task_runs.error`` of a run closed because its task was cancelled while it ran.
+CANCELLED_ERROR = "task cancelled"
 
 #: ``last_error`` prefix written when the crash budget (DESIGN §3) is exhausted.
 WORKER_LOST = "worker lost"
@@ -321,14 +330,81 @@ class Task:
         self.finished_at = at
         self.last_error = f"dependency {failed_dependency!r} failed"
 
-    def cancel(self, *, at: datetime) -> None:
-        """``pending|queued -> cancelled``.
+    def cancel(self, *, at: datetime, run: TaskRun | None = None) -> bool:
+        """Cancel the task (issue 14 item 1): ``pending|queued|running -> cancelled``.
+
+        A ``running`` task needs its live ``run``, which is closed ``cancelled`` (the worker
+        learns it through its next lease heartbeat; a report of that run is refused from now
+        on). Cancelling a cancelled task changes nothing (idempotent).
+
+        Args:
+            at: cancel time (database clock).
+            run: the task's live run; required when the task is ``running``.
+
+        Returns:
+            True when the task changed; False when it already was ``cancelled``.
 
         Raises:
-            InvalidTransition: the task has started or finished.
+            NotCancellable: the task is ``completed`` or ``failed``.
+            StaleRun: the task is ``running`` and ``run`` is not its live run.
         """
+        if self.status is TaskStatus.CANCELLED:
+            return False
+        if self.status in (TaskStatus.COMPLETED, TaskStatus.FAILED):
+            raise NotCancellable(f"task {self.id} is {self.status}", field="id")
+        if self.status is TaskStatus.RUNNING:
+            if run is None:
+                raise StaleRun(f"task {self.id} is running: its live run is needed to cancel it")
+            self._live_run(run)
+            run._end(RunStatus.CANCELLED, at=at, error=CANCELLED_ERROR)
+            self.current_run_id = None
         self._move(TaskStatus.CANCELLED, at=at)
         self.finished_at = at
+        return True
+
+    def cascade_cancel(self, *, cancelled_dependency: str, at: datetime) -> None:
+        """``pending -> cancelled`` because a dependency was cancelled (issue 14 item 1).
+
+        Raises:
+            InvalidTransition: the task is not ``pending``.
+        """
+        if self.status is not TaskStatus.PENDING:
+            raise InvalidTransition(f"task {self.id} is {self.status}, not pending")
+        self._move(TaskStatus.CANCELLED, at=at)
+        self.finished_at = at
+        self.last_error = f"dependency {cancelled_dependency!r} cancelled"
+
+    @property
+    def ended_while_pending(self) -> bool:
+        """True for a ``failed`` or ``cancelled`` task that never started (no run): it ended
+        while it waited for its dependencies, by the cascade (or a cancel), so the retry of a
+        dependency reopens it (issue 14 item 4)."""
+        return self.status in (TaskStatus.FAILED, TaskStatus.CANCELLED) and self.started_at is None
+
+    def retry(self, *, at: datetime, dependencies_completed: bool) -> None:
+        """Manual retry (issue 14 item 4): ``failed|cancelled -> queued`` due ``at``, or
+        ``-> pending`` when some dependency has not completed yet.
+
+        The attempt budget starts afresh (``attempt`` and ``reclaims`` 0); the run history,
+        ``last_error`` and the progress checkpoint are kept. The next claim's run again has
+        ``attempt_number`` 1, so a task's runs are told apart by id and ``started_at`` (spec
+        §4), as after a reclaim.
+
+        Args:
+            at: retry time (database clock).
+            dependencies_completed: every direct dependency is ``completed`` (index probe).
+
+        Raises:
+            NotRetryable: the task is not ``failed`` or ``cancelled``.
+        """
+        if self.status not in (TaskStatus.FAILED, TaskStatus.CANCELLED):
+            raise NotRetryable(f"task {self.id} is {self.status}", field="id")
+        self._move(TaskStatus.QUEUED if dependencies_completed else TaskStatus.PENDING, at=at)
+        self.attempt = 0
+        self.reclaims = 0
+        self.scheduled_at = at
+        self.finished_at = None
+        self.current_run_id = None
 
 
 @dataclass(slots=True)
@@ -357,6 +433,19 @@ class Job:
             True when the status changed (and the row must be written), else False.
         """
         if status is self.status or self.status is JobStatus.FAILED:
+            return False
+        self.status = status
+        self.updated_at = at
+        return True
+
+    def reopen(self, status: JobStatus, *, at: datetime) -> bool:
+        """Move to ``status`` (re-derived after a manual retry, issue 14 item 4) even out of a
+        terminal status: the one way a ``failed`` or ``cancelled`` job becomes unfinished.
+
+        Returns:
+            True when the status changed (and the row must be written), else False.
+        """
+        if status is self.status:
             return False
         self.status = status
         self.updated_at = at

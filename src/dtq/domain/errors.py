@@ -146,6 +146,20 @@ class StaleRun(Conflict):
     code = "stale_run"
 
 
+class NotCancellable(Conflict):
+    """The task (or job) has already completed or failed, so it cannot be cancelled (issue 14
+    item 1)."""
+
+    code = "not_cancellable"
+
+
+class NotRetryable(Conflict):
+    """Only a ``failed`` or ``cancelled`` task can be retried, and only once none of its
+    dependencies is failed or cancelled (issue 14 item 4)."""
+
+    code = "not_retryable"
+
+
 class IdempotencyConflict(Conflict):
     """The Idempotency-Key was already used with a different request body."""
 

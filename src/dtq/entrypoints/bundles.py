@@ -17,14 +17,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dtq.application.artifacts import ArtifactService
+from dtq.application.control import ControlService
 from dtq.application.execution import ExecutionService
+from dtq.application.explain import ExplainService
+from dtq.application.fleet import FleetService
 from dtq.application.health import HealthService
 from dtq.application.ports import Queue, Store
 from dtq.application.queries import QueryService
 from dtq.application.reconcile import ReconcileService
 from dtq.application.registry import WorkerRegistryService
 from dtq.application.remote import RemoteWorkerService
+from dtq.application.retention import RetentionService
 from dtq.application.submit import SubmitService
+from dtq.application.tokens import TokenService
 from dtq.entrypoints.config import Settings
 
 
@@ -37,6 +42,11 @@ class ApiServices:
         queries: the read side (tasks, jobs, workers).
         health: backend pings for ``/healthz``.
         artifacts: artifact upload and download (``/v1/artifacts``).
+        explain: ``GET /v1/tasks/{id}/explain`` (issue 14 item 7).
+        fleet: the live workers' advertisements, cached for the submit warnings.
+        tokens: API tokens; the auth guard authenticates requests with it (``API_AUTH``).
+        control: cancel and manual retry (``/v1/tasks/{id}/cancel|retry``,
+            ``/v1/jobs/{id}/cancel``; issue 14 items 1 and 4).
         remote: the HTTP worker protocol (``/v1/worker``, issue 15 item 1).
     """
 
@@ -44,6 +54,10 @@ class ApiServices:
     queries: QueryService
     health: HealthService
     artifacts: ArtifactService
+    explain: ExplainService
+    fleet: FleetService
+    tokens: TokenService
+    control: ControlService
     remote: RemoteWorkerService
 
 
@@ -71,9 +85,12 @@ class ReconcilerServices:
     Attributes:
         reconcile: the passes (enqueue due, reclaim stale, promote scheduled); it keeps
             keyset cursors, so one instance serves the whole process.
+        retention: the retention pass (issue 14 item 8), run after each reconcile pass;
+            keyset cursors too.
     """
 
     reconcile: ReconcileService
+    retention: RetentionService
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,12 +26,14 @@ from dotenv import dotenv_values
 from psycopg.conninfo import conninfo_to_dict
 
 from dtq.application.commands import ExecutionPolicy
+from dtq.application.retention import RetentionPolicy
 from dtq.entrypoints.config_values import (
     ConfigError,
     ascii_int,
     listen_address,
     parse_duration,
     redis_address,
+    redis_key_prefix,
 )
 
 __all__ = [
@@ -53,6 +55,7 @@ T = TypeVar("T")
 LogFormat = Literal["auto", "json", "console"]
 LogLevel = Literal["debug", "info", "warning", "error", "critical"]
 ArtifactBackend = Literal["fs", "s3"]
+ApiAuth = Literal["tokens", "none"]
 
 _MIB = 1024 * 1024
 #: Upper bound of ``API_MAX_RESULT_BYTES``: a result lives in the task's row.
@@ -91,6 +94,11 @@ ENV_VARS: tuple[str, ...] = (
     "ARTIFACT_S3_BUCKET",
     "ARTIFACT_S3_ENDPOINT",
     "API_MAX_ARTIFACT_BYTES",
+    "API_AUTH",
+    "METRICS_AUTH",
+    "RETENTION_COMPLETED",
+    "RETENTION_FAILED",
+    "IDEMPOTENCY_KEY_TTL",
     "DTQ_TOKEN",
 )
 
@@ -98,11 +106,25 @@ _LOG_FORMATS: tuple[LogFormat, ...] = ("auto", "json", "console")
 _LOG_LEVELS: tuple[LogLevel, ...] = ("debug", "info", "warning", "error", "critical")
 _MIN_HEARTBEAT_INTERVAL = 1.0
 _ARTIFACT_BACKENDS: tuple[ArtifactBackend, ...] = ("fs", "s3")
+_API_AUTHS: tuple[ApiAuth, ...] = ("tokens", "none")
+_BOOLEANS: tuple[str, ...] = ("true", "false")
+_BOOLEAN_ALIASES = {
+    "1": "true",
+    "yes": "true",
+    "on": "true",
+    "0": "false",
+    "no": "false",
+    "off": "false",
+}
 #: Upper bound of ``API_MAX_ARTIFACT_BYTES`` (1 TiB): one upload is one streamed request.
 _MAX_ARTIFACT_BYTES = 1024 * 1024 * _MIB
 #: Longest accepted duration, in seconds (7 days). Far beyond any sensible lease or interval, and
 #: far below what overflows a timestamp when added to the database's ``now()``.
 MAX_DURATION = 7 * 24 * 3600.0
+#: Longest retention or idempotency-key TTL (about ten years, in seconds): far below what
+#: overflows a timestamp when subtracted from the database's ``now()``.
+MAX_RETENTION = 3650 * 86400.0
+_DAY = 86400.0
 #: Longest ``DB_ACQUIRE_TIMEOUT``: past a minute a request is better failed (503) than held.
 _MAX_ACQUIRE_TIMEOUT = 60.0
 #: Upper bounds of the integer variables: far past any sensible value, and far below what
@@ -131,8 +153,8 @@ class Settings:
 
     Attributes:
         crdb_dsn: PostgreSQL/CockroachDB DSN (``CRDB_DSN``); required by the real backend only.
-        redis_addr: Redis ``host:port`` (``REDIS_ADDR``).
-        redis_key_prefix: prefix of every Redis key (``REDIS_KEY_PREFIX``).
+        redis_addr: Redis ``host:port``, URL or ``redis+cluster://`` seed list (``REDIS_ADDR``).
+        redis_key_prefix: prefix of every Redis key (``REDIS_KEY_PREFIX``), made their hash tag.
         orchestrator_listen: HTTP bind address (``ORCHESTRATOR_LISTEN``); ``:8080`` = all
             interfaces. See :func:`listen_address`.
         reconcile_interval: seconds between reconcile passes (``RECONCILE_INTERVAL``).
@@ -171,6 +193,17 @@ class Settings:
             from the environment; empty keys mean unsigned requests. Not shown in ``repr``.
         api_max_artifact_bytes: largest accepted ``POST /v1/artifacts`` body, 1 B..1 TiB
             (``API_MAX_ARTIFACT_BYTES``; 413 above it).
+        api_auth: ``tokens`` (every ``/v1`` route needs ``Authorization: Bearer <token>`` with
+            the route's scope) or ``none`` (no authentication) (``API_AUTH``; issue 15 item 3).
+            ``dtq dev`` defaults to ``none``.
+        metrics_auth: ``GET /metrics`` needs a ``read`` token too (``METRICS_AUTH``, ``true`` or
+            ``false``; only with ``api_auth="tokens"``).
+        retention_completed: seconds a completed job is kept after it finished, 0 = for ever
+            (``RETENTION_COMPLETED``, default 7 days; issue 14 item 8).
+        retention_failed: the same for failed and cancelled jobs (``RETENTION_FAILED``,
+            default 30 days).
+        idempotency_key_ttl: seconds a pruned job's ``Idempotency-Key`` still answers its
+            original ids; 0 = not at all (``IDEMPOTENCY_KEY_TTL``, default 7 days).
         dtq_token: ``DTQ_TOKEN``, the bearer token an HTTP worker sends to the orchestrator
             (issue 15 item 1); None when unset. Not shown in ``repr``.
     """
@@ -205,7 +238,20 @@ class Settings:
     artifact_s3_endpoint: str | None = None
     artifact_s3_credentials: tuple[str, str, str] = field(default=("", "", "us-east-1"), repr=False)
     api_max_artifact_bytes: int = 256 * _MIB
+    api_auth: ApiAuth = "tokens"
+    metrics_auth: bool = False
+    retention_completed: float = 7 * _DAY
+    retention_failed: float = 30 * _DAY
+    idempotency_key_ttl: float = 7 * _DAY
     dtq_token: str | None = field(default=None, repr=False)
+
+    def retention_policy(self) -> RetentionPolicy:
+        """The retention periods of the reconciler's retention pass (issue 14 item 8)."""
+        return RetentionPolicy(
+            completed=self.retention_completed,
+            failed=self.retention_failed,
+            idempotency_key_ttl=self.idempotency_key_ttl,
+        )
 
     def execution_policy(self) -> ExecutionPolicy:
         """The timings and budgets the execution and reconcile services run with.
@@ -380,7 +426,7 @@ def load_settings(environ: Mapping[str, str]) -> Settings:
         crdb_dsn=env.raw("CRDB_DSN"),
         redis_addr=redis_addr,
         # The prefix is taken verbatim (not stripped): it is part of every key.
-        redis_key_prefix=environ.get("REDIS_KEY_PREFIX") or "dto:",
+        redis_key_prefix=redis_key_prefix(environ.get("REDIS_KEY_PREFIX") or "dto:"),
         orchestrator_listen=listen,
         reconcile_interval=env.duration("RECONCILE_INTERVAL", 30.0),
         lease_duration=lease,
@@ -417,6 +463,9 @@ def load_settings(environ: Mapping[str, str]) -> Settings:
         db_pool_size=env.integer("DB_POOL_SIZE", 8, minimum=1, maximum=_MAX_POOL_SIZE),
         db_acquire_timeout=env.duration("DB_ACQUIRE_TIMEOUT", 3.0, maximum=_MAX_ACQUIRE_TIMEOUT),
         **_artifact_settings(env),
+        api_auth=env.choice("API_AUTH", "tokens", _API_AUTHS, {}),
+        metrics_auth=env.choice("METRICS_AUTH", "false", _BOOLEANS, _BOOLEAN_ALIASES) == "true",
+        **_retention_settings(env),
         dtq_token=env.raw("DTQ_TOKEN"),
     )
 
@@ -448,4 +497,26 @@ def _artifact_settings(env: _Reader) -> dict[str, Any]:
         "api_max_artifact_bytes": env.integer(
             "API_MAX_ARTIFACT_BYTES", 256 * _MIB, minimum=1, maximum=_MAX_ARTIFACT_BYTES
         ),
+    }
+
+
+def _retention_settings(env: _Reader) -> dict[str, Any]:
+    """``RETENTION_COMPLETED``, ``RETENTION_FAILED``, ``IDEMPOTENCY_KEY_TTL`` (issue 14 item 8):
+    Go durations where ``0`` is allowed (it disables), at most :data:`MAX_RETENTION`."""
+
+    def period(name: str, default: float) -> float:
+        raw = env.raw(name)
+        if raw is None:
+            return default
+        seconds = parse_duration(raw, variable=name)
+        if seconds < 0:
+            raise ConfigError(name, f"must not be negative (0 disables), got {raw!r}")
+        if seconds > MAX_RETENTION:
+            raise ConfigError(name, f"must be at most {MAX_RETENTION / 3600:g}h, got {raw!r}")
+        return seconds
+
+    return {
+        "retention_completed": period("RETENTION_COMPLETED", 7 * _DAY),
+        "retention_failed": period("RETENTION_FAILED", 30 * _DAY),
+        "idempotency_key_ttl": period("IDEMPOTENCY_KEY_TTL", 7 * _DAY),
     }

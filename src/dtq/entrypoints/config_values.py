@@ -22,6 +22,8 @@ _GO_DURATION = re.compile(
 _ASCII_INTEGER = re.compile(r"[-+]?[0-9]+")
 _MAX_PORT = 65535
 _REDIS_SCHEMES = ("redis", "rediss", "unix")
+_REDIS_CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
+_CLUSTER_FORM = "redis+cluster://host:port[,host:port...]"
 
 
 class ConfigError(Exception):
@@ -81,7 +83,9 @@ def listen_address(value: str, *, variable: str = "ORCHESTRATOR_LISTEN") -> tupl
 
 
 def redis_address(value: str, *, variable: str = "REDIS_ADDR") -> str:
-    """Check a Redis address: ``host:port`` (spec §8) or a redis, rediss or unix URL.
+    """Check a Redis address: ``host:port`` (spec §8), a redis, rediss or unix URL, or a Redis
+    Cluster seed list ``redis+cluster://[user:password@]host:port[,host:port...]``
+    (``rediss+cluster://`` for TLS; issue 17 item 6).
 
     Args:
         value: the address; IPv6 hosts in brackets (``[::1]:6379``).
@@ -91,15 +95,23 @@ def redis_address(value: str, *, variable: str = "REDIS_ADDR") -> str:
         ``value`` unchanged.
 
     Raises:
-        ConfigError: spaces, no host, no port (``host:port`` form), a port outside 1..65535,
-            or a URL scheme other than the three above.
+        ConfigError: spaces, no host, no port (``host:port`` form and every cluster seed), a port
+            outside 1..65535, a URL scheme other than the five above, several hosts without
+            the cluster scheme, or a path or query on a cluster seed list.
     """
     if any(ch.isspace() for ch in value):
         raise ConfigError(variable, f"must not contain spaces, got {value!r}")
-    scheme, sep, _ = value.partition("://")
+    scheme, sep, rest = value.partition("://")
+    if sep and scheme.lower() in _REDIS_CLUSTER_SCHEMES:
+        _cluster_seeds(value, rest, variable=variable)
+        return value
     if sep and scheme.lower() not in _REDIS_SCHEMES:
-        allowed = "|".join(f"{s}://" for s in _REDIS_SCHEMES)
+        allowed = "|".join(f"{s}://" for s in (*_REDIS_SCHEMES, *_REDIS_CLUSTER_SCHEMES))
         raise ConfigError(variable, f"URL scheme must be {allowed}, got {value!r}")
+    if not sep and "," in value:
+        raise ConfigError(
+            variable, f"several hosts are a Redis Cluster seed list: {_CLUSTER_FORM}, got {value!r}"
+        )
     if sep and scheme.lower() == "unix":
         return value
     parts = urlsplit(value if sep else f"redis://{value}")
@@ -114,6 +126,54 @@ def redis_address(value: str, *, variable: str = "REDIS_ADDR") -> str:
         raise ConfigError(variable, f"port must be an integer in 1..65535, got {value!r}")
     if not parts.hostname or (port is None and not sep):
         raise ConfigError(variable, f"{expected}, got {value!r}")
+    return value
+
+
+def _cluster_seeds(value: str, rest: str, *, variable: str) -> None:
+    """Check the ``[user:password@]host:port[,host:port...]`` part of a cluster seed list."""
+    hosts = rest.rpartition("@")[2]
+    if not hosts:
+        raise ConfigError(variable, f"no seed node: expected {_CLUSTER_FORM}, got {value!r}")
+    for seed in hosts.split(","):
+        parts = urlsplit(f"redis://{seed}")
+        if parts.path or parts.query or parts.fragment:
+            raise ConfigError(
+                variable,
+                f"a cluster seed list has no database, path or options (seed {seed!r}), "
+                f"got {value!r}",
+            )
+        try:
+            port = parts.port
+        except ValueError:
+            port = -1
+        if not parts.hostname or port is None:
+            raise ConfigError(
+                variable, f"every seed must be host:port ({_CLUSTER_FORM}), got seed {seed!r}"
+            )
+        if not 1 <= port <= _MAX_PORT:
+            raise ConfigError(
+                variable, f"seed port must be an integer in 1..65535, got seed {seed!r}"
+            )
+
+
+def redis_key_prefix(value: str, *, variable: str = "REDIS_KEY_PREFIX") -> str:
+    """Check a Redis key prefix: it becomes the hash tag of every key (issue 17 item 6).
+
+    ``dto:`` is stored as ``{dto}:...``; a prefix that already holds a hash tag (``{dto}:``) is
+    used as given. A prefix starting with ``}`` and holding no tag would make an empty tag.
+
+    Returns:
+        ``value`` unchanged.
+
+    Raises:
+        ConfigError: the prefix cannot be made a hash tag.
+    """
+    start = value.find("{")
+    has_tag = start >= 0 and value.find("}", start + 1) > start + 1
+    if not has_tag and value.startswith("}"):
+        raise ConfigError(
+            variable, f"must not start with '}}' (it becomes a Redis hash tag), got {value!r}"
+        )
     return value
 
 

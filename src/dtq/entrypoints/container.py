@@ -11,7 +11,8 @@ queue come from one of two backends, chosen by the ``backend`` dependency:
 Nothing is built at import time. :func:`open_services` builds a container, resolves the
 per-process bundles of :mod:`dtq.entrypoints.bundles` (API, worker, reconciler) on one store and
 queue, and shuts the resources down on exit; :func:`open_worker_services` yields only the worker's
-bundle. :func:`migrate` applies the schema migrations, so the CLI never names an adapter. Tests
+bundle, :func:`open_token_service` the token service alone (``dtq token``). :func:`migrate`
+applies the schema migrations, so the CLI never names an adapter. Tests
 replace any provider with ``container.<name>.override(providers.Object(fake))`` and pass the
 container in.
 """
@@ -31,14 +32,19 @@ from dtq.adapters.memory.queue import InMemoryQueue
 from dtq.adapters.memory.store import InMemoryStore
 from dtq.application.artifacts import ArtifactService, ArtifactStore
 from dtq.application.commands import ExecutionPolicy
+from dtq.application.control import ControlService
 from dtq.application.execution import ExecutionService
+from dtq.application.explain import ExplainService
+from dtq.application.fleet import FleetService
 from dtq.application.health import HealthService
-from dtq.application.ports import Queue, Store
+from dtq.application.ports import Queue, QueueInspector, Store
 from dtq.application.queries import QueryService
 from dtq.application.reconcile import ReconcileService
 from dtq.application.registry import WorkerRegistryService
 from dtq.application.remote import RemoteWorkerService
+from dtq.application.retention import RetentionPolicy, RetentionService
 from dtq.application.submit import SubmitService
+from dtq.application.tokens import TokenService
 from dtq.domain.errors import BackendUnavailable
 from dtq.entrypoints.bundles import ApiServices, ReconcilerServices, Services, WorkerServices
 from dtq.entrypoints.config import ConfigError, Settings
@@ -127,9 +133,34 @@ def _policy(settings: Settings) -> ExecutionPolicy:
     return settings.execution_policy()
 
 
+def _retention_policy(settings: Settings) -> RetentionPolicy:
+    return settings.retention_policy()
+
+
 #: A worker counts as alive for the reconciler's checks when its registry row was written within
 #: this many ``WORKER_HEARTBEAT_INTERVAL``\ s: two upserts may be missed before it looks gone.
 WORKER_ALIVE_HEARTBEATS = 3
+
+
+def _queue_inspector(queue: Queue) -> QueueInspector:
+    """The ``QueueInspector`` over ``queue``'s data: each queue adapter offers one through its
+    ``inspector()`` (the fakes' and Redis's; not part of the hot ``Queue`` port).
+
+    Raises:
+        TypeError: ``queue`` offers none (a test double that is not a queue adapter).
+    """
+    make = getattr(queue, "inspector", None)
+    if make is None:
+        raise TypeError(f"{type(queue).__name__} offers no QueueInspector (inspector())")
+    inspector: QueueInspector = make()
+    return inspector
+
+
+#: The live-worker window of explain and the submit warnings, in seconds: the default
+#: ``active_since`` of ``GET /v1/workers`` (``api.params.DEFAULT_ACTIVE_SINCE``, 2m; equal by
+#: test, not imported, so a worker process loads no server library), so "no live worker" means
+#: what that route lists by default.
+FLEET_ALIVE_WITHIN = 120.0
 
 
 def worker_alive_within(settings: Settings) -> float:
@@ -149,12 +180,19 @@ class Container(containers.DeclarativeContainer):
         clock: the host clock (one per container).
         policy: the ``ExecutionPolicy`` derived from the settings.
         store, queue: selected by ``backend``; memory ones are singletons, real ones resources.
+        submit, queries, health, execution, registry, control: stateless services (factories).
+        inspector, explain: the queue's ``QueueInspector`` and the explain service on it.
+        fleet: the worker-registry view (a singleton: it caches the submit warnings' read);
+            its live window is ``FLEET_ALIVE_WITHIN``.
+        tokens: the API token service; a singleton, since it keeps the authentication cache.
         submit, queries, health, execution, registry, remote: stateless services (factories);
             ``remote`` serves the HTTP worker protocol (issue 15 item 1).
         artifact_store, artifacts: the ``ARTIFACT_BACKEND`` store (one per container) and the
             artifact service on it.
         reconcile: the reconcile service; a singleton, since it keeps keyset cursors. Its
             ``worker_alive_within`` is :func:`worker_alive_within` of the settings.
+        retention: the retention service (``RETENTION_*``, ``IDEMPOTENCY_KEY_TTL``); a
+            singleton for its keyset cursors.
         api_services, worker_services, reconciler_services: the per-process bundles.
     """
 
@@ -191,6 +229,7 @@ class Container(containers.DeclarativeContainer):
 
     submit = providers.Factory(SubmitService, store=store, queue=queue)
     queries = providers.Factory(QueryService, store=store)
+    control = providers.Factory(ControlService, store=store, queue=queue)
     health = providers.Factory(HealthService, store=store, queue=queue)
     execution = providers.Factory(
         ExecutionService, store=store, queue=queue, policy=policy, clock=clock
@@ -211,6 +250,22 @@ class Container(containers.DeclarativeContainer):
         registry=registry,
         clock=clock,
     )
+    inspector = providers.Factory(_queue_inspector, queue)
+    fleet = providers.Singleton(
+        FleetService, store=store, clock=clock, alive_within=FLEET_ALIVE_WITHIN
+    )
+    explain = providers.Factory(
+        ExplainService,
+        store=store,
+        inspector=inspector,
+        fleet=fleet,
+        stale_running_after=policy.provided.stale_running_after,
+        reconcile_interval=settings.provided.reconcile_interval,
+    )
+    tokens = providers.Singleton(TokenService, store=store, clock=clock)
+    retention = providers.Singleton(
+        RetentionService, store=store, policy=providers.Callable(_retention_policy, settings)
+    )
 
     api_services = providers.Factory(
         ApiServices,
@@ -218,12 +273,18 @@ class Container(containers.DeclarativeContainer):
         queries=queries,
         health=health,
         artifacts=artifacts,
+        explain=explain,
+        fleet=fleet,
+        tokens=tokens,
+        control=control,
         remote=remote,
     )
     worker_services = providers.Factory(
         WorkerServices, execution=execution, registry=registry, queue=queue, artifacts=artifacts
     )
-    reconciler_services = providers.Factory(ReconcilerServices, reconcile=reconcile)
+    reconciler_services = providers.Factory(
+        ReconcilerServices, reconcile=reconcile, retention=retention
+    )
 
 
 def build_container(settings: Settings, *, backend: Backend) -> Container:
@@ -317,6 +378,23 @@ async def open_worker_services(
     """
     async with open_services(settings, backend=backend, container=container) as services:
         yield services.worker
+
+
+@asynccontextmanager
+async def open_token_service(settings: Settings) -> AsyncIterator[TokenService]:
+    """The token service on the real store alone (``dtq token``: no Redis needed).
+
+    Raises:
+        ConfigError: ``CRDB_DSN`` is unset or names a database that cannot be reached.
+    """
+    container = build_container(settings, backend="real")
+    try:
+        await _resolve(container.store)
+        yield await _resolve(container.tokens)
+    finally:
+        shutdown = container.shutdown_resources()
+        if inspect.isawaitable(shutdown):
+            await shutdown
 
 
 def migrate(settings: Settings) -> list[str]:

@@ -9,6 +9,8 @@ Metric names follow the seed README: ``orchestrator_http_*``,
 ``orchestrator_tasks_submitted_total``, ``orchestrator_jobs_submitted_total``,
 ``orchestrator_reconcile_*`` and ``worker_*``.
 prometheus_client appends ``_total`` to counters itself, so counter names below omit it.
+No ``*_created`` series are exposed (:func:`new_registry` turns them off, issue 16 item 6): they
+double the series count and no dashboard or alert of ours reads them.
 
 Label cardinality: ``route`` is always a route *template* (``/v1/tasks/{id}``), never a raw path;
 ``kind`` is a handler kind the worker has registered (bounded by the code deployed), ``reason``
@@ -25,6 +27,7 @@ from prometheus_client import (
     Histogram,
     PlatformCollector,
     ProcessCollector,
+    disable_created_metrics,
 )
 
 #: Buckets (seconds) for HTTP requests: sub-millisecond memory adapters up to slow backends.
@@ -57,9 +60,13 @@ def new_registry() -> CollectorRegistry:
     These are the Python counterparts of the Go process/runtime collectors the spec's
     ``/metrics`` exposes (§7): ``process_*``, ``python_info`` and ``python_gc_*``.
 
+    Also turns off prometheus_client's ``*_created`` series (a process-wide switch of the
+    library, so every registry of the process, the API's and the worker's, exposes none).
+
     Returns:
         A new registry; nothing is added to prometheus_client's global ``REGISTRY``.
     """
+    disable_created_metrics()  # type: ignore[no-untyped-call]  # untyped in prometheus-client
     registry = CollectorRegistry(auto_describe=True)
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)
@@ -95,10 +102,19 @@ class OrchestratorMetrics:
         queued_unpolled: ``orchestrator_tasks_queued_unpolled{priority}``: due ``queued``
             tasks of a priority that no live worker polls, as last counted by the reconciler;
             a priority's series exists only while it has some (bounded label set).
+        pruned: ``orchestrator_pruned_total{what}``: rows deleted by the retention pass,
+            ``what`` one of ``jobs``, ``tasks``, ``runs``, ``tombstones`` (expired
+            idempotency tombstones) (issue 14 item 8).
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
+        self.pruned = Counter(
+            "orchestrator_pruned",
+            "Rows deleted by the retention pass, by what (jobs, tasks, runs, tombstones).",
+            ("what",),
+            registry=registry,
+        )
         self.http_requests = Counter(
             "orchestrator_http_requests",
             "HTTP requests served, by method, route template and status code.",

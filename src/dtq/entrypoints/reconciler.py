@@ -1,6 +1,6 @@
-"""The orchestrator's background loops: reconcile passes and the scheduled-set promoter.
+"""The orchestrator's background loops: reconcile passes, the scheduled-set promoter, retention.
 
-Two independent loops share one stop event (spec §2 invariant, §5, DESIGN §5):
+Independent loops share one stop event (spec §2 invariant, §5, DESIGN §5):
 
 * the **reconcile loop** runs ``ReconcileService.reconcile_once`` at once, then every
   ``interval`` seconds measured start to start. A pass never overlaps the next: when a pass takes
@@ -12,6 +12,12 @@ Two independent loops share one stop event (spec §2 invariant, §5, DESIGN §5)
   pass's report also drives a warning when the queue lost its data and, per priority,
   the ``orchestrator_tasks_queued_unpolled`` gauge and a warning for due tasks no live
   worker polls;
+* the **retention loop** (when a retention service is given; issue 14 item 8) runs
+  ``RetentionService.prune_once`` at once, then every ``interval`` seconds; a pass that stopped
+  at its page bound with work left is followed at once by the next, so a backlog drains at the
+  database's pace while every transaction stays small, and the repairs of the reconcile loop
+  never wait for it. It counts ``orchestrator_pruned_total``, logs one line per pass that
+  deleted something, and fails and logs like the reconcile loop;
 * the **promoter loop** moves due entries of the scheduled set (retry backoff, delays) to their
   ready lists every ``promote_interval`` seconds, so a retry becomes runnable within about that
   long rather than a whole reconcile interval later. While it keeps failing (Redis down) it backs
@@ -35,6 +41,7 @@ from dtq.entrypoints import eventloop
 if TYPE_CHECKING:
     from dtq.application.commands import ReconcileReport
     from dtq.application.reconcile import ReconcileService
+    from dtq.application.retention import PruneReport, RetentionService
     from dtq.entrypoints.metrics import OrchestratorMetrics
 
 
@@ -49,6 +56,7 @@ class Reconciler:
         batch: most candidates handled per step of a pass (``RECONCILE_BATCH``).
         metrics: counters and histogram to update (``orchestrator_reconcile_*``), or None.
         logger: a structlog logger; ``dtq.reconciler`` when None.
+        retention: the retention pass of the retention loop, or None for no such loop.
 
     Raises:
         ValueError: an interval is not positive or ``batch`` is below 1.
@@ -63,12 +71,14 @@ class Reconciler:
         batch: int,
         metrics: OrchestratorMetrics | None = None,
         logger: Any = None,
+        retention: RetentionService | None = None,
     ) -> None:
         if interval <= 0 or promote_interval <= 0:
             raise ValueError("reconcile and promote intervals must be positive")
         if batch < 1:
             raise ValueError("batch must be at least 1")
         self._reconcile = reconcile
+        self._retention = retention
         self._interval = interval
         self._promote_interval = promote_interval
         self._batch = batch
@@ -95,6 +105,8 @@ class Reconciler:
         async with asyncio.TaskGroup() as group:
             group.create_task(self._reconcile_loop(stop), name="dtq-reconcile")
             group.create_task(self._promote_loop(stop), name="dtq-promote")
+            if self._retention is not None:
+                group.create_task(self._retention_loop(stop), name="dtq-retention")
         self._log.info("reconciler stopped")
 
     async def run_pass(self) -> ReconcileReport | None:
@@ -138,6 +150,51 @@ class Reconciler:
             )
         return report
 
+    async def prune_pass(self) -> PruneReport | None:
+        """Run one retention pass, counting what it deleted and logging it when it did.
+
+        Returns:
+            The pass's report, or None when there is no retention service or the pass failed
+            (logged, and counted in ``orchestrator_reconcile_errors_total``).
+        """
+        if self._retention is None:
+            return None
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            report = await self._retention.prune_once()
+        except BackendUnavailable as exc:
+            if self._metrics is not None:
+                self._metrics.reconcile_errors.inc()
+            self._log.warning("retention pass failed: backend unavailable", error=str(exc))
+            return None
+        except Exception:
+            if self._metrics is not None:
+                self._metrics.reconcile_errors.inc()
+            self._log.exception("retention pass failed")
+            return None
+        if self._metrics is not None:
+            pruned = self._metrics.pruned
+            for what, count in (
+                ("jobs", report.jobs),
+                ("tasks", report.tasks),
+                ("runs", report.runs),
+                ("tombstones", report.tombstones),
+            ):
+                if count:
+                    pruned.labels(what=what).inc(count)
+        if report.pruned:
+            self._log.info(
+                "retention pass",
+                jobs=report.jobs,
+                tasks=report.tasks,
+                runs=report.runs,
+                tombstones_written=report.tombstones_written,
+                tombstones_expired=report.tombstones,
+                duration_s=round(loop.time() - started, 6),
+            )
+        return report
+
     def _report_queue_state(self, report: ReconcileReport) -> None:
         """Warn about a lost queue and about due tasks no live worker polls; set the gauge."""
         if report.queue_reset:
@@ -169,6 +226,13 @@ class Reconciler:
             await self.run_pass()
             delay = self._interval - (loop.time() - started)
             if await _wait(stop, max(delay, 0.0)):
+                return
+
+    async def _retention_loop(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            report = await self.prune_pass()
+            more = report is not None and report.more
+            if await _wait(stop, 0.0 if more else self._interval):
                 return
 
     async def _promote_loop(self, stop: asyncio.Event) -> None:

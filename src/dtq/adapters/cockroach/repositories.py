@@ -28,18 +28,21 @@ from psycopg.rows import TupleRow
 from psycopg.types.numeric import Int8
 
 from dtq.adapters.cockroach import sql
+from dtq.adapters.cockroach.retention import PgRetentionRepository
 from dtq.adapters.cockroach.rows import (
     decode_json,
     encode_json,
     job_from_row,
     run_from_row,
     task_from_row,
+    token_from_row,
     worker_from_row,
 )
 from dtq.application.ports import DueTask, RunningTask
 from dtq.domain.entities import Job, Task, TaskRun, Worker
 from dtq.domain.errors import ConcurrentUpdate, DuplicateIdempotencyKey
 from dtq.domain.status import RunStatus, TaskStatus
+from dtq.domain.tokens import ApiToken, TokenNameTaken
 
 Conn = AsyncConnection[TupleRow]
 
@@ -404,6 +407,11 @@ class PgTaskRepository:
         cur = await self._conn.execute(sql.DEPENDENTS, (task_id,))
         return [row[0] for row in await cur.fetchall()]
 
+    async def dependencies(self, task_id: UUID) -> list[UUID]:
+        """Ids of the tasks ``task_id`` depends on directly (ordered by id)."""
+        cur = await self._conn.execute(sql.DEPENDENCIES, (task_id,))
+        return [row[0] for row in await cur.fetchall()]
+
     async def dependents_many(self, task_ids: Sequence[UUID]) -> list[tuple[UUID, UUID]]:
         """``(depends_on_task_id, task_id)`` edges out of any of ``task_ids``, in no set order
         (one statement)."""
@@ -439,6 +447,14 @@ class PgTaskRepository:
         """True when no direct dependency of ``task_id`` is other than ``completed``."""
         cur = await self._conn.execute(
             sql.DEPENDENCIES_COMPLETED, (task_id, TaskStatus.COMPLETED.value)
+        )
+        row = await cur.fetchone()
+        return bool(row and row[0])
+
+    async def dependency_has_status(self, task_id: UUID, statuses: Sequence[TaskStatus]) -> bool:
+        """True when some direct dependency of ``task_id`` has one of ``statuses``."""
+        cur = await self._conn.execute(
+            sql.DEPENDENCY_HAS_STATUS, (task_id, [status.value for status in statuses])
         )
         row = await cur.fetchone()
         return bool(row and row[0])
@@ -603,8 +619,56 @@ class PgWorkerRepository:
         return [worker_from_row(row) for row in await cur.fetchall()]
 
 
+class PgApiTokenRepository:
+    """``ApiTokenRepository`` on one transaction."""
+
+    def __init__(self, conn: Conn) -> None:
+        self._conn = conn
+
+    async def add(self, token: ApiToken) -> None:
+        """Insert the token (scopes sorted).
+
+        Raises:
+            TokenNameTaken: the name is taken (the insert wrote nothing).
+        """
+        cur = await self._conn.execute(
+            sql.API_TOKENS_INSERT,
+            (
+                token.id,
+                token.name,
+                token.secret_hash,
+                sorted(scope.value for scope in token.scopes),
+                token.created_at,
+                token.expires_at,
+                token.revoked_at,
+            ),
+        )
+        if await cur.fetchone() is None:
+            raise TokenNameTaken(f"a token named {token.name!r} already exists", field="name")
+
+    async def get_by_hash(self, secret_hash: str) -> ApiToken | None:
+        """The token with this secret hash, or None (one index probe)."""
+        row = await (await self._conn.execute(sql.API_TOKENS_BY_HASH, (secret_hash,))).fetchone()
+        return None if row is None else token_from_row(row)
+
+    async def get_by_name(self, name: str) -> ApiToken | None:
+        """The token named ``name``, or None (one index probe)."""
+        row = await (await self._conn.execute(sql.API_TOKENS_BY_NAME, (name,))).fetchone()
+        return None if row is None else token_from_row(row)
+
+    async def list_all(self) -> list[ApiToken]:
+        """Every token, ordered by name."""
+        cur = await self._conn.execute(sql.API_TOKENS_LIST)
+        return [token_from_row(row) for row in await cur.fetchall()]
+
+    async def set_revoked(self, token_id: UUID, at: datetime) -> bool:
+        """Set ``revoked_at`` if still NULL; True when this call did."""
+        cur = await self._conn.execute(sql.API_TOKENS_REVOKE, (at, token_id))
+        return await cur.fetchone() is not None
+
+
 class PgTransaction:
-    """``Transaction``: the four repositories on one connection plus the database clock.
+    """``Transaction``: the repositories on one connection plus the database clock.
 
     One instance per try of ``CockroachStore.run``; ``now()`` is read once and cached, and costs
     no statement when a task read earlier in the try brought it (``_TxClock``).
@@ -617,6 +681,8 @@ class PgTransaction:
         self.tasks = PgTaskRepository(conn, self._clock)
         self.runs = PgRunRepository(conn)
         self.workers = PgWorkerRepository(conn)
+        self.tokens = PgApiTokenRepository(conn)
+        self.retention = PgRetentionRepository(conn)
 
     async def now(self) -> datetime:
         """The transaction timestamp (database ``now()``, aware UTC), fixed for this try."""

@@ -17,6 +17,7 @@ from dtq.domain.entities import Job, Task, TaskRun, Worker
 from dtq.domain.errors import InvalidPayload
 from dtq.domain.policy import RetryPolicy
 from dtq.domain.status import JobStatus, RunStatus, TaskStatus
+from dtq.domain.tokens import ApiToken, Scope
 
 _ENCODER = msgspec.json.Encoder()
 _DECODER = msgspec.json.Decoder()
@@ -131,3 +132,16 @@ def worker_from_row(row: TupleRow) -> Worker:
     """Map a ``sql.LIST_ACTIVE_WORKERS`` row to a ``Worker`` (NULL metadata becomes ``{}``)."""
     metadata = decode_json(row[3])
     return Worker(id=row[0], hostname=row[1], last_heartbeat_at=row[2], metadata=metadata or {})
+
+
+def token_from_row(row: TupleRow) -> ApiToken:
+    """Map a row of the ``sql.API_TOKENS_*`` reads to an ``ApiToken`` (``scopes``: ``TEXT[]``)."""
+    return ApiToken(
+        id=row[0],
+        name=row[1],
+        secret_hash=row[2],
+        scopes=frozenset(Scope(name) for name in row[3]),
+        created_at=row[4],
+        expires_at=row[5],
+        revoked_at=row[6],
+    )

@@ -203,6 +203,13 @@ DEPENDENTS: Final = (
     "SELECT task_id FROM task_dependencies WHERE depends_on_task_id = %s ORDER BY task_id"
 )
 
+# A task's direct dependencies (explain): the task_dependencies primary key (task_id, ...), one
+# range proportional to the in-degree.
+DEPENDENCIES: Final = (
+    "SELECT depends_on_task_id FROM task_dependencies WHERE task_id = %s"
+    " ORDER BY depends_on_task_id"
+)
+
 # (parent, child) edges out of several tasks; same index, one probe per parent. No ORDER BY:
 # the port promises no order.
 DEPENDENTS_MANY: Final = (
@@ -224,6 +231,15 @@ DEPENDENCIES_COMPLETED: Final = (
     "SELECT NOT EXISTS ("
     "SELECT 1 FROM task_dependencies d JOIN tasks t ON t.id = d.depends_on_task_id"
     " WHERE d.task_id = %s AND t.status <> %s)"
+)
+
+# Manual retry (issue 14 item 4): is some direct dependency failed or cancelled? Served like
+# DEPENDENCIES_COMPLETED (task_dependencies primary key, then tasks by primary key per edge);
+# EXISTS stops at the first hit.
+DEPENDENCY_HAS_STATUS: Final = (
+    "SELECT EXISTS ("
+    "SELECT 1 FROM task_dependencies d JOIN tasks t ON t.id = d.depends_on_task_id"
+    " WHERE d.task_id = %s AND t.status = ANY(%b::text[]))"
 )
 
 # One point probe of idx_tasks_job_id (job_id, status) per wanted status (a semi-join over the
@@ -326,4 +342,107 @@ UPSERT_WORKER: Final = (
 LIST_ACTIVE_WORKERS: Final = (
     "SELECT id, hostname, last_heartbeat_at, metadata::text FROM workers"
     " WHERE last_heartbeat_at >= %s ORDER BY last_heartbeat_at DESC, id"
+)
+
+# --- api tokens (issue 15 item 3) -------------------------------------------------------------
+# Every read returns the columns of rows.token_from_row, in this order:
+# id, name, secret_hash, scopes, created_at, expires_at, revoked_at.
+
+# ON CONFLICT without a target: a taken name (the only constraint a caller can hit; the id and
+# the hash are random) inserts nothing and returns no row.
+API_TOKENS_INSERT: Final = (
+    "INSERT INTO api_tokens (id, name, secret_hash, scopes, created_at, expires_at, revoked_at)"
+    " VALUES (%s, %s, %s, %s::text[], %s, %s, %s) ON CONFLICT DO NOTHING RETURNING id"
+)
+
+# Served by the unique index on secret_hash (api_tokens_secret_hash_key).
+API_TOKENS_BY_HASH: Final = (
+    "SELECT id, name, secret_hash, scopes, created_at, expires_at, revoked_at"
+    " FROM api_tokens WHERE secret_hash = %s"
+)
+
+# Served by the unique index on name (api_tokens_name_key).
+API_TOKENS_BY_NAME: Final = (
+    "SELECT id, name, secret_hash, scopes, created_at, expires_at, revoked_at"
+    " FROM api_tokens WHERE name = %s"
+)
+
+# Read in name order from api_tokens_name_key: an operator's command, never on a request path.
+API_TOKENS_LIST: Final = (
+    "SELECT id, name, secret_hash, scopes, created_at, expires_at, revoked_at"
+    " FROM api_tokens ORDER BY name"
+)
+
+API_TOKENS_REVOKE: Final = (
+    "UPDATE api_tokens SET revoked_at = %s WHERE id = %s AND revoked_at IS NULL RETURNING id"
+)
+
+
+# --- retention (issue 14 item 8) ----------------------------------------------------------------
+
+# Served by idx_jobs_status_updated_id (status, updated_at, id): range scan, no sort.
+FINISHED_JOBS_FIRST: Final = (
+    "SELECT id, updated_at FROM jobs WHERE status = %s AND updated_at < %s"
+    " ORDER BY updated_at, id LIMIT %s"
+)
+FINISHED_JOBS_AFTER: Final = (
+    "SELECT id, updated_at FROM jobs WHERE status = %s AND updated_at < %s"
+    " AND (updated_at, id) > (%s::timestamptz, %s::uuid)"
+    " ORDER BY updated_at, id LIMIT %s"
+)
+
+# idx_tasks_job_id (job_id, status): an index-only count per job.
+TASK_COUNTS: Final = (
+    "SELECT job_id, count(*) FROM tasks WHERE job_id = ANY(%b::uuid[]) GROUP BY job_id"
+)
+
+# The jobs among the batch that still qualify: the status read, finished before the cutoff,
+# and no task of theirs unfinished or finished at or after it (the NOT EXISTS walks each job's
+# tasks through idx_tasks_job_id; the job is about to be deleted whole anyway). Read in the
+# deleting transaction, so under SERIALIZABLE a concurrent retry or cancel either commits
+# first (the job no longer qualifies) or conflicts.
+PRUNABLE_JOBS: Final = (
+    "SELECT j.id, j.idempotency_key, j.request_hash FROM jobs AS j"
+    " WHERE j.id = ANY(%b::uuid[]) AND j.status = %s AND j.updated_at < %s"
+    " AND NOT EXISTS (SELECT 1 FROM tasks AS t WHERE t.job_id = j.id"
+    " AND (t.status IN ('pending', 'queued', 'running')"
+    " OR COALESCE(t.finished_at, t.updated_at) >= %s))"
+)
+
+# name -> id of the tasks of the jobs that leave a tombstone.
+TASK_NAMES_OF_JOBS: Final = "SELECT job_id, name, id FROM tasks WHERE job_id = ANY(%b::uuid[])"
+
+# Children first, each bounded by the batch's tasks (idx_task_runs_task_id, the edges' primary
+# key, idx_tasks_job_id); the ON DELETE CASCADE foreign keys then find nothing left to do.
+DELETE_RUNS_OF_JOBS: Final = (
+    "DELETE FROM task_runs WHERE task_id IN (SELECT id FROM tasks WHERE job_id = ANY(%b::uuid[]))"
+)
+DELETE_EDGES_OF_JOBS: Final = (
+    "DELETE FROM task_dependencies WHERE task_id IN"
+    " (SELECT id FROM tasks WHERE job_id = ANY(%b::uuid[]))"
+)
+DELETE_TASKS_OF_JOBS: Final = "DELETE FROM tasks WHERE job_id = ANY(%b::uuid[])"
+DELETE_JOBS: Final = "DELETE FROM jobs WHERE id = ANY(%b::uuid[])"
+
+# One row per pruned job holding a key; a tombstone of the same key left by an earlier job of
+# that key (its tombstone outlived the TTL pass by a moment) is replaced.
+INSERT_TOMBSTONES: Final = (
+    "INSERT INTO idempotency_tombstones"
+    " (idempotency_key, request_hash, job_id, task_ids, pruned_at)"
+    " SELECT u.k, u.h, u.j, u.t::jsonb, %s::timestamptz"
+    " FROM unnest(%b::text[], %b::text[], %b::uuid[], %b::text[]) AS u(k, h, j, t)"
+    " ON CONFLICT (idempotency_key) DO UPDATE SET request_hash = excluded.request_hash,"
+    " job_id = excluded.job_id, task_ids = excluded.task_ids, pruned_at = excluded.pruned_at"
+)
+
+GET_TOMBSTONE: Final = (
+    "SELECT idempotency_key, request_hash, job_id, task_ids::text, pruned_at"
+    " FROM idempotency_tombstones WHERE idempotency_key = %s"
+)
+
+# Served by idx_idempotency_tombstones_pruned (pruned_at, idempotency_key): oldest first.
+DELETE_TOMBSTONES: Final = (
+    "DELETE FROM idempotency_tombstones WHERE idempotency_key IN"
+    " (SELECT idempotency_key FROM idempotency_tombstones WHERE pruned_at < %s"
+    " ORDER BY pruned_at LIMIT %s)"
 )

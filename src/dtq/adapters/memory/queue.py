@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
-from dtq.application.ports import Clock, Lease, LeaseState, QueueEpoch
+from dtq.application.ports import Clock, Lease, LeaseState, QueueEpoch, QueueSnapshot
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_MS = timedelta(milliseconds=1)
@@ -346,6 +346,39 @@ class InMemoryQueue:
             for (priority, task_id), score in self._scheduled.items()
         )
         return [task_id for _, _, task_id in entries]
+
+    # --- the QueueInspector port (explain, issue 14 item 7) -----------------------------------
+
+    def inspector(self) -> InMemoryQueue:
+        """This fake as the ``QueueInspector`` of its own state (the composition root's hook)."""
+        return self
+
+    async def inspect(
+        self, task_id: UUID, priority: str, *, scan_limit: int = 10_000
+    ) -> QueueSnapshot:
+        """The marker, lease, scheduled entry and ready-list place of ``task_id`` under
+        ``priority``, as ``RedisQueueInspector`` reads them; the list is searched from its
+        oldest entry, ``scan_limit`` entries at most. Expiry is by the clock port."""
+        now = self._clock.now()
+        marker_ttl = lease_ttl = None
+        if self._marker_live(task_id):
+            marker_ttl = (self._markers[task_id] - now).total_seconds()
+        lease = self._live_lease(task_id)
+        if lease is not None:
+            lease_ttl = (self._leases[task_id][1] - now).total_seconds()
+        score = self._scheduled.get((priority, task_id))
+        ready = self._ready.get(priority, deque())
+        oldest = list(itertools.islice(ready, scan_limit))
+        return QueueSnapshot(
+            server_time=now,
+            marker_ttl=marker_ttl,
+            lease=lease,
+            lease_ttl=lease_ttl,
+            scheduled_at=None if score is None else _EPOCH + score * _ONE_MS,
+            ready_depth=len(ready),
+            ready_position=oldest.index(task_id) if task_id in oldest else None,
+            searched=len(oldest),
+        )
 
     # --- reconciler safety (issue 12 bugs 3 and 7) --------------------------------------------
 

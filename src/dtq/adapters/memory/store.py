@@ -18,7 +18,8 @@ from datetime import datetime
 from typing import Any, TypeVar
 from uuid import UUID
 
-from dtq.application.ports import Clock, DueTask, RunningTask
+from dtq.adapters.memory.retention import MemoryRetention
+from dtq.application.ports import Clock, DueTask, RunningTask, Tombstone
 from dtq.domain.entities import Job, Task, TaskRun, Worker
 from dtq.domain.errors import (
     BackendUnavailable,
@@ -28,6 +29,7 @@ from dtq.domain.errors import (
     StaleRun,
 )
 from dtq.domain.status import RunStatus, TaskStatus
+from dtq.domain.tokens import ApiToken, TokenNameTaken
 
 T = TypeVar("T")
 
@@ -40,11 +42,26 @@ class _Tables:
         self.tasks: dict[UUID, Task] = {}
         self.runs: dict[UUID, TaskRun] = {}
         self.workers: dict[str, Worker] = {}
+        self.tokens: dict[UUID, ApiToken] = {}
         self.idempotency: dict[str, UUID] = {}
         self.job_tasks: dict[UUID, list[UUID]] = defaultdict(list)
         self.task_runs: dict[UUID, list[UUID]] = defaultdict(list)
         self.dependents: dict[UUID, list[UUID]] = defaultdict(list)
         self.dependencies: dict[UUID, list[UUID]] = defaultdict(list)
+        self.tombstones: dict[str, Tombstone] = {}
+
+    def delete_job(self, job_id: UUID) -> None:
+        """Drop a job with its tasks, their runs and edges, and its idempotency key."""
+        job = self.jobs.pop(job_id, None)
+        key = None if job is None else job.idempotency_key
+        if key is not None and self.idempotency.get(key) == job_id:
+            del self.idempotency[key]
+        for task_id in self.job_tasks.pop(job_id, []):
+            self.tasks.pop(task_id, None)
+            for run_id in self.task_runs.pop(task_id, []):
+                self.runs.pop(run_id, None)
+            self.dependents.pop(task_id, None)  # edges stay inside one job
+            self.dependencies.pop(task_id, None)
 
 
 class InMemoryStore:
@@ -125,11 +142,16 @@ class _MemoryTransaction:
         self._tasks: dict[UUID, Task] = {}
         self._runs: dict[UUID, TaskRun] = {}
         self._workers: dict[str, Worker] = {}
+        self._tokens: dict[UUID, ApiToken] = {}
         self._new_jobs: list[tuple[Job, list[Task], list[tuple[UUID, UUID]]]] = []
+        self.deleted_jobs: set[UUID] = set()
+        self.tombstones: dict[str, Tombstone | None] = {}  # None: deleted in this try
         self.jobs = _Jobs(self)
         self.tasks = _Tasks(self)
         self.runs = _Runs(self)
         self.workers = _Workers(self)
+        self.tokens = _Tokens(self)
+        self.retention = MemoryRetention(self)
 
     async def now(self) -> datetime:
         """The transaction's fixed timestamp."""
@@ -137,13 +159,39 @@ class _MemoryTransaction:
 
     # reads through the write set
     def job(self, job_id: UUID) -> Job | None:
+        if job_id in self.deleted_jobs:
+            return None
         return self._jobs.get(job_id) or self._t.jobs.get(job_id)
+
+    @property
+    def new_jobs(self) -> list[tuple[Job, list[Task], list[tuple[UUID, UUID]]]]:
+        """Jobs added in this try, with their tasks and edges."""
+        return self._new_jobs
+
+    def job_task_ids(self, job_id: UUID) -> list[UUID]:
+        """Ids of the job's tasks, committed and added in this try."""
+        ids = list(self._t.job_tasks.get(job_id, ()))
+        for job, tasks, _ in self._new_jobs:
+            if job.id == job_id:
+                ids.extend(t.id for t in tasks)
+        return ids
+
+    def run_ids(self, task_id: UUID) -> list[UUID]:
+        """Ids of the task's runs, committed and added in this try."""
+        ids = list(self._t.task_runs.get(task_id, ()))
+        ids.extend(r.id for r in self._runs.values() if r.task_id == task_id and r.id not in ids)
+        return ids
 
     def task(self, task_id: UUID) -> Task | None:
         return self._tasks.get(task_id) or self._t.tasks.get(task_id)
 
     def run(self, run_id: UUID) -> TaskRun | None:
         return self._runs.get(run_id) or self._t.runs.get(run_id)
+
+    @property
+    def tables(self) -> _Tables:
+        """The committed state (read by ``MemoryRetention``)."""
+        return self._t
 
     def commit(self) -> None:
         t = self._t
@@ -161,6 +209,14 @@ class _MemoryTransaction:
         t.tasks.update(self._tasks)
         t.runs.update(self._runs)
         t.workers.update(self._workers)
+        t.tokens.update(self._tokens)
+        for job_id in self.deleted_jobs:
+            t.delete_job(job_id)
+        for key, tombstone in self.tombstones.items():
+            if tombstone is None:
+                t.tombstones.pop(key, None)
+            else:
+                t.tombstones[key] = tombstone
 
 
 class _Jobs:
@@ -214,12 +270,7 @@ class _Tasks:
         self._tx = tx
 
     def _job_task_ids(self, job_id: UUID) -> list[UUID]:
-        tx = self._tx
-        ids = list(tx._t.job_tasks.get(job_id, ()))
-        for job, tasks, _ in tx._new_jobs:
-            if job.id == job_id:
-                ids.extend(t.id for t in tasks)
-        return ids
+        return self._tx.job_task_ids(job_id)
 
     def _edges(self, index: str, task_id: UUID) -> list[UUID]:
         tx = self._tx
@@ -278,6 +329,9 @@ class _Tasks:
     async def dependents(self, task_id: UUID) -> list[UUID]:
         return self._edges("dependents", task_id)
 
+    async def dependencies(self, task_id: UUID) -> list[UUID]:
+        return sorted(self._edges("dependencies", task_id))
+
     async def parent_results(self, task_ids: Sequence[UUID]) -> dict[UUID, dict[str, Any]]:
         found: dict[UUID, dict[str, Any]] = {}
         for task_id in dict.fromkeys(task_ids):
@@ -309,6 +363,14 @@ class _Tasks:
             if dep is None or dep.status is not TaskStatus.COMPLETED:
                 return False
         return True
+
+    async def dependency_has_status(self, task_id: UUID, statuses: Sequence[TaskStatus]) -> bool:
+        wanted = set(statuses)
+        for dep_id in self._edges("dependencies", task_id):
+            dep = self._tx.task(dep_id)
+            if dep is not None and dep.status in wanted:
+                return True
+        return False
 
     async def job_has_status(self, job_id: UUID, statuses: Sequence[TaskStatus]) -> bool:
         wanted = set(statuses)
@@ -406,3 +468,37 @@ class _Workers:
         merged.update(self._tx._workers)
         active = [replace(w) for w in merged.values() if w.last_heartbeat_at >= since]
         return sorted(active, key=lambda w: w.last_heartbeat_at, reverse=True)
+
+
+class _Tokens:
+    """``ApiTokenRepository`` over the committed tokens plus this try's writes (tokens are
+    frozen values, so no copies are needed)."""
+
+    def __init__(self, tx: _MemoryTransaction) -> None:
+        self._tx = tx
+
+    def _merged(self) -> dict[UUID, ApiToken]:
+        merged = dict(self._tx._t.tokens)
+        merged.update(self._tx._tokens)
+        return merged
+
+    async def add(self, token: ApiToken) -> None:
+        if any(t.name == token.name for t in self._merged().values()):
+            raise TokenNameTaken(f"a token named {token.name!r} already exists", field="name")
+        self._tx._tokens[token.id] = token
+
+    async def get_by_hash(self, secret_hash: str) -> ApiToken | None:
+        return next((t for t in self._merged().values() if t.secret_hash == secret_hash), None)
+
+    async def get_by_name(self, name: str) -> ApiToken | None:
+        return next((t for t in self._merged().values() if t.name == name), None)
+
+    async def list_all(self) -> list[ApiToken]:
+        return sorted(self._merged().values(), key=lambda t: t.name)
+
+    async def set_revoked(self, token_id: UUID, at: datetime) -> bool:
+        token = self._merged().get(token_id)
+        if token is None or token.revoked_at is not None:
+            return False
+        self._tx._tokens[token_id] = token.revoke(at=at)
+        return True

@@ -1,5 +1,10 @@
 """Building the Redis client, checking the server's eviction policy, wrapping driver errors.
 
+The client is a ``redis.asyncio.Redis`` for one server, or a ``redis.asyncio.RedisCluster`` for a
+``redis+cluster://`` seed list (issue 17 item 6); the adapters use only what both provide
+(``RedisClient``). Every key lives under one hash tag (``keys``), so each script and multi-key
+command has all its keys in one slot and the cluster client routes it to that slot's master.
+
 No redis-py exception leaves the adapter: ``wrap_errors`` turns driver errors and ``OSError`` into
 ``BackendUnavailable`` at every call site.
 
@@ -21,19 +26,23 @@ import asyncio
 import math
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
-from urllib.parse import urlsplit
+from typing import Any, TypeAlias, TypeVar
+from urllib.parse import unquote, urlsplit
 from uuid import UUID
 
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
+from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import RedisClusterException, RedisError, ResponseError
 
 from dtq.domain.errors import BackendUnavailable
 
 T = TypeVar("T")
+
+#: What the adapters are typed against: one server, or a Redis Cluster (``connect_redis``).
+RedisClient: TypeAlias = Redis | RedisCluster
 
 DEFAULT_PORT = 6379
 CONNECT_TIMEOUT = 2.0  # seconds for one connection attempt
@@ -48,7 +57,7 @@ def wrap_errors(operation: str) -> Iterator[None]:
     """Turn driver and socket errors into ``BackendUnavailable``: no redis error escapes."""
     try:
         yield
-    except (RedisError, OSError) as exc:
+    except (RedisError, RedisClusterException, OSError) as exc:
         raise BackendUnavailable(f"redis {operation} failed: {type(exc).__name__}") from exc
 
 
@@ -103,18 +112,76 @@ def as_text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def connect_redis(addr: str) -> Redis:
+#: URL schemes of a Redis Cluster seed list (``rediss+`` for TLS).
+CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
+
+
+def _host_port(text: str, addr: str) -> tuple[str, int]:
+    """``host[:port]`` (IPv6 in brackets; port defaults to 6379). Raises ``ValueError``."""
+    parts = urlsplit(f"redis://{text}")
+    try:
+        host, port = parts.hostname, parts.port or DEFAULT_PORT
+    except ValueError as exc:
+        raise ValueError(f"invalid Redis address {addr!r}") from exc
+    if not host or parts.path or parts.query or parts.fragment or parts.username:
+        raise ValueError(f"invalid Redis address {addr!r}; expected host:port")
+    return host, port
+
+
+def parse_cluster_seeds(addr: str) -> tuple[list[tuple[str, int]], dict[str, Any]]:
+    """Split a ``redis+cluster://[user:password@]host:port[,host:port...]`` seed list.
+
+    Args:
+        addr: the seed list; ``rediss+cluster://`` for TLS. The credentials (percent-encoded)
+            apply to every node; each seed's port defaults to 6379.
+
+    Returns:
+        The seeds as ``(host, port)``, and the client options the URL implies (``ssl``,
+        ``username``, ``password``).
+
+    Raises:
+        ValueError: not a cluster URL, no seed, an empty or malformed seed, or a path/query.
+    """
+    scheme, sep, rest = addr.partition("://")
+    if not sep or scheme.lower() not in CLUSTER_SCHEMES:
+        raise ValueError(f"not a Redis Cluster address {addr!r}")
+    options: dict[str, Any] = {"ssl": scheme.lower() == "rediss+cluster"}
+    credentials, at, hosts = rest.rpartition("@")
+    if at:
+        username, colon, password = credentials.partition(":")
+        if username:
+            options["username"] = unquote(username)
+        if colon:
+            options["password"] = unquote(password)
+    seeds = [_host_port(seed, addr) for seed in hosts.split(",")] if hosts else []
+    if not seeds:
+        raise ValueError(f"invalid Redis Cluster address {addr!r}; expected host:port seeds")
+    return seeds, options
+
+
+def is_cluster_address(addr: str) -> bool:
+    """True for a ``redis+cluster://`` / ``rediss+cluster://`` seed list."""
+    scheme, sep, _ = addr.partition("://")
+    return bool(sep) and scheme.lower() in CLUSTER_SCHEMES
+
+
+def connect_redis(addr: str) -> RedisClient:
     """Build a client (hiredis parser, bytes responses); it connects on first use.
 
     Args:
         addr: ``"host:port"`` as in ``REDIS_ADDR`` (spec §8; port defaults to 6379, IPv6 as
-            ``"[::1]:6379"``), or a ``redis://`` / ``rediss://`` / ``unix://`` URL.
+            ``"[::1]:6379"``), a ``redis://`` / ``rediss://`` / ``unix://`` URL, or a Redis
+            Cluster seed list ``redis+cluster://host:port,host:port`` (``parse_cluster_seeds``).
 
     Returns:
-        A ``redis.asyncio.Redis`` with a 2 s connect timeout (``CONNECT_TIMEOUT``), a 3 s
-        socket read timeout (``SOCKET_TIMEOUT``; ``RedisQueue.pop_many`` keeps each BRPOP under it)
-        and no command retries of its own (``RedisQueue`` re-sends only idempotent commands,
-        see ``idempotent``), so an outage surfaces as ``BackendUnavailable`` within about 3 s.
+        A ``redis.asyncio.Redis``, or for a seed list a ``redis.asyncio.RedisCluster`` (it
+        discovers the masters from the seeds on first use and follows MOVED/ASK redirections,
+        which a server answers without running the command). Either has a 2 s connect timeout
+        (``CONNECT_TIMEOUT``), a 3 s socket read timeout (``SOCKET_TIMEOUT``;
+        ``RedisQueue.pop_many`` keeps each BRPOP under it) and no command retries of its own
+        (``RedisQueue`` re-sends only idempotent commands, see ``idempotent``; the cluster
+        client re-reads the slot map after a connection error, so the next call finds a
+        promoted replica), so an outage surfaces as ``BackendUnavailable`` within about 3 s.
         The caller closes it (``aclose()``).
 
     Raises:
@@ -126,23 +193,28 @@ def connect_redis(addr: str) -> Redis:
         "socket_timeout": SOCKET_TIMEOUT,
         "retry": NO_RETRY,
     }
+    if is_cluster_address(addr):
+        seeds, url_options = parse_cluster_seeds(addr)
+        nodes = [ClusterNode(host, port) for host, port in seeds]
+        return RedisCluster(startup_nodes=nodes, **options, **url_options)
     if "://" in addr:
         return Redis.from_url(addr, **options)
-    parts = urlsplit(f"redis://{addr}")
-    try:
-        host, port = parts.hostname, parts.port or DEFAULT_PORT
-    except ValueError as exc:
-        raise ValueError(f"invalid Redis address {addr!r}") from exc
-    if not host or parts.path or parts.query:
-        raise ValueError(f"invalid Redis address {addr!r}; expected host:port")
+    host, port = _host_port(addr, addr)
     return Redis(host=host, port=port, **options)
 
 
-async def check_eviction_policy(client: Redis) -> str | None:
+def socket_timeout(client: RedisClient) -> float | None:
+    """The client's socket read timeout in seconds (None: it waits forever)."""
+    value = client.get_connection_kwargs().get("socket_timeout")
+    return float(value) if value else None
+
+
+async def check_eviction_policy(client: RedisClient) -> str | None:
     """Warn unless ``maxmemory-policy`` is ``noeviction`` (DESIGN §5: evicted leases mean reruns).
 
     Args:
-        client: the Redis client the queue uses.
+        client: the Redis client the queue uses; on a Redis Cluster every master is asked and
+            the first that evicts is reported.
 
     Returns:
         A warning text when the policy evicts keys or cannot be read (CONFIG disabled, renamed
@@ -157,7 +229,13 @@ async def check_eviction_policy(client: Redis) -> str | None:
     )
     try:
         with wrap_errors("config_get"):
-            reply = await client.config_get("maxmemory-policy")
+            if isinstance(client, RedisCluster):  # every master holds a share of the slots
+                replies = await client.config_get(
+                    "maxmemory-policy", target_nodes=RedisCluster.PRIMARIES
+                )
+                reply = _worst_policy(replies)
+            else:
+                reply = await client.config_get("maxmemory-policy")
     except BackendUnavailable as exc:
         if isinstance(exc.__cause__, ResponseError):  # CONFIG disabled, renamed or not permitted
             return unreadable.format(reason="CONFIG GET refused")
@@ -173,3 +251,16 @@ async def check_eviction_policy(client: Redis) -> str | None:
         f"Redis maxmemory-policy is {policy!r}, not 'noeviction': under memory pressure Redis "
         "may evict leases (tasks reclaimed and rerun) and queue entries (delayed until reconcile)"
     )
+
+
+def _worst_policy(replies: Any) -> dict[Any, Any]:
+    """Of a cluster's per-node CONFIG GET replies, one that is not ``noeviction`` if any is
+    (else any one; an empty dict when there is none)."""
+    per_node: list[dict[Any, Any]] = list(replies.values()) if isinstance(replies, dict) else []
+    if per_node and not all(isinstance(reply, dict) for reply in per_node):
+        per_node = [replies]  # one node answered: the reply itself is name -> value
+    for reply in per_node:
+        value = next(iter(reply.values()), None)
+        if value is None or as_text(value) != "noeviction":
+            return reply
+    return per_node[0] if per_node else {}

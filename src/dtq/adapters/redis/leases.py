@@ -1,10 +1,11 @@
 """The lease half of ``RedisQueue`` (spec §5 "Lease / visibility"; DESIGN §3 lease ownership).
 
-``{prefix}lease:task:{task_id}`` is a HASH of ``worker_id``, ``run_id`` and ``deadline_ms`` (Unix
-epoch milliseconds at which the holder's lease window ends), with a PEXPIRE slightly longer than
-that window. Every write that is conditional on the owner (extend, re-create, delete) is one Lua
-script, so no other client's write lands between the check and the write. Every command here is
-idempotent, so each is re-sent after a lost reply (``connection.idempotent``).
+``{tag}lease:task:{task_id}`` (``keys.KeyLayout.lease``) is a HASH of ``worker_id``, ``run_id``
+and ``deadline_ms`` (Unix epoch milliseconds at which the holder's lease window ends), with a
+PEXPIRE slightly longer than that window. Every write that is conditional on the owner (extend,
+re-create, delete) is one Lua script, so no other client's write lands between the check and the
+write. Every command here is idempotent, so each is re-sent after a lost reply
+(``connection.idempotent``).
 """
 
 from __future__ import annotations
@@ -12,10 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from uuid import UUID
 
-from redis.asyncio import Redis
-
 from dtq.adapters.redis import scripts
-from dtq.adapters.redis.connection import as_text, idempotent, ms
+from dtq.adapters.redis.connection import RedisClient, as_text, idempotent, ms
+from dtq.adapters.redis.keys import KeyLayout
 from dtq.application.ports import Lease, LeaseState
 
 
@@ -23,20 +23,24 @@ class RedisLeases:
     """Lease hashes on Redis; the base of ``RedisQueue``.
 
     Args:
-        client: a ``redis.asyncio.Redis`` (from ``connect_redis``).
-        prefix: key namespace, ``REDIS_KEY_PREFIX`` (spec §8).
+        client: a ``redis.asyncio.Redis`` or ``RedisCluster`` (from ``connect_redis``).
+        prefix: key namespace, ``REDIS_KEY_PREFIX`` (spec §8), used as the hash tag of every
+            key (``keys.tagged_prefix``).
+
+    Raises:
+        ValueError: ``prefix`` cannot be made a hash tag.
     """
 
-    def __init__(self, client: Redis, *, prefix: str) -> None:
+    def __init__(self, client: RedisClient, *, prefix: str) -> None:
         self._client = client
-        self._lease_prefix = f"{prefix}lease:task:"
+        self._keys = KeyLayout(prefix)
         self._set_leases = client.register_script(scripts.SET_LEASES)
         self._extend = client.register_script(scripts.EXTEND_LEASE)
         self._recreate = client.register_script(scripts.RECREATE_LEASE)
         self._delete_many = client.register_script(scripts.DELETE_LEASES)
 
     def _lease_key(self, task_id: UUID) -> str:
-        return f"{self._lease_prefix}{task_id}"
+        return self._keys.lease(task_id)
 
     async def set_leases(self, leases: Sequence[Lease], ttl: float) -> None:
         """Replace each lease hash and PEXPIRE it after ``ttl`` seconds, all in one script call
@@ -109,7 +113,8 @@ class RedisLeases:
         await idempotent("delete_leases", lambda: self._delete_many(keys=keys, args=args))
 
     async def leases_present(self, task_ids: Sequence[UUID]) -> set[UUID]:
-        """The ids that have a lease hash: one pipelined round trip of EXISTS.
+        """The ids that have a lease hash: one pipelined round trip of EXISTS (no MULTI; on a
+        Redis Cluster the keys share one slot, so the pipeline goes to one master).
 
         Raises:
             BackendUnavailable: Redis failed or is unreachable.

@@ -1,12 +1,15 @@
 """Redis implementation of the ``Queue`` port (spec §5 "Redis data model", DESIGN §3-§4).
 
-Keys, all under a configurable prefix (``REDIS_KEY_PREFIX``, default ``dto:``):
+Keys (``dtq.adapters.redis.keys``), all under the configurable prefix (``REDIS_KEY_PREFIX``,
+default ``dto:``) made a hash tag, ``{dto}:``, so that every key of a deployment shares one Redis
+Cluster hash slot:
 
 =====================================  ======  ==================================================
-``{prefix}queue:ready:{priority}``     LIST    LPUSH on enqueue, BRPOP over tiers in order
-``{prefix}queue:pending:{task_id}``    STRING  pending marker, ``SET NX PX marker_ttl``, value "1"
-``{prefix}lease:task:{task_id}``       HASH    ``worker_id``, ``run_id``, ``deadline_ms``; PEXPIRE
-``{prefix}queue:scheduled``            ZSET    score = due time in Unix epoch milliseconds
+``{tag}queue:ready:{priority}``        LIST    LPUSH on enqueue, BRPOP over tiers in order
+``{tag}queue:pending:{task_id}``       STRING  pending marker, ``SET NX PX marker_ttl``, value "1"
+``{tag}lease:task:{task_id}``          HASH    ``worker_id``, ``run_id``, ``deadline_ms``; PEXPIRE
+``{tag}queue:scheduled``               ZSET    score = due time in Unix epoch milliseconds
+``{tag}epoch``                         STRING  the reconciler's queue epoch (``epoch``)
 =====================================  ======  ==================================================
 
 Scheduled-set member encoding: ``"{priority}|{task_id}"`` (task id in canonical lowercase
@@ -20,12 +23,11 @@ guarded by their ``run_id``, promotion of due scheduled entries (which reads ``T
 server's clock), and the non-blocking pop of up to N ids over several tiers. Every batch method
 costs one round trip, and none for an empty batch.
 
-Known limitation (Redis Cluster): the promotion script computes the per-task marker and ready-list
-keys from the prefix passed in ARGV instead of declaring them in KEYS, because they are only known
-after reading the sorted set. That is fine on a single Redis or under Sentinel, but on Redis
-Cluster it is only correct when every key lives in one hash slot, i.e. when the prefix carries a
-hash tag such as ``{dto}:``. The other scripts declare all their keys (but enqueue and the batch
-scripts touch several keys, so the same hash-tag advice applies there on Cluster).
+Redis Cluster (issue 17 item 6): every script declares the keys it touches in KEYS, except
+``PROMOTE_DUE``, which builds the marker and ready-list keys of the ids it reads from the
+scheduled set from the tagged prefix in ARGV; all of them carry the same hash tag as its KEYS[1],
+so they live in the slot the cluster client routed the script to. Multi-key commands (BRPOP over
+tiers, DEL of markers, the EXISTS pipeline) are single-slot for the same reason.
 
 Re-sending after a lost reply (a connection error or timeout): the client's own command retries
 are turned off (``set_retry`` at construction). Idempotent commands and scripts (enqueue, marker
@@ -46,19 +48,21 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
-from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from dtq.adapters.redis import scripts
 from dtq.adapters.redis.connection import (
     NO_RETRY,
+    RedisClient,
     as_text,
     idempotent,
     ms,
     parse_uuid,
+    socket_timeout,
     wrap_errors,
 )
+from dtq.adapters.redis.inspect import RedisQueueInspector
 from dtq.adapters.redis.leases import RedisLeases
 from dtq.application.ports import QueueEpoch
 
@@ -77,21 +81,23 @@ class RedisQueue(RedisLeases):
     """The ``Queue`` port on Redis (spec §5). See the module docstring for keys and scripts.
 
     Args:
-        client: a ``redis.asyncio.Redis`` (from ``connect_redis``); responses may be bytes or str.
+        client: a ``redis.asyncio.Redis`` or ``RedisCluster`` (from ``connect_redis``); responses
+            may be bytes or str.
             Its own command retries are turned off (``set_retry``): the queue alone decides
             what is re-sent (see the module docstring).
-        prefix: key namespace, ``REDIS_KEY_PREFIX`` (spec §8).
+        prefix: key namespace, ``REDIS_KEY_PREFIX`` (spec §8), used as the hash tag of every
+            key (``keys.tagged_prefix``: ``dto:`` gives ``{dto}:queue:ready:default``).
         marker_ttl: pending-marker lifetime in seconds (float, > 0), sent as PX milliseconds.
         listed_scan_limit: how many of a ready list's oldest entries ``enqueue_unlisted``
             searches for an id before pushing it again.
 
     Raises:
-        ValueError: ``marker_ttl`` is not positive.
+        ValueError: ``marker_ttl`` is not positive, or ``prefix`` cannot be made a hash tag.
     """
 
     def __init__(
         self,
-        client: Redis,
+        client: RedisClient,
         *,
         prefix: str = "dto:",
         marker_ttl: float = 15.0,
@@ -100,22 +106,22 @@ class RedisQueue(RedisLeases):
         super().__init__(client, prefix=prefix)
         client.set_retry(NO_RETRY)  # re-sends are the adapter's choice, per command
         self._listed_scan_limit = listed_scan_limit
-        self._prefix = prefix
         self._marker_ttl_ms = ms(marker_ttl)
-        self._scheduled_key = f"{prefix}queue:scheduled"
+        self._scheduled_key = self._keys.scheduled
         self._enqueue_many = client.register_script(scripts.ENQUEUE_MANY)
         self._enqueue_unlisted = client.register_script(scripts.ENQUEUE_UNLISTED)
         self._pop_now = client.register_script(scripts.POP_MANY)
         self._promote = client.register_script(scripts.PROMOTE_DUE)
+        self._time = client.register_script(scripts.SERVER_TIME)
         # BRPOP must return before the client's socket read timeout, or redis-py raises a
         # TimeoutError; long waits are therefore cut into slices below that timeout.
-        socket_timeout = client.connection_pool.connection_kwargs.get("socket_timeout")
+        read_timeout = socket_timeout(client)
         self._block_slice = (
-            math.inf if not socket_timeout else max(socket_timeout - 1.0, socket_timeout / 2)
+            math.inf if not read_timeout else max(read_timeout - 1.0, read_timeout / 2)
         )
 
     def _ready_key(self, priority: str) -> str:
-        return f"{self._prefix}queue:ready:{priority}"
+        return self._keys.ready(priority)
 
     def _ready_keys(self, priorities: Sequence[str]) -> list[str]:
         if isinstance(priorities, str) or not priorities:
@@ -123,7 +129,7 @@ class RedisQueue(RedisLeases):
         return [self._ready_key(priority) for priority in priorities]
 
     def _marker_key(self, task_id: UUID) -> str:
-        return f"{self._prefix}queue:pending:{task_id}"
+        return self._keys.marker(task_id)
 
     # --- pending markers ----------------------------------------------------------------------
 
@@ -256,7 +262,7 @@ class RedisQueue(RedisLeases):
                 return [] if first is None else [first]
             try:
                 return [first, *await self._take(keys, max_count - 1)]
-            except (RedisError, OSError):
+            except (RedisError, RedisClusterException, OSError):
                 return [first]
 
     # --- scheduled set ------------------------------------------------------------------------
@@ -287,9 +293,13 @@ class RedisQueue(RedisLeases):
         if limit <= 0:
             return 0
         keys = [self._scheduled_key]
-        args: list[str | int] = [self._prefix, limit, self._marker_ttl_ms]
+        args: list[str | int] = [self._keys.prefix, limit, self._marker_ttl_ms]
         pushed = await idempotent("promote_due", lambda: self._promote(keys=keys, args=args))
         return int(pushed)
+
+    def inspector(self) -> RedisQueueInspector:
+        """The ``QueueInspector`` of this queue's keys (same client and prefix); for explain."""
+        return RedisQueueInspector(self._client, prefix=self._keys.prefix)
 
     async def ping(self) -> None:
         """PING. Raises ``BackendUnavailable`` unless Redis answers."""
@@ -299,16 +309,19 @@ class RedisQueue(RedisLeases):
     # --- reconciler safety (issue 12 bugs 3 and 7) --------------------------------------------
 
     async def server_time(self) -> datetime:
-        """TIME: the Redis server's clock, aware UTC.
+        """TIME of the server that holds the queue's keys (the clock ``promote_due`` and the
+        TTLs run on; on a Redis Cluster, the master of the key slot), aware UTC. One script
+        whose only key is the scheduled set, so the cluster client routes it to that master.
 
         Raises:
             BackendUnavailable: Redis failed or is unreachable.
         """
-        seconds, micros = await idempotent("server_time", self._client.time)
+        keys = [self._scheduled_key]
+        seconds, micros = await idempotent("server_time", lambda: self._time(keys=keys))
         return _EPOCH + timedelta(seconds=int(seconds), microseconds=int(micros))
 
     async def epoch(self, token: str) -> QueueEpoch:
-        """The ``{prefix}epoch`` string (``"{token}|{created_ms}"``, no TTL), created by one
+        """The ``{tag}epoch`` string (``"{token}|{created_ms}"``, no TTL), created by one
         script from the server's TIME when absent.
 
         Raises:
@@ -316,6 +329,6 @@ class RedisQueue(RedisLeases):
         """
         script = self._client.register_script(scripts.EPOCH)  # once a pass: no need to keep it
         value, age_ms, created = await idempotent(
-            "epoch", lambda: script(keys=[f"{self._prefix}epoch"], args=[token])
+            "epoch", lambda: script(keys=[self._keys.epoch], args=[token])
         )
         return QueueEpoch(id=as_text(value), age=int(age_ms) / 1000, created=bool(int(created)))

@@ -1,8 +1,9 @@
 """Lua scripts of ``RedisQueue`` (spec §5): each is one atomic server-side step and one round trip.
 
-Key layout and member encoding are described in ``dtq.adapters.redis.queue``. Every script
-declares all the keys it touches in KEYS, except ``PROMOTE_DUE``, which can only know the marker
-and ready-list keys after reading the sorted set (see the Redis Cluster note in ``queue``).
+Key layout in ``dtq.adapters.redis.keys``, member encoding in ``dtq.adapters.redis.queue``. Every
+script declares all the keys it touches in KEYS, except ``PROMOTE_DUE``, which can only know the
+marker and ready-list keys after reading the sorted set: it builds them from the tagged prefix,
+so they share the hash slot of its KEYS[1] (safe on Redis Cluster, see ``keys``).
 """
 
 from __future__ import annotations
@@ -128,8 +129,9 @@ end
 return deleted
 """
 
-# KEYS[1] scheduled zset; ARGV[1] key prefix, ARGV[2] limit, ARGV[3] marker ttl ms.
-# Not Redis-Cluster safe without a hash tag in the prefix (see ``dtq.adapters.redis.queue``).
+# KEYS[1] scheduled zset; ARGV[1] the tagged key prefix (``KeyLayout.prefix``: its hash tag puts
+# the marker and ready-list keys built from it in KEYS[1]'s slot), ARGV[2] limit, ARGV[3] marker
+# ttl ms.
 PROMOTE_DUE = """
 local t = redis.call('TIME')
 local now_ms = string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
@@ -153,6 +155,12 @@ return pushed
 
 
 # --- reconciler safety (issue 12 bugs 3 and 7) ---------------------------------------------------
+
+# KEYS[1] any key of the layout (not read: it routes the call to the server that holds the keys,
+# the master of their slot on a Redis Cluster). Returns TIME: {seconds, microseconds}.
+SERVER_TIME = """
+return redis.call('TIME')
+"""
 
 # KEYS[1] epoch key; ARGV[1] token. The value is "{token}|{created_ms}" by the server's TIME; SET
 # without expiry when absent. Returns {value, age_ms, created (1/0)}.

@@ -12,13 +12,18 @@ from importlib.metadata import PackageNotFoundError, version
 from litestar import Litestar
 from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
+from litestar.openapi.spec import Components
 from prometheus_client import CollectorRegistry
 
 from dtq.application.artifacts import ArtifactService
+from dtq.application.control import ControlService
+from dtq.application.explain import ExplainService
+from dtq.application.fleet import FleetService
 from dtq.application.health import HealthService
 from dtq.application.queries import QueryService
 from dtq.application.remote import RemoteWorkerService
 from dtq.entrypoints.api.artifacts import ArtifactController
+from dtq.entrypoints.api.auth import auth_guard, document_security, security_components
 from dtq.entrypoints.api.errors import EXCEPTION_HANDLERS
 from dtq.entrypoints.api.health import HealthController, MetricsController
 from dtq.entrypoints.api.jobs import JobController
@@ -58,8 +63,17 @@ def _dependencies(
     def provide_health() -> HealthService:
         return services.health
 
+    def provide_control() -> ControlService:
+        return services.control
+
     def provide_artifacts() -> ArtifactService:
         return services.artifacts
+
+    def provide_explain() -> ExplainService:
+        return services.explain
+
+    def provide_fleet() -> FleetService:
+        return services.fleet
 
     def provide_remote() -> RemoteWorkerService:
         return services.remote
@@ -74,7 +88,10 @@ def _dependencies(
         "submit": provide_submit,
         "queries": provide_queries,
         "health": provide_health,
+        "control": provide_control,
         "artifacts": provide_artifacts,
+        "explain": provide_explain,
+        "fleet": provide_fleet,
         "remote": provide_remote,
         "settings": provide_settings,
         "registry": provide_registry,
@@ -96,8 +113,9 @@ def create_app(
 
     Routes: ``GET /healthz``, ``GET /metrics``, ``POST /v1/tasks``, ``GET /v1/tasks/{id}``,
     ``POST /v1/jobs``, ``GET /v1/jobs/{id}``, ``GET /v1/workers`` (spec §7), ``POST /v1/artifacts``,
-    ``GET``/``HEAD /v1/artifacts/{id}`` (issue 13), the HTTP worker protocol under ``/v1/worker``
-    (issue 15 item 1: claim, run heartbeat/result/failure, registry), and the OpenAPI
+    ``GET``/``HEAD /v1/artifacts/{id}`` (issue 13), ``GET /v1/tasks/{id}/explain`` (issue 14
+    item 7), the HTTP worker protocol under ``/v1/worker`` (issue 15 item 1: claim, run
+    heartbeat/result/failure/release, batched results, registry), and the OpenAPI
     document under ``/schema`` (``/schema/openapi.json``).
 
     Args:
@@ -109,10 +127,16 @@ def create_app(
         body_timeout: seconds a request body may take to arrive in full, from the request's
             start; then HTTP 408 (``middleware.BODY_TIMEOUT``, 30 s, by default).
 
+    With ``settings.api_auth == "tokens"`` every ``/v1`` route (and ``/metrics`` with
+    ``settings.metrics_auth``) needs a bearer token with the route's scope (``auth.py``), checked
+    by ``services.tokens``; with ``"none"`` nothing is checked.
+
     Returns:
         The ASGI application. It does not configure logging (``logging_config=None``): the
         process entrypoint does that once for everything.
     """
+    tokens_on = settings.api_auth == "tokens"
+    guards = [auth_guard(services.tokens, metrics_auth=settings.metrics_auth)] if tokens_on else []
     app = Litestar(
         route_handlers=[
             HealthController,
@@ -125,15 +149,19 @@ def create_app(
         ],
         dependencies=_dependencies(services, settings, metrics, registry),
         exception_handlers=EXCEPTION_HANDLERS,
+        guards=guards,
         request_max_body_size=settings.api_max_body_bytes,
         openapi_config=OpenAPIConfig(
             title="dtq",
             version=_package_version(),
             description="Distributed task orchestrator: jobs of tasks with dependencies.",
             path="/schema",
+            components=security_components() if tokens_on else Components(),
         ),
         plugins=[StrictStructSchemaPlugin()],
         logging_config=None,
     )
+    if tokens_on:
+        document_security(app, metrics_auth=settings.metrics_auth)
     install_middleware(app, metrics, body_timeout)
     return app

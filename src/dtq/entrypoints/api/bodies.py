@@ -8,10 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from dtq.application.commands import JobResultsView, JobView, SubmitResult, TaskView
+from dtq.application.explain import Explanation
+from dtq.application.fleet import SubmitWarning
 from dtq.domain.entities import Task, TaskRun, Worker
 from dtq.domain.policy import RetryPolicy
 from dtq.entrypoints.api.schemas import (
+    ExplainBody,
     HealthBody,
     JobBody,
     JobResultsBody,
@@ -19,6 +24,8 @@ from dtq.entrypoints.api.schemas import (
     RunBody,
     SubmitJobResponse,
     SubmitTaskResponse,
+    SubmitWarningBody,
+    SubmitWarnings,
     TaskBody,
     TaskDetailBody,
     TaskResultBody,
@@ -28,14 +35,41 @@ from dtq.entrypoints.api.schemas import (
 from dtq.entrypoints.api.timing import format_duration
 
 
-def submitted_task(result: SubmitResult, kind: str) -> SubmitTaskResponse:
-    """The body of ``POST /v1/tasks``: the ids of the task (named after ``kind``) and its job."""
-    return SubmitTaskResponse(task_id=result.task_ids[kind], job_id=result.job_id)
+def _warnings(warnings: list[SubmitWarning]) -> SubmitWarnings:
+    if not warnings:
+        return msgspec.UNSET
+    return [SubmitWarningBody(code=w.code.value, task=w.task, message=w.message) for w in warnings]
 
 
-def submitted_job(result: SubmitResult) -> SubmitJobResponse:
-    """The body of ``POST /v1/jobs``: the job id and a task name -> id map."""
-    return SubmitJobResponse(job_id=result.job_id, tasks=result.task_ids)
+def submitted_task(
+    result: SubmitResult, kind: str, warnings: list[SubmitWarning] | None = None
+) -> SubmitTaskResponse:
+    """The body of ``POST /v1/tasks``: the ids of the task (named after ``kind``) and its job,
+    and the ``warnings`` when there are any."""
+    return SubmitTaskResponse(
+        task_id=result.task_ids[kind], job_id=result.job_id, warnings=_warnings(warnings or [])
+    )
+
+
+def submitted_job(
+    result: SubmitResult, warnings: list[SubmitWarning] | None = None
+) -> SubmitJobResponse:
+    """The body of ``POST /v1/jobs``: the job id, a task name -> id map, and the ``warnings``
+    when there are any."""
+    return SubmitJobResponse(
+        job_id=result.job_id, tasks=result.task_ids, warnings=_warnings(warnings or [])
+    )
+
+
+def explain_body(explanation: Explanation) -> ExplainBody:
+    """The body of ``GET /v1/tasks/{id}/explain``."""
+    return ExplainBody(
+        task_id=explanation.task_id,
+        status=explanation.status,
+        reason=explanation.reason.value,
+        message=explanation.message,
+        details=explanation.details,
+    )
 
 
 def task_body(task: Task) -> TaskBody:

@@ -47,6 +47,7 @@ from dtq.domain.errors import (
     NotFound,
     ValidationError,
 )
+from dtq.domain.tokens import Forbidden, Unauthenticated
 from dtq.entrypoints.api.schemas import ErrorBody, ErrorDetail
 
 logger = logging.getLogger("dtq.api")
@@ -64,7 +65,12 @@ STATUS_BY_ERROR: Mapping[type[DtqError], int] = {
     DuplicateIdempotencyKey: 409,  # a lost idempotency race the service could not resolve
     BackendUnavailable: 503,  # includes CommitOutcomeUnknown: the client should retry
     ConcurrentUpdate: 503,  # the store gave up retrying a conflicting transaction
+    Unauthenticated: 401,  # no, unknown, expired or revoked API token (auth.py)
+    Forbidden: 403,  # the token lacks the route's scope
 }
+
+#: The challenge sent with a 401 (RFC 6750 §3).
+WWW_AUTHENTICATE_HEADERS: Mapping[str, str] = {"WWW-Authenticate": "Bearer"}
 
 
 #: Litestar HTTP exceptions -> stable codes; other statuses fall back to ``http_error``.
@@ -191,8 +197,17 @@ def handle_domain_error(request: Request[Any, Any, Any], exc: DtqError) -> Respo
     field = exc.field
     if field is not None and request.scope.get("path_template") in ONE_TASK_ROUTES:
         field = _ONE_TASK_PREFIX.sub("", field) or None
-    headers = RETRY_AFTER_HEADERS if status == 503 else None
+    headers = RETRY_AFTER_HEADERS if status == 503 else _challenge(exc)
     return error_response(status, exc.code, exc.detail, field, headers=headers)
+
+
+def _challenge(exc: DtqError) -> Mapping[str, str] | None:
+    """``WWW-Authenticate`` of a 401, and of a 403 (``insufficient_scope``, RFC 6750 §3.1)."""
+    if isinstance(exc, Unauthenticated):
+        return WWW_AUTHENTICATE_HEADERS
+    if isinstance(exc, Forbidden):
+        return {"WWW-Authenticate": 'Bearer error="insufficient_scope"'}
+    return None
 
 
 def _field_path(path: str, message: str) -> str | None:

@@ -78,5 +78,6 @@ class MetricsController(Controller):
     )
     async def metrics(self, registry: NamedDependency[CollectorRegistry]) -> bytes:
         """Text exposition format 0.0.4 of this process's registry (process, Python GC and
-        platform collectors, ``orchestrator_*`` metrics)."""
+        platform collectors, ``orchestrator_*`` metrics; in ``dtq dev`` also ``worker_*``), with
+        no ``*_created`` series."""
         return generate_latest(registry)

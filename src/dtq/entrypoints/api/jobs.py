@@ -1,4 +1,5 @@
-"""``/v1/jobs``: submit a DAG job, read a job with its tasks (spec §7)."""
+"""``/v1/jobs``: submit a DAG job, read a job with its tasks (spec §7), cancel a job (issue 14
+item 1)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from litestar.di import NamedDependency
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import JSONBody, QueryParameter
 
+from dtq.application.control import ControlService
+from dtq.application.fleet import FleetService
 from dtq.application.queries import QueryService
 from dtq.entrypoints.api import bodies, commands, guards, responses
 from dtq.entrypoints.api.middleware import CountingSubmit
@@ -23,6 +26,7 @@ from dtq.entrypoints.api.params import (
 )
 from dtq.entrypoints.api.schemas import (
     JobBody,
+    JobCancelResponse,
     JobResultsBody,
     SubmitJobRequest,
     SubmitJobResponse,
@@ -37,7 +41,8 @@ REPLAYED = ResponseSpec(
 
 
 class JobController(Controller):
-    """Jobs: ``POST /v1/jobs``, ``GET /v1/jobs/{id}`` and ``GET /v1/jobs/{id}/results``."""
+    """Jobs: ``POST /v1/jobs``, ``GET /v1/jobs/{id}``, ``GET /v1/jobs/{id}/results`` and
+    ``POST /v1/jobs/{id}/cancel``."""
 
     path = "/v1/jobs"
     tags = ["jobs"]
@@ -54,16 +59,19 @@ class JobController(Controller):
         *,
         data: JSONBody[SubmitJobRequest],
         submit: NamedDependency[CountingSubmit],
+        fleet: NamedDependency[FleetService],
         settings: NamedDependency[Settings],
         idempotency_key: IdempotencyKey = None,
     ) -> Response[SubmitJobResponse]:
         """Validate the DAG, create the job and its tasks, enqueue the tasks without
         dependencies. 400 names the tasks of a duplicate name, unknown or self dependency, or
-        cycle; 201 with the ids, or 200 with the original ids on an idempotent replay.
+        cycle; 201 with the ids, or 200 with the original ids on an idempotent replay;
+        ``warnings`` when no live worker serves some task's priority or kind.
         """
         cmd = commands.submit_job(data, idempotency_key=idempotency_key, settings=settings)
         result = await submit.submit_job(cmd)
-        body = bodies.submitted_job(result)
+        warnings = await fleet.submit_warnings(cmd.tasks)
+        body = bodies.submitted_job(result, warnings)
         return Response(body, status_code=201 if result.created else 200)
 
     @get("/{id:str}", summary="Get a job with all its tasks", responses=responses.READ_BY_ID)
@@ -98,3 +106,22 @@ class JobController(Controller):
         )
         next_cursor = None if view.next_after is None else format_cursor(view.next_after)
         return bodies.job_results_body(view, next_cursor)
+
+    @post(
+        "/{id:str}/cancel",
+        status_code=200,
+        summary="Cancel every unfinished task of a job (bounded batches, one call)",
+        responses=responses.CANCEL,
+    )
+    async def cancel(
+        self, id: ResourceId, control: NamedDependency[ControlService]
+    ) -> JobCancelResponse:
+        """Every ``pending``/``queued``/``running`` task of the job -> ``cancelled``, in
+        transactions of at most 500 tasks; the job ends ``cancelled`` (``failed`` if a task of
+        it failed). 200 with ``cancelled: 0`` for a job already cancelled; 409
+        ``not_cancellable`` for a completed or failed job with nothing unfinished; 404 unknown,
+        400 not a UUID."""
+        outcome = await control.cancel_job(parse_id(id))
+        return JobCancelResponse(
+            job_id=outcome.job_id, status=outcome.status, cancelled=outcome.cancelled
+        )

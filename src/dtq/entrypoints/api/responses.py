@@ -29,6 +29,14 @@ UNSUPPORTED = _error(
 INTERNAL = _error("Unexpected server error (`internal_error`); details are only logged")
 UNAVAILABLE = _error("Database or Redis unavailable (`backend_unavailable`); retry later")
 
+UNAUTHENTICATED = _error(
+    "No API token, or one that is not valid, expired or revoked (`unauthenticated`; "
+    "`WWW-Authenticate: Bearer`)"
+)
+FORBIDDEN = _error("The token lacks the scope this route needs (`forbidden`, naming it)")
+
+#: Errors of every route that needs a token (``API_AUTH=tokens``; ``auth.document_security``).
+AUTH = {401: UNAUTHENTICATED, 403: FORBIDDEN}
 NO_TASKS = ResponseSpec(
     data_container=None, description="No task arrived within `wait`", generate_examples=False
 )
@@ -47,3 +55,19 @@ COMMON = {500: INTERNAL, 503: UNAVAILABLE}
 SUBMIT = {400: BAD_REQUEST, 409: CONFLICT, 413: TOO_LARGE, 415: UNSUPPORTED, **COMMON}
 #: Errors of the read routes addressed by ``{id}``.
 READ_BY_ID = {400: BAD_REQUEST, 404: NOT_FOUND, **COMMON}
+
+
+#: ``POST /v1/tasks/{id}/cancel`` and ``POST /v1/jobs/{id}/cancel`` (issue 14 item 1).
+CANCEL = {
+    400: BAD_REQUEST,
+    404: NOT_FOUND,
+    409: _error("The task (or job) has already completed or failed (`not_cancellable`)"),
+    **COMMON,
+}
+#: ``POST /v1/tasks/{id}/retry`` (issue 14 item 4).
+RETRY = {
+    400: BAD_REQUEST,
+    404: NOT_FOUND,
+    409: _error("The task is not failed or cancelled, or a dependency of it is (`not_retryable`)"),
+    **COMMON,
+}

@@ -172,11 +172,34 @@ class SubmitJobRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
 # --- responses --------------------------------------------------------------------------------
 
 
+class SubmitWarningBody(msgspec.Struct, kw_only=True):
+    """A submit that succeeded but will not run yet (issue 14 item 7): no live worker serves
+    the task's priority or kind. One per distinct priority or (priority, kind) of the request,
+    naming its first task."""
+
+    code: Literal["no_worker_for_kind", "no_worker_for_priority"]
+    task: str
+    message: str
+
+
+#: The ``warnings`` member of the submit responses: absent when there is none.
+SubmitWarnings = Annotated[
+    list[SubmitWarningBody] | msgspec.UnsetType,
+    msgspec.Meta(
+        description=(
+            "Present only when some task's priority or kind is served by no live worker (the"
+            " worker registry, read at most once a second); the submit succeeded regardless"
+        )
+    ),
+]
+
+
 class SubmitTaskResponse(msgspec.Struct, kw_only=True):
     """Ids created (or replayed) by ``POST /v1/tasks``."""
 
     task_id: UUID
     job_id: UUID
+    warnings: SubmitWarnings = msgspec.UNSET
 
 
 class SubmitJobResponse(msgspec.Struct, kw_only=True):
@@ -184,6 +207,32 @@ class SubmitJobResponse(msgspec.Struct, kw_only=True):
 
     job_id: UUID
     tasks: dict[str, UUID]
+    warnings: SubmitWarnings = msgspec.UNSET
+
+
+class ExplainBody(msgspec.Struct, kw_only=True):
+    """``GET /v1/tasks/{id}/explain``: why the task is (not) running (issue 14 item 7)."""
+
+    task_id: UUID
+    status: TaskStatus
+    reason: Annotated[
+        Literal[
+            "terminal",
+            "waiting_on_dependencies",
+            "running",
+            "lease_lost",
+            "scheduled",
+            "queued_no_worker",
+            "queued",
+            "delivery_in_flight",
+        ],
+        msgspec.Meta(description="Stable reason code (README: Why isn't my task running?)"),
+    ]
+    message: Annotated[str, msgspec.Meta(description="For people; the wording may change")]
+    details: Annotated[
+        dict[str, Any],
+        msgspec.Meta(description="The facts behind the code; keys per code in the README"),
+    ]
 
 
 class RunBody(msgspec.Struct, kw_only=True):
@@ -332,3 +381,37 @@ class ErrorBody(msgspec.Struct, kw_only=True):
     """The one shape of every error response: ``{"error": {"code", "message", "field"}}``."""
 
     error: ErrorDetail
+
+
+# --- cancel and manual retry (issue 14 items 1 and 4) ------------------------------------------
+
+
+class TaskCancelResponse(msgspec.Struct, kw_only=True):
+    """``POST /v1/tasks/{id}/cancel``: the task is ``cancelled`` (also when it already was)."""
+
+    task_id: UUID
+    status: TaskStatus
+    cascaded: Annotated[
+        int, msgspec.Meta(description="Pending dependents cancelled with it, transitively")
+    ]
+
+
+class JobCancelResponse(msgspec.Struct, kw_only=True):
+    """``POST /v1/jobs/{id}/cancel``: the job's status afterwards and how many of its tasks this
+    call cancelled (``cancelled`` stays ``failed`` for a job with a failed task)."""
+
+    job_id: UUID
+    status: JobStatus
+    cancelled: Annotated[int, msgspec.Meta(description="Tasks this call cancelled")]
+
+
+class TaskRetryResponse(msgspec.Struct, kw_only=True):
+    """``POST /v1/tasks/{id}/retry``: the task's new status (``queued``; ``pending`` while a
+    dependency is unfinished) and how many dependents the retry reopened."""
+
+    task_id: UUID
+    status: TaskStatus
+    reopened: Annotated[
+        int,
+        msgspec.Meta(description="Dependents failed or cancelled by the cascade, now pending"),
+    ]

@@ -1,4 +1,5 @@
-"""``/v1/tasks``: submit a single-task job, read a task with its runs (spec §7)."""
+"""``/v1/tasks``: submit a single-task job, read a task with its runs (spec §7), explain why it
+is (not) running (issue 14 item 7); cancel and retry a task (issue 14 items 1 and 4)."""
 
 from __future__ import annotations
 
@@ -7,14 +8,20 @@ from litestar.di import NamedDependency
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import JSONBody
 
+from dtq.application.control import ControlService
+from dtq.application.explain import ExplainService
+from dtq.application.fleet import FleetService
 from dtq.application.queries import QueryService
 from dtq.entrypoints.api import bodies, commands, guards, responses
 from dtq.entrypoints.api.middleware import CountingSubmit
 from dtq.entrypoints.api.params import IdempotencyKey, ResourceId, parse_id
 from dtq.entrypoints.api.schemas import (
+    ExplainBody,
     SubmitTaskRequest,
     SubmitTaskResponse,
+    TaskCancelResponse,
     TaskDetailBody,
+    TaskRetryResponse,
 )
 from dtq.entrypoints.config import Settings
 
@@ -26,7 +33,8 @@ REPLAYED = ResponseSpec(
 
 
 class TaskController(Controller):
-    """Single tasks: ``POST /v1/tasks`` and ``GET /v1/tasks/{id}``."""
+    """Single tasks: ``POST /v1/tasks``, ``GET /v1/tasks/{id}``, ``GET /v1/tasks/{id}/explain``,
+    ``POST /v1/tasks/{id}/cancel`` and ``POST /v1/tasks/{id}/retry``."""
 
     path = "/v1/tasks"
     tags = ["tasks"]
@@ -43,16 +51,19 @@ class TaskController(Controller):
         *,
         data: JSONBody[SubmitTaskRequest],
         submit: NamedDependency[CountingSubmit],
+        fleet: NamedDependency[FleetService],
         settings: NamedDependency[Settings],
         idempotency_key: IdempotencyKey = None,
     ) -> Response[SubmitTaskResponse]:
         """Create a job with one task named after its kind and enqueue it.
 
-        Returns 201 with the new ids, or 200 with the original ids on an idempotent replay.
+        Returns 201 with the new ids, or 200 with the original ids on an idempotent replay;
+        ``warnings`` when no live worker serves the task's priority or kind.
         """
         cmd = commands.submit_task(data, idempotency_key=idempotency_key, settings=settings)
         result = await submit.submit_job(cmd)
-        body = bodies.submitted_task(result, data.kind)
+        warnings = await fleet.submit_warnings(cmd.tasks)
+        body = bodies.submitted_task(result, data.kind, warnings)
         return Response(body, status_code=201 if result.created else 200)
 
     @get("/{id:str}", summary="Get a task with its run history", responses=responses.READ_BY_ID)
@@ -61,3 +72,49 @@ class TaskController(Controller):
     ) -> TaskDetailBody:
         """The task row and its runs ordered by ``started_at``; 404 unknown, 400 not a UUID."""
         return bodies.task_detail_body(await queries.get_task(parse_id(id)))
+
+    @get(
+        "/{id:str}/explain",
+        summary="Explain why a task is (not) running: one stable reason code",
+        responses=responses.READ_BY_ID,
+    )
+    async def explain(
+        self, id: ResourceId, explain: NamedDependency[ExplainService]
+    ) -> ExplainBody:
+        """``reason`` is one of terminal, waiting_on_dependencies, running, lease_lost,
+        scheduled, queued_no_worker, queued, delivery_in_flight (decision order in
+        ``application/explain.py``); 404 unknown, 400 not a UUID, 503 when the database, or
+        Redis for a code that needs it, is unavailable."""
+        return bodies.explain_body(await explain.explain(parse_id(id)))
+
+    @post(
+        "/{id:str}/cancel",
+        status_code=200,
+        summary="Cancel a task (a running one stops at its worker's next lease heartbeat)",
+        responses=responses.CANCEL,
+    )
+    async def cancel(
+        self, id: ResourceId, control: NamedDependency[ControlService]
+    ) -> TaskCancelResponse:
+        """``pending``/``queued``/``running`` -> ``cancelled``, with its pending dependents;
+        200 also for a task already cancelled; 409 ``not_cancellable`` for a completed or
+        failed one; 404 unknown, 400 not a UUID."""
+        task_id = parse_id(id)
+        status, cascaded = await control.cancel_task(task_id)
+        return TaskCancelResponse(task_id=task_id, status=status, cascaded=cascaded)
+
+    @post(
+        "/{id:str}/retry",
+        status_code=200,
+        summary="Retry a failed or cancelled task now, with a fresh attempt budget",
+        responses=responses.RETRY,
+    )
+    async def retry(
+        self, id: ResourceId, control: NamedDependency[ControlService]
+    ) -> TaskRetryResponse:
+        """``failed``/``cancelled`` -> ``queued`` (``pending`` while a dependency is
+        unfinished), its cascade-ended dependents -> ``pending``, the job re-derived; 409
+        ``not_retryable`` otherwise; 404 unknown, 400 not a UUID."""
+        task_id = parse_id(id)
+        status, reopened = await control.retry_task(task_id)
+        return TaskRetryResponse(task_id=task_id, status=status, reopened=reopened)

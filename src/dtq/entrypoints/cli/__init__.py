@@ -10,6 +10,8 @@
     permanently (unknown kind), so the demo ``echo`` runtime runs only in ``dtq dev``.
 ``dtq migrate``
     Apply the SQL migrations to ``CRDB_DSN`` and print what was applied.
+``dtq token create|list|revoke``
+    API tokens in ``CRDB_DSN`` (:mod:`.token`); ``create`` prints the secret once, last.
 ``dtq dev [--app module:attr] [--port N]``
     API + reconciler + one worker in one process on the in-memory backend: nothing to install.
 
@@ -19,7 +21,7 @@ status 2; so does an ``--app`` that cannot be loaded, and a database that cannot
 start. Exit status 1 means a backend failed while running.
 
 One module per command group: :mod:`.orchestrator`, :mod:`.worker`, :mod:`.migrate`,
-:mod:`.dev`; :mod:`.entry` builds the parser and holds the console entry points
+:mod:`.token`, :mod:`.dev`; :mod:`.entry` builds the parser and holds the console entry points
 (``dtq``, ``dtq-worker``, ``dtq-orchestrator``); :mod:`.common` the shared helpers (settings,
 exit codes, the event loop runner) and :mod:`.apps` the ``--app`` loader. A new command group is
 a new module with an ``add_parser(commands, parents)`` function, registered in :mod:`.entry`.

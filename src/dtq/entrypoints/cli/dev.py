@@ -21,13 +21,14 @@ from dtq.entrypoints.cli.common import (
     run,
     say,
 )
-from dtq.entrypoints.config import Settings, listen_address
+from dtq.entrypoints.config import ConfigError, Settings, listen_address
 
 #: Timings of ``dtq dev`` unless the environment sets them: fast feedback on one machine.
 DEV_DEFAULTS: Mapping[str, str] = {
     "LEASE_DURATION": "10s",
     "RECONCILE_INTERVAL": "1s",
     "ORCHESTRATOR_LISTEN": "127.0.0.1:8080",
+    "API_AUTH": "none",
 }
 
 _CURL_EXAMPLE = (
@@ -56,9 +57,36 @@ def cmd_dev(args: argparse.Namespace) -> int:
     if args.port is not None:
         host, _ = listen_address(settings.orchestrator_listen)
         settings = dataclasses.replace(settings, orchestrator_listen=f"[{host}]:{args.port}")
+    check_dev_auth(settings)
     settings = dev_artifact_dir(settings)
     runtime = load_runtime(args.app)
     return exit_without_lingering_threads(run(serve(settings, backend="memory", runtime=runtime)))
+
+
+def check_dev_auth(settings: Settings) -> None:
+    """``dtq dev`` serves without authentication, on loopback only (ARCHITECTURE.md, "API tokens").
+
+    Tokens live in the database and ``dtq token create`` runs in another process, which cannot
+    reach the dev server's in-memory store, so ``API_AUTH=tokens`` could admit nobody.
+
+    Raises:
+        ConfigError: ``API_AUTH=tokens``, or ``ORCHESTRATOR_LISTEN`` not a loopback address.
+    """
+    from dtq.entrypoints.cli.orchestrator import is_loopback
+
+    if settings.api_auth != "none":
+        raise ConfigError(
+            "API_AUTH",
+            "dtq dev runs on the in-memory backend, which `dtq token create` cannot reach; "
+            "only API_AUTH=none (use dtq orchestrator with CRDB_DSN for tokens)",
+        )
+    host, _ = listen_address(settings.orchestrator_listen)
+    if not is_loopback(host):
+        raise ConfigError(
+            "ORCHESTRATOR_LISTEN",
+            f"dtq dev serves without authentication, so it binds loopback only "
+            f"(e.g. 127.0.0.1:8080), not {settings.orchestrator_listen!r}",
+        )
 
 
 def dev_artifact_dir(settings: Settings) -> Settings:

@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+import structlog
 import uvicorn
 
 from dtq.domain.errors import BackendUnavailable
-from dtq.entrypoints.cli.common import EXIT_OK, cli_settings, run
+from dtq.entrypoints.cli.common import EXIT_OK, cli_settings, fail, run
 from dtq.entrypoints.config import Settings, listen_address
 
 if TYPE_CHECKING:
@@ -42,7 +44,35 @@ def cmd_orchestrator(args: argparse.Namespace) -> int:
     """Serve the API and run the reconciler on the real backend until a signal."""
     settings = cli_settings(args)
     settings.require_dsn()
+    warn_unauthenticated_bind(settings)
     return run(serve(settings, backend="real", runtime=None))
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost`` and loopback IP addresses (``127.0.0.0/8``, ``::1``)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve to any interface
+        return False
+
+
+def warn_unauthenticated_bind(settings: Settings) -> None:
+    """Say loudly on stderr, and in the log, when ``API_AUTH=none`` serves beyond loopback:
+    anyone who can reach the port may then submit, read and cancel anything."""
+    host, _ = listen_address(settings.orchestrator_listen)
+    if settings.api_auth != "none" or is_loopback(host):
+        return
+    message = (
+        f"WARNING: API_AUTH=none on {settings.orchestrator_listen}: the API accepts every request "
+        "from anyone who can reach it; use API_AUTH=tokens (the default) with `dtq token create`"
+    )
+    fail(message)
+    structlog.get_logger("dtq.orchestrator").warning(
+        "API authentication is off on a non-loopback address",
+        listen=settings.orchestrator_listen,
+    )
 
 
 class _Server(uvicorn.Server):
@@ -59,7 +89,8 @@ async def serve(settings: Settings, *, backend: Backend, runtime: Runtime | None
     """Serve the API and run the reconciler (and, given a ``runtime``, a worker) until a signal.
 
     Each loop gets its own bundle (API, reconciler, worker) from one container, so in ``dtq dev``
-    all three share the memory store and queue.
+    all three share the memory store and queue. The worker's metrics are registered in the API's
+    registry, so ``dtq dev``'s ``/metrics`` carries the ``worker_*`` series too.
 
     Returns:
         ``EXIT_OK`` once everything stopped.
@@ -70,7 +101,7 @@ async def serve(settings: Settings, *, backend: Backend, runtime: Runtime | None
     """
     from dtq.entrypoints.api import create_app
     from dtq.entrypoints.container import open_services
-    from dtq.entrypoints.metrics import OrchestratorMetrics, new_registry
+    from dtq.entrypoints.metrics import OrchestratorMetrics, WorkerMetrics, new_registry
     from dtq.entrypoints.reconciler import Reconciler
     from dtq.entrypoints.worker.runtime import stop_on_signals
 
@@ -100,6 +131,7 @@ async def serve(settings: Settings, *, backend: Backend, runtime: Runtime | None
             promote_interval=settings.promote_interval,
             batch=settings.reconcile_batch,
             metrics=metrics,
+            retention=services.reconciler.retention,
         )
 
         def stop_gracefully() -> None:
@@ -126,6 +158,7 @@ async def serve(settings: Settings, *, backend: Backend, runtime: Runtime | None
                             runtime.configure(settings),
                             stop=stop,
                             stop_now=stop_now,
+                            metrics=WorkerMetrics(metrics.registry),
                         ),
                         name="dtq-worker",
                     )

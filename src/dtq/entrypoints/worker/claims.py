@@ -23,6 +23,9 @@ HAND_BACK_REASON = "worker shutting down"
 
 LEASE_LOST = "lease lost"  # another run owns the task now
 LEASE_UNCONFIRMED = "lease unconfirmed"  # no renewal succeeded within the lease window
+TASK_CANCELLED = "task cancelled"  # the heartbeat answered CANCELLED (issue 14 item 1)
+#: Interruptions after which the worker records nothing: the run is no longer ours to end.
+RECORD_NOTHING = frozenset({LEASE_LOST, LEASE_UNCONFIRMED, TASK_CANCELLED})
 SHUTDOWN = "shutdown"
 
 
@@ -54,7 +57,7 @@ class Held:
     claim: Claim
     phase: Phase = Phase.STARTING
     task: asyncio.Task[None] | None = None  # the asyncio task running the handler
-    interrupted: str | None = None  # LEASE_LOST, LEASE_UNCONFIRMED or SHUTDOWN
+    interrupted: str | None = None  # LEASE_LOST, LEASE_UNCONFIRMED, TASK_CANCELLED or SHUTDOWN
     duration: float = 0.0  # handler wall time, seconds
     result: Any = None  # the handler's return value (checked storable), recorded with success
     progress: Reported | None = None  # the handler's latest progress report (task.progress)

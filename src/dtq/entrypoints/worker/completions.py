@@ -18,7 +18,14 @@ from structlog.typing import FilteringBoundLogger
 
 from dtq.application.commands import Claim, ReportOutcome
 from dtq.domain.errors import BackendUnavailable, DtqError
-from dtq.entrypoints.worker.claims import LEASE_LOST, Held, Phase, Shared, task_fields
+from dtq.entrypoints.worker.claims import (
+    LEASE_LOST,
+    TASK_CANCELLED,
+    Held,
+    Phase,
+    Shared,
+    task_fields,
+)
 
 T = TypeVar("T")
 
@@ -150,8 +157,8 @@ class Completions:
                 batch: list[Held] = []
                 while self._waiting and len(batch) < limit:
                     held = self._waiting.popleft()
-                    if held.interrupted == LEASE_LOST:
-                        continue  # the lease renewal found it taken over: record nothing
+                    if held.interrupted in (LEASE_LOST, TASK_CANCELLED):
+                        continue  # taken over, or cancelled, meanwhile: record nothing
                     held.phase = Phase.COMMITTING
                     batch.append(held)
                 self.room.set()

@@ -314,8 +314,7 @@ class HttpExecution:
         response = await self._orchestrator.post(f"/v1/worker/runs/{claim.run.id}/heartbeat", body)
         if response.status_code == 200:
             if response.json().get("cancel"):
-                # Issue 15 cancel: the lead maps this to LeaseState.CANCELLED once it exists.
-                return LeaseState.LOST
+                return LeaseState.CANCELLED  # the task was cancelled: stop, report nothing
             return LeaseState.EXTENDED
         if response.status_code in (404, 409):
             return LeaseState.LOST

@@ -7,7 +7,14 @@ import asyncio
 from collections.abc import Callable
 
 from dtq.application.ports import LeaseState
-from dtq.entrypoints.worker.claims import LEASE_LOST, LEASE_UNCONFIRMED, Held, Phase, Shared
+from dtq.entrypoints.worker.claims import (
+    LEASE_LOST,
+    LEASE_UNCONFIRMED,
+    TASK_CANCELLED,
+    Held,
+    Phase,
+    Shared,
+)
 
 _RENEWALS_AT_ONCE = 32  # lease extensions in flight together during one pass
 
@@ -18,8 +25,10 @@ class Leases:
     A claim is held from :meth:`hold` to :meth:`release`. A renewal answering LOST (another run
     owns the task), and a claim with no successful renewal within ``window`` seconds (its lease
     can no longer be shown to be ours, e.g. Redis unreachable), are released and passed to
-    ``on_lost(held, reason)`` with ``LEASE_LOST`` or ``LEASE_UNCONFIRMED``. Build it inside the
-    running event loop (it reads that loop's clock).
+    ``on_lost(held, reason)`` with ``LEASE_LOST`` or ``LEASE_UNCONFIRMED``; a renewal answering
+    CANCELLED (the task was cancelled, issue 14 item 1) likewise, with ``TASK_CANCELLED``, and
+    is not counted as a lease loss. Build it inside the running event loop (it reads that
+    loop's clock).
 
     Each tick also writes the progress of the running claims whose latest ``task.progress``
     value differs from the one last written, all in one ``execution.record_progress`` call (one
@@ -126,6 +135,8 @@ class Leases:
             self._meters.kind(held.claim.task.kind).extensions.inc()
         elif state is LeaseState.LOST:
             self._lost(held, LEASE_LOST)
+        elif state is LeaseState.CANCELLED:
+            self._lost(held, TASK_CANCELLED)
         else:
             self._log.warning("lease heartbeat found no lease", state=str(state), **held.fields)
 
@@ -140,6 +151,7 @@ class Leases:
             # that report's retries once its bounded tries are spent.
             held.interrupted = held.interrupted or reason
             return
-        self._meters.metrics.lease_losses.labels(kind=held.claim.task.kind).inc()
+        if reason != TASK_CANCELLED:
+            self._meters.metrics.lease_losses.labels(kind=held.claim.task.kind).inc()
         self._confirmed.pop(held, None)
         self._on_lost(held, reason)

@@ -20,15 +20,15 @@ from structlog.typing import FilteringBoundLogger
 from dtq.application.artifacts import ArtifactService
 from dtq.application.commands import Claim, ReportOutcome
 from dtq.application.execution import FailOutcome
-from dtq.domain.entities import DEFAULT_PRIORITY
 from dtq.entrypoints.metrics import WorkerMetrics
 from dtq.entrypoints.worker.artifacts import TaskArtifacts
 from dtq.entrypoints.worker.backend import WorkerBackend, WorkerExecution
 from dtq.entrypoints.worker.claims import (
     HAND_BACK_REASON,
     LEASE_LOST,
-    LEASE_UNCONFIRMED,
+    RECORD_NOTHING,
     SHUTDOWN,
+    TASK_CANCELLED,
     Held,
     Meters,
     Phase,
@@ -42,7 +42,6 @@ from dtq.entrypoints.worker.runner import HandlerRunner, HandlerTimeout
 from dtq.worker import Handler, PermanentError
 
 _FINAL_WAIT = 15.0  # seconds: bound on hand-backs and last commits after the grace period
-_LOST = frozenset({LEASE_LOST, LEASE_UNCONFIRMED})
 
 
 class Session:
@@ -215,10 +214,13 @@ class Session:
             held.phase = Phase.SETTLING
             await self._unknown_kind(held)
             return
-        if held.interrupted in _LOST:  # lost before it began: record nothing
+        if held.interrupted in RECORD_NOTHING:  # lost or cancelled before it began
             held.phase = Phase.SETTLING
             self._leases.release(held)
-            self._log.warning("lease lost: handler not started", **held.fields)
+            if held.interrupted == TASK_CANCELLED:
+                self._log.info("task cancelled: handler not started", **held.fields)
+            else:
+                self._log.warning("lease lost: handler not started", **held.fields)
             return
         if self._abandoning:  # claimed while shutting down: hand it straight back
             held.phase = Phase.SETTLING
@@ -254,7 +256,10 @@ class Session:
             current.uncancel()  # our own interruption was delivered (or swallowed)
         duration = loop.time() - started
 
-        if held.interrupted in _LOST:
+        if held.interrupted == TASK_CANCELLED:
+            self._log.info("task cancelled: handler cancelled, nothing reported", **held.fields)
+            return
+        if held.interrupted in RECORD_NOTHING:
             self._log.warning(
                 "lease lost: handler cancelled, outcome not recorded",
                 reason=held.interrupted,
@@ -276,12 +281,21 @@ class Session:
         await self._fail(held, exc, duration)
 
     def _lease_lost(self, held: Held, reason: str) -> None:
-        """The lease renewal says ``held``'s lease is not ours (any more): record nothing."""
+        """The lease renewal says ``held``'s lease is not ours (any more), or its task was
+        cancelled (``TASK_CANCELLED``): stop the handler, record nothing."""
+        cancelled = reason == TASK_CANCELLED
         if held.phase is Phase.WAITING:
-            held.interrupted = LEASE_LOST  # the success is dropped from the batch
-            self._log.warning("lease lost: success not recorded", **held.fields)
+            # the success is dropped from the batch (it would be refused: STALE)
+            held.interrupted = TASK_CANCELLED if cancelled else LEASE_LOST
+            if cancelled:
+                self._log.info("task cancelled: success not recorded", **held.fields)
+            else:
+                self._log.warning("lease lost: success not recorded", **held.fields)
             return
-        self._log.warning("lease lost: cancelling the handler", reason=reason, **held.fields)
+        if cancelled:
+            self._log.info("task cancelled: cancelling the handler", **held.fields)
+        else:
+            self._log.warning("lease lost: cancelling the handler", reason=reason, **held.fields)
         held.interrupt(reason)
 
     # -- reports -------------------------------------------------------------------------------
@@ -365,14 +379,14 @@ class Session:
     async def _registry_loop(self) -> None:
         """Upsert the ``workers`` row every ``registry_every`` s; errors are logged."""
         hostname = socket.gethostname()
+        # what the worker serves (explain, submit warnings, the reconciler's unpolled check):
+        # the kinds it registered and the tiers it polls, always written
         metadata: dict[str, Any] = {
             "kinds": sorted(self._handlers),
+            "priorities": list(self._config.priorities),
             "concurrency": self._config.concurrency,
             "pid": os.getpid(),
         }
-        if self._config.priorities != (DEFAULT_PRIORITY,):
-            # what the reconciler's unpolled check reads; absent means the default tier only
-            metadata["priorities"] = list(self._config.priorities)
         while True:
             try:
                 await self._registry.heartbeat(self._config.worker_id, hostname, metadata)

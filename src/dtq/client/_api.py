@@ -1,0 +1,89 @@
+"""The orchestrator's routes (spec §7, issue 14, issue 15) as :class:`~dtq.client._calls.Call`
+values; :class:`~dtq.client.Client` and :class:`~dtq.client.AsyncClient` send them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+from dtq.client._calls import Call, idempotency_key, struct
+from dtq.client.jobs import JobBuilder, go_duration, task_options
+from dtq.entrypoints.api.schemas import (
+    JobBody,
+    JobResultsBody,
+    SubmitJobResponse,
+    SubmitTaskResponse,
+    TaskDetailBody,
+    WorkersBody,
+)
+
+_submit_task = struct(SubmitTaskResponse)
+_submit_job = struct(SubmitJobResponse)
+_task = struct(TaskDetailBody)
+_job = struct(JobBody)
+_results = struct(JobResultsBody)
+_workers = struct(WorkersBody)
+
+
+def submit_task(
+    kind: str,
+    payload: Any = None,
+    *,
+    priority: str | None = None,
+    max_attempts: int | None = None,
+    delay: str | timedelta | None = None,
+    run_at: datetime | None = None,
+    retry: Mapping[str, Any] | None = None,
+    timeout: str | timedelta | None = None,
+    idempotency_key_: str | None = None,
+) -> Call[SubmitTaskResponse]:
+    body: dict[str, Any] = {"kind": kind}
+    if payload is not None:
+        body["payload"] = payload
+    body.update(
+        task_options(
+            priority=priority,
+            max_attempts=max_attempts,
+            delay=delay,
+            run_at=run_at,
+            retry=retry,
+            timeout=timeout,
+        )
+    )
+    return Call(
+        "POST", "/v1/tasks", _submit_task, json=body, headers=idempotency_key(idempotency_key_)
+    )
+
+
+def submit_job(
+    job: JobBuilder | Mapping[str, Any], *, idempotency_key_: str | None = None
+) -> Call[SubmitJobResponse]:
+    body = job.body() if isinstance(job, JobBuilder) else dict(job)
+    return Call(
+        "POST", "/v1/jobs", _submit_job, json=body, headers=idempotency_key(idempotency_key_)
+    )
+
+
+def get_task(task_id: UUID | str) -> Call[TaskDetailBody]:
+    return Call("GET", f"/v1/tasks/{task_id}", _task)
+
+
+def get_job(
+    job_id: UUID | str, *, limit: int | None = None, cursor: str | None = None
+) -> Call[JobBody]:
+    return Call("GET", f"/v1/jobs/{job_id}", _job, params={"limit": limit, "cursor": cursor})
+
+
+def results_page(
+    job_id: UUID | str, *, limit: int | None = None, cursor: str | None = None
+) -> Call[JobResultsBody]:
+    return Call(
+        "GET", f"/v1/jobs/{job_id}/results", _results, params={"limit": limit, "cursor": cursor}
+    )
+
+
+def workers(active_since: str | timedelta | None = None) -> Call[WorkersBody]:
+    since = go_duration(active_since) if active_since is not None else None
+    return Call("GET", "/v1/workers", _workers, params={"active_since": since})

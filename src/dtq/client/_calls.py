@@ -1,0 +1,118 @@
+"""What the sync and async clients share: each API call as a :class:`Call` (method, path,
+query, body, how to decode the answer), the error mapping, and the retry schedule.
+
+Neither client does anything but send a ``Call`` with its own httpx client and apply
+:func:`outcome` to the answer, so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import random
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Generic, TypeVar
+
+import msgspec
+
+from dtq.client.errors import ApiError, error_for
+
+T = TypeVar("T")
+
+#: Statuses a call is retried on (when the server says so with Retry-After, or by backoff).
+RETRY_STATUSES = frozenset({429, 503})
+
+#: Longest wait between two tries, whatever Retry-After says (seconds).
+MAX_RETRY_WAIT = 30.0
+
+_json = msgspec.json.Decoder()
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T]):
+    """One request and how to read its answer.
+
+    Attributes:
+        method, path: the route (``path`` starts with ``/``).
+        decode: bytes of a 2xx body -> the typed result (None for 204).
+        params: query parameters (None values are dropped).
+        json: the JSON body, or None for none.
+        headers: extra headers (the Idempotency-Key of a submit).
+        safe_to_resend: a transport failure (no answer at all) may be retried: true for reads,
+            for submits (they carry an Idempotency-Key) and for idempotent commands.
+    """
+
+    method: str
+    path: str
+    decode: Callable[[bytes | None], T]
+    params: Mapping[str, Any] | None = None
+    json: Any = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    safe_to_resend: bool = True
+
+    def query(self) -> dict[str, str]:
+        """The query parameters to send: None dropped, lists joined by commas, datetimes as
+        RFC 3339."""
+        out: dict[str, str] = {}
+        for key, value in (self.params or {}).items():
+            if value is None:
+                continue
+            if isinstance(value, (list, tuple, set, frozenset)):
+                out[key] = ",".join(str(v) for v in value)
+            elif isinstance(value, datetime):
+                out[key] = value.isoformat()
+            else:
+                out[key] = str(value)
+        return out
+
+
+def struct(type_: type[T]) -> Callable[[bytes | None], T]:
+    """A decoder of a 2xx body into ``type_`` (a msgspec Struct of the API's schemas)."""
+    decoder = msgspec.json.Decoder(type_)
+
+    def decode(content: bytes | None) -> T:
+        if content is None:
+            raise ApiError(204, "no_content", "the orchestrator answered 204 with no body")
+        return decoder.decode(content)
+
+    return decode
+
+
+def idempotency_key(given: str | None) -> dict[str, str]:
+    """The Idempotency-Key header of a submit: ``given``, or a fresh random one, so a retried
+    submit can never create the job twice."""
+    return {"Idempotency-Key": given if given is not None else f"dtq-client-{uuid.uuid4()}"}
+
+
+def outcome(call: Call[T], status: int, content: bytes) -> T:
+    """The result of ``call`` for an answer, or raise its :class:`ApiError`."""
+    if 200 <= status < 300:
+        return call.decode(content if status != 204 else None)
+    try:
+        body: object = _json.decode(content) if content else None
+    except msgspec.DecodeError:
+        body = None
+    raise error_for(status, body)
+
+
+def retry_wait(attempt: int, retry_after: str | None, *, now: datetime | None = None) -> float:
+    """Seconds to wait before try ``attempt + 1`` (``attempt`` >= 1): ``Retry-After`` when the
+    server sent one (delta-seconds or an HTTP date), else 0.25 s doubling per try with jitter;
+    capped at :data:`MAX_RETRY_WAIT`."""
+    if retry_after:
+        value = retry_after.strip()
+        if value.isdigit():
+            return min(float(value), MAX_RETRY_WAIT)
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            when = None
+        if when is not None:
+            if when.tzinfo is None:
+                when = when.replace(tzinfo=UTC)
+            delta = (when - (now or datetime.now(UTC))).total_seconds()
+            return min(max(delta, 0.0), MAX_RETRY_WAIT)
+    base = min(0.25 * 2 ** (attempt - 1), MAX_RETRY_WAIT)
+    return random.uniform(base / 2, base)

@@ -1,0 +1,133 @@
+"""What the commands that talk to a running orchestrator share (issue 15 item 5): ``--url``,
+``--token`` and ``--json``, the :class:`~dtq.client.Client` they build, their output (a table on
+a terminal or JSON) and how an API error becomes one line and an exit status."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from functools import wraps
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from rich.console import Console
+from rich.table import Table
+
+from dtq.client import ApiError, Client, TransportError
+from dtq.entrypoints.cli.common import EXIT_FAILURE, EXIT_USAGE, UsageError, fail
+from dtq.entrypoints.config import load_dotenv_file
+from dtq.entrypoints.config_values import parse_duration
+
+#: Exit status of ``--wait`` and ``dtq watch`` when the job failed or was cancelled.
+EXIT_JOB_FAILED = 1
+#: Exit status of ``--wait`` when the job did not finish in ``--timeout`` (as timeout(1)).
+EXIT_WAIT_TIMEOUT = 124
+
+
+def client_options() -> argparse.ArgumentParser:
+    """A parent parser with ``--url``, ``--token`` and ``--json``."""
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument(
+        "--url", metavar="URL", help="orchestrator base URL (default: DTQ_URL, else :8080)"
+    )
+    parent.add_argument("--token", metavar="TOKEN", help="API token (default: DTQ_TOKEN)")
+    parent.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    return parent
+
+
+def open_client(args: argparse.Namespace) -> Client:
+    """The client for ``args`` (``--url``/``--token``, else ``DTQ_URL``/``DTQ_TOKEN`` from the
+    environment over ``--env-file``).
+
+    Raises:
+        UsageError: the URL is not http(s).
+    """
+    environ = load_dotenv_file(args.env_file, environ=os.environ)
+    url = args.url or environ.get("DTQ_URL")
+    token = args.token or environ.get("DTQ_TOKEN")
+    try:
+        return Client(url, token=token)
+    except ValueError as exc:
+        raise UsageError("--url", str(exc)) from None
+
+
+def api_command(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Wrap a command so an API refusal is one line (``dtq: code: message (field f)``) with exit
+    2 for a 4xx and 1 for a 5xx, and an unreachable orchestrator one line with exit 1."""
+
+    @wraps(fn)
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return fn(args)
+        except ApiError as exc:
+            fail(str(exc))
+            return EXIT_USAGE if exc.status < 500 else EXIT_FAILURE
+        except TransportError as exc:
+            fail(f"cannot reach the orchestrator: {exc}")
+            return EXIT_FAILURE
+
+    return run
+
+
+def json_argument(text: str, *, option: str) -> Any:
+    """``--payload``-style input: JSON text, or ``@path`` for a file holding JSON.
+
+    Raises:
+        UsageError: the file cannot be read or the text is not JSON.
+    """
+    source = text
+    if text.startswith("@"):
+        try:
+            source = Path(text[1:]).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(option, f"cannot read {text[1:]!r}: {exc.strerror}") from None
+    try:
+        return json.loads(source)
+    except json.JSONDecodeError as exc:
+        raise UsageError(option, f"not JSON: {exc.msg} at line {exc.lineno}") from None
+
+
+def console() -> Console:
+    """A console on stdout (colours only on a terminal; wide enough for ids when piped)."""
+    return Console(file=sys.stdout, width=None if sys.stdout.isatty() else 160)
+
+
+def emit_json(value: Any) -> None:
+    """Print ``value`` (msgspec Structs included) as indented JSON on stdout."""
+    sys.stdout.write(msgspec.json.format(msgspec.json.encode(value), indent=2).decode() + "\n")
+    sys.stdout.flush()
+
+
+def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> Table:
+    """A rich table of ``rows`` (cells shown with ``str``; None as an empty cell)."""
+    out = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+    for column in columns:
+        out.add_column(column, overflow="fold")
+    for row in rows:
+        out.add_row(*("" if cell is None else str(cell) for cell in row))
+    return out
+
+
+def short(text: str | None, limit: int = 80) -> str:
+    """``text`` on one line, cut to ``limit`` characters with an ellipsis."""
+    if not text:
+        return ""
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def positive_duration(text: str, *, option: str) -> float:
+    """A Go duration option (``1s``, ``500ms``) in seconds, more than zero.
+
+    Raises:
+        ConfigError: not a Go duration (reported as one line naming ``option``).
+        UsageError: zero.
+    """
+    seconds = parse_duration(text, variable=option)
+    if seconds <= 0:
+        raise UsageError(option, f"must be more than 0, got {text!r}")
+    return seconds

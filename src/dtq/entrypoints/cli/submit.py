@@ -1,0 +1,102 @@
+"""``dtq submit KIND`` and ``dtq job submit FILE.json`` (issue 15 item 5): submit over the API,
+optionally waiting for the job to finish."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import Any
+
+from dtq.entrypoints.cli.common import UsageError, positive_int
+from dtq.entrypoints.cli.remote import (
+    api_command,
+    client_options,
+    console,
+    emit_json,
+    json_argument,
+    open_client,
+    positive_duration,
+    table,
+)
+from dtq.entrypoints.cli.watch import follow
+
+
+def add_parser(commands: Any, parents: Sequence[argparse.ArgumentParser]) -> None:
+    """Register ``submit`` and ``job submit``."""
+    parents = [*parents, client_options()]
+    submit = commands.add_parser("submit", help="submit one task", parents=parents)
+    submit.add_argument("kind", metavar="KIND")
+    submit.add_argument(
+        "--payload", metavar="JSON|@FILE", help="the task's payload (JSON text or @file)"
+    )
+    submit.add_argument("--priority", metavar="P", help="priority tier (default: default)")
+    submit.add_argument("--delay", metavar="DURATION", help="run no sooner than this (e.g. 5s)")
+    submit.add_argument("--max-attempts", type=positive_int, metavar="N")
+    submit.add_argument("--idempotency-key", metavar="KEY")
+    _wait_options(submit)
+    submit.set_defaults(command=cmd_submit)
+
+    job = commands.add_parser("job", help="job commands")
+    job_commands = job.add_subparsers(title="job commands", metavar="COMMAND", required=True)
+    job_submit = job_commands.add_parser(
+        "submit", help="submit a job from a JSON file (the POST /v1/jobs body)", parents=parents
+    )
+    job_submit.add_argument("file", metavar="FILE.json", help="the job body; - for stdin")
+    job_submit.add_argument("--idempotency-key", metavar="KEY")
+    _wait_options(job_submit)
+    job_submit.set_defaults(command=cmd_job_submit)
+
+
+def _wait_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--wait", action="store_true", help="follow the job until it finishes (as dtq watch)"
+    )
+    parser.add_argument(
+        "--timeout",
+        default="1h",
+        metavar="DURATION",
+        help="with --wait: give up after this long, exit 124 (default 1h)",
+    )
+
+
+@api_command
+def cmd_submit(args: argparse.Namespace) -> int:
+    """Submit the task; print its ids (and, with ``--wait``, follow its job)."""
+    payload = json_argument(args.payload, option="--payload") if args.payload else None
+    timeout = positive_duration(args.timeout, option="--timeout")
+    with open_client(args) as client:
+        created = client.submit_task(
+            args.kind,
+            payload,
+            priority=args.priority,
+            delay=args.delay,
+            max_attempts=args.max_attempts,
+            idempotency_key=args.idempotency_key,
+        )
+        if not args.wait:
+            _print_ids(args, created, [("task_id", created.task_id), ("job_id", created.job_id)])
+            return 0
+        return follow(client, str(created.job_id), as_json=args.json, interval=0.5, timeout=timeout)
+
+
+@api_command
+def cmd_job_submit(args: argparse.Namespace) -> int:
+    """Submit the job file; print the job id and task ids by name."""
+    body = json_argument("@/dev/stdin" if args.file == "-" else f"@{args.file}", option="FILE")
+    timeout = positive_duration(args.timeout, option="--timeout")
+    if not isinstance(body, dict):
+        raise UsageError("FILE", "the job file must hold a JSON object (the POST /v1/jobs body)")
+    with open_client(args) as client:
+        created = client.submit_job(body, idempotency_key=args.idempotency_key)
+        if not args.wait:
+            rows = [("job_id", created.job_id), *sorted(created.tasks.items())]
+            _print_ids(args, created, rows)
+            return 0
+        return follow(client, str(created.job_id), as_json=args.json, interval=0.5, timeout=timeout)
+
+
+def _print_ids(args: argparse.Namespace, created: Any, rows: list[tuple[str, Any]]) -> None:
+    if args.json:
+        emit_json(created)
+    else:
+        console().print(table(None, ["name", "id"], rows))

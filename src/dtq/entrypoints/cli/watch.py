@@ -1,0 +1,213 @@
+"""``dtq watch JOB_ID`` and ``dtq results JOB_ID`` (issue 15 item 5): a live terminal view of a
+job, and its results."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+from rich.console import Group, RenderableType
+from rich.live import Live
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+
+from dtq.client import Client
+from dtq.domain.status import JobStatus, TaskStatus
+from dtq.entrypoints.api.schemas import JobBody
+from dtq.entrypoints.cli.common import EXIT_OK, fail
+from dtq.entrypoints.cli.remote import (
+    EXIT_JOB_FAILED,
+    EXIT_WAIT_TIMEOUT,
+    api_command,
+    client_options,
+    console,
+    emit_json,
+    open_client,
+    positive_duration,
+    short,
+    table,
+)
+
+#: How many of the latest failed tasks the view lists.
+FAILURES_SHOWN = 5
+
+
+def add_parser(commands: Any, parents: Sequence[argparse.ArgumentParser]) -> None:
+    """Register ``watch`` and ``results``."""
+    parents = [*parents, client_options()]
+    watch = commands.add_parser(
+        "watch",
+        help="follow a job live: progress, counts per status, latest failures",
+        parents=parents,
+    )
+    watch.add_argument("job_id", metavar="JOB_ID")
+    watch.add_argument(
+        "--interval",
+        default="1s",
+        metavar="DURATION",
+        help="time between two looks (Go duration, default 1s)",
+    )
+    watch.set_defaults(command=cmd_watch)
+    results = commands.add_parser("results", help="a job's results", parents=parents)
+    results.add_argument("job_id", metavar="JOB_ID")
+    results.set_defaults(command=cmd_results)
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """What the watch view shows of a job at one look."""
+
+    job_id: str
+    name: str
+    status: JobStatus
+    counts: dict[str, int]
+    failures: list[tuple[str, str, int, str]]  # name, kind, attempt, last error
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def finished(self) -> int:
+        return sum(n for status, n in self.counts.items() if TaskStatus(status).terminal)
+
+    @classmethod
+    def of(cls, job: JobBody) -> Snapshot:
+        counts = Counter(str(t.status) for t in job.tasks)
+        failed = sorted(
+            (t for t in job.tasks if t.status is TaskStatus.FAILED),
+            key=lambda t: t.finished_at or t.updated_at,
+            reverse=True,
+        )
+        return cls(
+            job_id=str(job.id),
+            name=job.name,
+            status=job.status,
+            counts={str(s): counts.get(str(s), 0) for s in TaskStatus},
+            failures=[
+                (t.name, t.kind, t.attempt, t.last_error or "") for t in failed[:FAILURES_SHOWN]
+            ],
+        )
+
+    @property
+    def done(self) -> bool:
+        """The job is terminal and none of its tasks is still running or waiting (a job fails
+        as soon as one task fails, while others may still run)."""
+        return self.status.terminal and self.finished == self.total
+
+    def exit_status(self) -> int:
+        """0 for a completed job, :data:`EXIT_JOB_FAILED` for a failed or cancelled one."""
+        return EXIT_OK if self.status is JobStatus.COMPLETED else EXIT_JOB_FAILED
+
+
+def render(snap: Snapshot) -> RenderableType:
+    """The watch view of one snapshot."""
+    style = {"completed": "green", "failed": "red", "cancelled": "yellow"}.get(str(snap.status))
+    header = Text.assemble(
+        ("job ", "bold"),
+        snap.job_id,
+        f"  {snap.name}  " if snap.name else "  ",
+        (str(snap.status), style or "cyan"),
+    )
+    bar = ProgressBar(total=max(snap.total, 1), completed=snap.finished, width=50)
+    progress = Text(f"{snap.finished}/{snap.total} tasks finished")
+    counts = table(None, [str(s) for s in TaskStatus], [[snap.counts[str(s)] for s in TaskStatus]])
+    line = Table.grid(padding=(0, 1))
+    line.add_row(bar, progress)
+    parts: list[RenderableType] = [header, line, counts]
+    if snap.failures:
+        parts.append(
+            table(
+                "latest failures",
+                ["task", "kind", "attempt", "error"],
+                [(n, k, a, short(e)) for n, k, a, e in snap.failures],
+            )
+        )
+    return Group(*parts)
+
+
+def look(client: Client, job_id: str) -> Snapshot:
+    """One look at the job."""
+    return Snapshot.of(client.get_job(job_id))
+
+
+@api_command
+def cmd_watch(args: argparse.Namespace) -> int:
+    """Redraw the view every ``--interval`` until the job is terminal; its exit status says how
+    it ended (0 completed, 1 failed or cancelled)."""
+    interval = positive_duration(args.interval, option="--interval")
+    with open_client(args) as client:
+        return follow(client, args.job_id, as_json=args.json, interval=interval)
+
+
+def follow(
+    client: Client,
+    job_id: str,
+    *,
+    as_json: bool,
+    interval: float,
+    timeout: float | None = None,
+) -> int:
+    """Look at the job every ``interval`` seconds until it is done (:attr:`Snapshot.done`),
+    showing the live view (or, with ``as_json``, printing only the final snapshot as JSON).
+
+    Returns:
+        0 completed, :data:`EXIT_JOB_FAILED` failed or cancelled, :data:`EXIT_WAIT_TIMEOUT`
+        when ``timeout`` seconds passed first (a one-line message on stderr).
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    snap = look(client, job_id)
+    live = None if as_json else Live(render(snap), console=console(), refresh_per_second=4)
+    try:
+        if live is not None:
+            live.start()
+        while not snap.done:
+            left = interval if deadline is None else deadline - time.monotonic()
+            if left <= 0:
+                fail(f"job {job_id} still {snap.status} after {timeout:g}s")
+                return EXIT_WAIT_TIMEOUT
+            time.sleep(min(interval, left))
+            snap = look(client, job_id)
+            if live is not None:
+                live.update(render(snap))
+    finally:
+        if live is not None:
+            live.stop()
+    if as_json:
+        emit_json(snap_json(snap))
+    return snap.exit_status()
+
+
+def snap_json(snap: Snapshot) -> dict[str, Any]:
+    """The final snapshot as ``--json`` prints it."""
+    return {
+        "job_id": snap.job_id,
+        "status": str(snap.status),
+        "counts": snap.counts,
+        "failures": [
+            {"name": n, "kind": k, "attempt": a, "error": e} for n, k, a, e in snap.failures
+        ],
+    }
+
+
+@api_command
+def cmd_results(args: argparse.Namespace) -> int:
+    """Print every task result of the job in submission order."""
+    with open_client(args) as client:
+        results = list(client.iter_results(args.job_id))
+    if args.json:
+        emit_json(results)
+    else:
+        rows = [(r.name, r.task_id, r.status, short(_json(r.result), 100)) for r in results]
+        console().print(table(None, ["task", "task_id", "status", "result"], rows))
+    return EXIT_OK
+
+
+def _json(value: Any) -> str:
+    return "" if value is None else msgspec.json.encode(value).decode()

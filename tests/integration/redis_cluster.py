@@ -1,0 +1,189 @@
+"""A throwaway three-master Redis Cluster on free local ports, for the tests (issue 17 item 6).
+
+``start_cluster`` runs three ``redis-server --cluster-enabled yes`` processes (no persistence) in
+a temp dir, joins them with ``redis-cli --cluster create ... --cluster-replicas 0``, and waits for
+``cluster_state:ok`` on every node; ``LocalCluster.stop`` ends the processes it started and
+removes the dir. The session fixture in ``conftest.py`` starts one per test session (about a
+second). Keys are cleaned per slot (``delete_slot_keys``), never by SCAN, which is per node.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import redis
+from redis.asyncio import RedisCluster
+
+from dtq.adapters.redis import tagged_prefix
+
+MASTERS = 3
+_BUS_OFFSET = 10_000  # Redis Cluster's node-to-node bus listens on port + 10000
+_START_TIMEOUT = 20.0  # seconds for the servers to answer and the cluster to reach state ok
+
+
+class ClusterUnavailable(RuntimeError):
+    """The local cluster could not be started (binaries missing, ports, timeout)."""
+
+
+@dataclass
+class LocalCluster:
+    """The processes, ports and dir of a running local cluster."""
+
+    directory: Path
+    ports: list[int]
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    @property
+    def addr(self) -> str:
+        """The ``REDIS_ADDR`` seed list of every master (``redis+cluster://...``)."""
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{port}" for port in self.ports)
+
+    def stop(self) -> None:
+        """Terminate the servers this cluster started (killed after 5 s) and remove its dir."""
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _free_ports(count: int) -> list[int]:
+    """``count`` ports whose cluster-bus port (+10000) is free too."""
+    ports: list[int] = []
+    while len(ports) < count:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port + _BUS_OFFSET <= 65535 and port not in ports and _port_free(port + _BUS_OFFSET):
+            ports.append(port)
+    return ports
+
+
+def _wait(ready: object, what: str, deadline: float) -> None:
+    while True:
+        try:
+            if callable(ready) and ready():
+                return
+        except (redis.RedisError, OSError):
+            pass
+        if time.monotonic() > deadline:
+            raise ClusterUnavailable(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def _ping(port: int) -> bool:
+    with redis.Redis(port=port, socket_timeout=1.0, socket_connect_timeout=1.0) as client:
+        return bool(client.ping())
+
+
+def _state_ok(port: int) -> bool:
+    with redis.Redis(port=port, socket_timeout=1.0, socket_connect_timeout=1.0) as client:
+        info = client.execute_command("CLUSTER INFO")  # parsed into a dict by redis-py
+        if isinstance(info, dict):
+            return info.get("cluster_state") == "ok"
+        text = info.decode() if isinstance(info, bytes) else str(info)
+        return "cluster_state:ok" in text
+
+
+def start_cluster() -> LocalCluster:
+    """Start the three masters, create the cluster and wait until it serves every slot.
+
+    Raises:
+        ClusterUnavailable: ``redis-server`` or ``redis-cli`` is not on PATH, a server exited,
+            ``--cluster create`` failed, or the cluster did not reach ``cluster_state:ok``.
+    """
+    server, cli = shutil.which("redis-server"), shutil.which("redis-cli")
+    if not server or not cli:
+        raise ClusterUnavailable("redis-server and redis-cli are needed for the cluster tests")
+    cluster = LocalCluster(
+        Path(tempfile.mkdtemp(prefix="dtq-redis-cluster-")), _free_ports(MASTERS)
+    )
+    try:
+        for port in cluster.ports:
+            log = (cluster.directory / f"redis-{port}.log").open("wb")
+            cluster.procs.append(
+                subprocess.Popen(
+                    [
+                        server,
+                        "--port",
+                        str(port),
+                        "--bind",
+                        "127.0.0.1",
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-config-file",
+                        str(cluster.directory / f"nodes-{port}.conf"),
+                        "--cluster-node-timeout",
+                        "2000",
+                        "--dir",
+                        str(cluster.directory),
+                        "--save",
+                        "",
+                        "--appendonly",
+                        "no",
+                        "--daemonize",
+                        "no",
+                    ],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            )
+            log.close()
+        deadline = time.monotonic() + _START_TIMEOUT
+        for port, proc in zip(cluster.ports, cluster.procs, strict=True):
+            _wait(lambda p=port, pr=proc: pr.poll() is None and _ping(p), f"redis {port}", deadline)
+        nodes = [f"127.0.0.1:{port}" for port in cluster.ports]
+        created = subprocess.run(
+            [cli, "--cluster", "create", *nodes, "--cluster-replicas", "0", "--cluster-yes"],
+            capture_output=True,
+            timeout=_START_TIMEOUT,
+            check=False,
+        )
+        if created.returncode != 0:
+            output = (created.stdout + created.stderr).decode(errors="replace").strip()
+            raise ClusterUnavailable(f"redis-cli --cluster create failed: {output[-500:]}")
+        for port in cluster.ports:
+            _wait(lambda p=port: _state_ok(p), f"cluster_state:ok on {port}", deadline)
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
+
+
+async def delete_slot_keys(client: RedisCluster, prefix: str) -> int:
+    """Delete every key of the queue under ``prefix``: all of them share the slot of its hash
+    tag, so ``CLUSTER GETKEYSINSLOT`` on that slot finds them all (no per-node SCAN); only
+    keys that start with the tagged prefix are deleted. Returns how many were."""
+    start = tagged_prefix(prefix)
+    slot = client.keyslot(start)
+    deleted = 0
+    while True:
+        found = await client.cluster_get_keys_in_slot(slot, 1000)
+        keys = [
+            key
+            for key in found
+            if (key.decode() if isinstance(key, bytes) else key).startswith(start)
+        ]
+        if not keys:
+            return deleted
+        deleted += int(await client.delete(*keys))

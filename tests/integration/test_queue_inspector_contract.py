@@ -1,0 +1,155 @@
+"""Contract suite of the ``QueueInspector`` port (explain, issue 14 item 7), on ``InMemoryQueue``
+(FakeClock) and on ``RedisQueueInspector`` (the Redis server's clock).
+
+Each test stages the state through the ``Queue`` port and reads it back through the inspector the
+queue adapter offers (``inspector()``), so the inspector's key layout cannot drift from the
+queue's. As in ``test_queue_contract.py``, the fake clock starts at the real time and ``advance``
+both sleeps and moves it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from uuid import uuid4
+
+import pytest
+from redis.asyncio import Redis
+
+from dtq.adapters.memory.clock import FakeClock
+from dtq.adapters.memory.queue import InMemoryQueue
+from dtq.adapters.redis import RedisQueue
+from dtq.adapters.redis.inspect import RedisQueueInspector
+from dtq.application.ports import Lease, Queue, QueueInspector
+
+Advance = Callable[[float], Awaitable[None]]
+
+MARKER_TTL = 30.0
+
+
+@pytest.fixture
+def fake_clock() -> FakeClock:
+    return FakeClock(start=datetime.now(UTC))
+
+
+@pytest.fixture
+def memory_queue(fake_clock: FakeClock) -> InMemoryQueue:
+    return InMemoryQueue(fake_clock, marker_ttl=MARKER_TTL)
+
+
+@pytest.fixture
+def redis_queue(redis_client: Redis, redis_prefix: str) -> RedisQueue:
+    return RedisQueue(redis_client, prefix=redis_prefix, marker_ttl=MARKER_TTL)
+
+
+@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.integration)])
+def queue(request: pytest.FixtureRequest) -> InMemoryQueue | RedisQueue:
+    queue: InMemoryQueue | RedisQueue = request.getfixturevalue(f"{request.param}_queue")
+    return queue
+
+
+@pytest.fixture
+def inspector(queue: InMemoryQueue | RedisQueue) -> QueueInspector:
+    return queue.inspector()
+
+
+@pytest.fixture
+def advance(fake_clock: FakeClock) -> Advance:
+    async def advance(seconds: float) -> None:
+        await asyncio.sleep(seconds)
+        fake_clock.advance(seconds)
+
+    return advance
+
+
+def near(expected: float, tolerance: float = 0.5) -> object:
+    return pytest.approx(expected, abs=tolerance)
+
+
+async def test_an_unknown_task_has_an_empty_snapshot(inspector: QueueInspector) -> None:
+    snap = await inspector.inspect(uuid4(), "default")
+
+    assert (snap.marker_ttl, snap.lease, snap.lease_ttl, snap.scheduled_at) == (None,) * 4
+    assert (snap.ready_depth, snap.ready_position, snap.searched) == (0, None, 0)
+    assert abs(snap.server_time - datetime.now(UTC)) < timedelta(seconds=5)
+
+
+async def test_an_enqueued_task_shows_its_marker_depth_and_position(
+    queue: Queue, inspector: QueueInspector
+) -> None:
+    ids = [uuid4() for _ in range(3)]
+    await queue.enqueue_many([(task_id, "default") for task_id in ids])
+
+    snaps = [await inspector.inspect(task_id, "default") for task_id in ids]
+
+    assert [s.ready_position for s in snaps] == [0, 1, 2]  # 0: the next one popped
+    assert {s.ready_depth for s in snaps} == {3}
+    assert all(s.marker_ttl == near(MARKER_TTL) for s in snaps)
+    assert (await inspector.inspect(ids[0], "other")).ready_position is None
+
+
+async def test_a_popped_task_keeps_its_marker_and_leaves_the_list(
+    queue: Queue, inspector: QueueInspector, advance: Advance
+) -> None:
+    task_id = uuid4()
+    await queue.enqueue_many([(task_id, "default")])
+    assert await queue.pop_many(["default"], 0, 1) == [task_id]
+    await advance(0.2)
+
+    snap = await inspector.inspect(task_id, "default")
+
+    assert (snap.ready_depth, snap.ready_position) == (0, None)
+    assert snap.marker_ttl == near(MARKER_TTL - 0.2, 0.15)
+
+
+async def test_a_lease_is_shown_with_its_holder_and_ttl(
+    queue: Queue, inspector: QueueInspector
+) -> None:
+    task_id, run_id = uuid4(), uuid4()
+    lease = Lease(task_id=task_id, worker_id="w1", run_id=run_id, deadline_ms=1_700_000_000_000)
+    await queue.set_leases([lease], ttl=20)
+
+    snap = await inspector.inspect(task_id, "default")
+
+    assert snap.lease == lease
+    assert snap.lease_ttl == near(20)
+    assert snap.marker_ttl is None
+
+
+async def test_a_scheduled_entry_shows_its_due_time_under_its_priority(
+    queue: Queue, inspector: QueueInspector
+) -> None:
+    task_id = uuid4()
+    due = datetime.now(UTC).replace(microsecond=123_000) + timedelta(minutes=5)
+    await queue.schedule(task_id, "high", due)
+
+    assert (await inspector.inspect(task_id, "high")).scheduled_at == due
+    assert (await inspector.inspect(task_id, "default")).scheduled_at is None
+
+
+@pytest.mark.integration
+async def test_the_search_stops_after_scan_limit_entries(
+    redis_client: Redis, redis_prefix: str
+) -> None:
+    queue = RedisQueue(redis_client, prefix=redis_prefix)
+    inspector = RedisQueueInspector(redis_client, prefix=redis_prefix, scan_limit=2)
+    ids = [uuid4() for _ in range(3)]
+    await queue.enqueue_many([(task_id, "default") for task_id in ids])
+
+    oldest, newest = (
+        await inspector.inspect(ids[0], "default"),
+        await inspector.inspect(ids[2], "default"),
+    )
+
+    assert (oldest.ready_position, oldest.searched, oldest.ready_depth) == (0, 2, 3)
+    assert (newest.ready_position, newest.searched) == (None, 2)
+
+
+async def test_memory_search_stops_after_scan_limit_entries(memory_queue: InMemoryQueue) -> None:
+    ids = [uuid4() for _ in range(3)]
+    await memory_queue.enqueue_many([(task_id, "default") for task_id in ids])
+
+    newest = await memory_queue.inspect(ids[2], "default", scan_limit=2)
+
+    assert (newest.ready_position, newest.searched, newest.ready_depth) == (None, 2, 3)

@@ -1,0 +1,243 @@
+"""Redis Cluster (issue 17 item 6): the queue on a local three-master cluster, one hash slot for
+every key, and the move of a running deployment from the untagged key layout.
+
+The contract suite itself runs on the cluster too (``test_queue_contract.py``, ``redis_cluster``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from redis.asyncio import Redis, RedisCluster
+from redis.asyncio.client import Monitor
+
+from dtq.adapters.clock import SystemClock
+from dtq.adapters.cockroach import CockroachStore
+from dtq.adapters.memory.store import InMemoryStore
+from dtq.adapters.redis import KeyLayout, RedisQueue, check_eviction_policy, connect_redis
+from dtq.adapters.redis.connection import NO_RETRY
+from dtq.application.commands import SubmitJob, TaskSpec
+from dtq.application.ports import Lease, LeaseState
+from dtq.domain.errors import BackendUnavailable
+from dtq.domain.status import TaskStatus
+from tests.integration.redis_cluster import LocalCluster
+from tests.integration.wiring import services_on
+from tests.single import pop_one
+
+pytestmark = pytest.mark.integration
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+async def _slot_keys(client: RedisCluster, keys: KeyLayout) -> set[str]:
+    """Every key in the slot of the layout's hash tag that starts with its prefix."""
+    found = await client.cluster_get_keys_in_slot(client.keyslot(keys.scheduled), 1000)
+    return {name for name in map(_text, found) if name.startswith(keys.prefix)}
+
+
+async def test_keys_follow_the_spec_layout_under_the_tag_in_one_slot_of_the_cluster(
+    redis_cluster_client: RedisCluster, redis_cluster_prefix: str
+) -> None:
+    queue = RedisQueue(redis_cluster_client, prefix=redis_cluster_prefix, marker_ttl=30.0)
+    keys = KeyLayout(redis_cluster_prefix)
+    queued, leased, scheduled = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    await queue.enqueue_many([(queued, "high")])
+    await queue.set_leases([Lease(leased, "w-1", uuid.uuid4(), 123)], 30.0)
+    await queue.schedule(scheduled, "low|tier", datetime(2030, 1, 1, tzinfo=UTC))
+    await queue.epoch("token")
+
+    assert await _slot_keys(redis_cluster_client, keys) == {
+        f"{{{redis_cluster_prefix[:-1]}}}:queue:ready:high",
+        keys.marker(queued),
+        keys.lease(leased),
+        keys.scheduled,
+        keys.epoch,
+    }
+    # PROMOTE_DUE builds the marker and ready-list keys in Lua: they land in the same slot.
+    await queue.schedule(scheduled, "low|tier", datetime(2020, 1, 1, tzinfo=UTC))
+    assert await queue.promote_due(10) == 1
+    assert keys.ready("low|tier") in await _slot_keys(redis_cluster_client, keys)
+    assert await pop_one(queue, ["high", "low|tier"], 0) == queued
+    assert await pop_one(queue, ["high", "low|tier"], 0) == scheduled
+
+
+@contextlib.asynccontextmanager
+async def _monitoring(cluster: LocalCluster) -> AsyncIterator[dict[int, list[dict[str, str]]]]:
+    """MONITOR every master while the block runs; yields port -> the commands it saw (each
+    ``{"type": "tcp"|"lua", "command": ...}``; commands a script ran are ``lua``)."""
+    seen: dict[int, list[dict[str, str]]] = {port: [] for port in cluster.ports}
+    sentinel = f"dtq-monitor-end-{uuid.uuid4().hex}"
+    clients = [Redis(port=port) for port in cluster.ports]
+
+    async def watch(port: int, monitor: Monitor) -> None:
+        while True:
+            info = await monitor.next_command()
+            if sentinel in info["command"]:
+                return
+            seen[port].append({"type": info["client_type"], "command": info["command"]})
+
+    async with contextlib.AsyncExitStack() as stack:
+        monitors = [await stack.enter_async_context(client.monitor()) for client in clients]
+        watchers = [
+            asyncio.create_task(watch(port, monitor))
+            for port, monitor in zip(cluster.ports, monitors, strict=True)
+        ]
+        try:
+            yield seen
+        finally:
+            for client in clients:  # each monitor stops at its node's own sentinel
+                await client.echo(sentinel)
+            await asyncio.wait_for(asyncio.gather(*watchers), 10.0)
+    for client in clients:
+        await client.aclose()
+
+
+async def test_every_key_a_drain_touches_shares_one_slot_on_one_master(
+    redis_cluster: LocalCluster,
+    redis_cluster_client: RedisCluster,
+    redis_cluster_prefix: str,
+) -> None:
+    queue = RedisQueue(redis_cluster_client, prefix=redis_cluster_prefix, marker_ttl=30.0)
+    services = services_on(InMemoryStore(SystemClock()), queue=queue)
+    name = redis_cluster_prefix.split(":")[1]  # the test's unique token, in every key
+    async with _monitoring(redis_cluster) as seen:
+        await queue.epoch("token")
+        result = await services.api.submit.submit_job(
+            SubmitJob(tasks=tuple(TaskSpec(f"t{i}", "echo") for i in range(12)))
+        )
+        popper = asyncio.create_task(queue.pop_many(["high", "default"], 2.0, 4))
+        await asyncio.sleep(0.05)  # the pop blocks in BRPOP over both tiers, then takes more
+        report = await services.reconciler.reconcile.reconcile_once()  # enqueue_unlisted, TIME
+        ids = await popper
+        ids += await queue.pop_many(["high", "default"], 0, 16)
+        claims = await services.worker.execution.claim_many(ids, "w-1")  # set_leases
+        for claim in claims[:2]:
+            assert (await services.worker.execution.heartbeat(claim)).value == "extended"
+        lease = Lease(uuid.uuid4(), "w-2", uuid.uuid4(), 1)
+        assert await queue.recreate_lease(lease, 5.0) is LeaseState.EXTENDED
+        assert await queue.leases_present([lease.task_id, claims[0].task.id]) == {
+            lease.task_id,
+            claims[0].task.id,
+        }
+        await services.worker.execution.complete_many(claims)  # delete_leases, release_markers
+        await queue.schedule(uuid.uuid4(), "low", datetime.now(UTC) - timedelta(seconds=1))
+        assert await queue.promote_due(10) == 1
+        await queue.server_time()
+        await queue.ping()
+
+    assert report.enqueued == 0 and len(claims) == len(result.task_ids) == 12
+    touched = {
+        port: [arg for entry in entries for arg in entry["command"].split() if name in arg]
+        for port, entries in seen.items()
+    }
+    busy = [port for port, args in touched.items() if args]
+    assert len(busy) == 1, "every command on the queue's keys goes to one master"
+    args = set(touched[busy[0]])
+    slots = {int(await redis_cluster_client.cluster_keyslot(arg)) for arg in args}
+    assert slots == {redis_cluster_client.keyslot(KeyLayout(redis_cluster_prefix).scheduled)}
+    in_scripts = {
+        arg
+        for entry in seen[busy[0]]
+        if entry["type"] == "lua"
+        for arg in entry["command"].split()
+        if name in arg
+    }
+    keys = KeyLayout(redis_cluster_prefix)
+    assert keys.ready("low") in in_scripts  # PROMOTE_DUE's own keys were seen too
+    assert {keys.scheduled, keys.epoch, keys.ready("default"), keys.ready("high")} <= args
+    for claim in claims:
+        assert keys.marker(claim.task.id) in args and keys.lease(claim.task.id) in args
+
+
+async def test_a_blocking_pop_on_the_cluster_waits_past_the_socket_timeout(
+    redis_cluster: LocalCluster, redis_cluster_prefix: str
+) -> None:
+    host, port = "127.0.0.1", redis_cluster.ports[0]
+    client = RedisCluster(host=host, port=port, socket_timeout=0.4, retry=NO_RETRY)
+    try:
+        await client.initialize()
+        queue = RedisQueue(client, prefix=redis_cluster_prefix)
+        started = time.monotonic()
+        assert await queue.pop_many(["default"], 1.0, 8) == []
+        assert 0.9 <= time.monotonic() - started < 3.0
+        task_id = uuid.uuid4()
+        popper = asyncio.create_task(queue.pop_many(["default"], 2.0, 8))
+        await asyncio.sleep(0.6)  # past the first BRPOP slice
+        await queue.enqueue_many([(task_id, "default")])
+        assert await asyncio.wait_for(popper, 3.0) == [task_id]
+    finally:
+        await client.aclose()
+
+
+async def test_an_unreachable_cluster_is_backend_unavailable() -> None:
+    client = connect_redis("redis+cluster://127.0.0.1:1,127.0.0.1:2")
+    queue = RedisQueue(client, prefix="dtqtest:down:")
+    try:
+        with pytest.raises(BackendUnavailable, match="redis"):
+            await queue.ping()
+        with pytest.raises(BackendUnavailable, match="redis enqueue_many failed"):
+            await queue.enqueue_many([(uuid.uuid4(), "default")])
+        with pytest.raises(BackendUnavailable):
+            await check_eviction_policy(client)
+    finally:
+        await client.aclose()
+
+
+async def test_the_eviction_check_reads_every_master_of_the_cluster(
+    redis_cluster: LocalCluster, redis_cluster_client: RedisCluster
+) -> None:
+    assert await check_eviction_policy(redis_cluster_client) is None
+    last = Redis(port=redis_cluster.ports[-1])
+    try:
+        await last.config_set("maxmemory-policy", "allkeys-lru")
+        warning = await check_eviction_policy(redis_cluster_client)
+        assert warning is not None and "'allkeys-lru'" in warning
+    finally:
+        await last.config_set("maxmemory-policy", "noeviction")
+        await last.aclose()
+
+
+# --- moving a running deployment to the tagged layout (README "Redis Cluster") ---------------
+
+
+async def test_after_the_layout_change_the_reconciler_requeues_every_queued_task(
+    pg_store: CockroachStore, redis_client: Redis, redis_prefix: str
+) -> None:
+    """What the README's migration steps rely on: the old deployment's keys (untagged, e.g.
+    ``dto:queue:ready:default``) are invisible to the new one; its first reconcile pass finds
+    the new keys empty and pushes every due ``queued`` task onto the tagged ready list from the
+    database. The documented cleanup (SCAN MATCH ``<prefix>*``) then matches only old keys."""
+    queue = RedisQueue(redis_client, prefix=redis_prefix)
+    services = services_on(pg_store, queue=queue)
+    result = await services.api.submit.submit_job(
+        SubmitJob(tasks=tuple(TaskSpec(f"t{i}", "echo") for i in range(5)))
+    )
+    keys = KeyLayout(redis_prefix)
+    # Make what submit wrote look like the old layout: the same names without the hash tag.
+    old_ready = f"{redis_prefix}queue:ready:default"
+    for task_id in result.task_ids.values():
+        await redis_client.set(f"{redis_prefix}queue:pending:{task_id}", "1", px=30_000)
+        await redis_client.delete(keys.marker(task_id))
+    entries = await redis_client.lrange(keys.ready("default"), 0, -1)
+    await redis_client.rpush(old_ready, *entries)
+    await redis_client.delete(keys.ready("default"))
+    assert await pop_one(queue, ["default"], 0) is None  # the new layout is empty
+
+    report = await services.reconciler.reconcile.reconcile_once()
+
+    assert report.enqueued == 5 and report.queue_reset
+    popped = await queue.pop_many(["default"], 0, 10)
+    assert set(popped) == set(result.task_ids.values())
+    claims = await services.worker.execution.claim_many(popped, "w-new")
+    assert {c.task.status for c in claims} == {TaskStatus.RUNNING}
+    old = {_text(k) async for k in redis_client.scan_iter(match=f"{redis_prefix}*")}
+    assert old and all(not name.startswith(keys.prefix) for name in old)
+    assert old_ready in old

@@ -1,0 +1,168 @@
+"""The CLI commands on the client (issue 15 item 5): ``dtq submit``, ``dtq job submit``,
+``dtq watch``, ``dtq results``, run as ``cli.main([...])`` in a thread against the app under a
+real uvicorn server; their output (table, ``--json``), exit statuses and one-line errors."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from uuid import UUID
+
+import pytest
+
+from dtq.entrypoints import cli
+from tests.unit.http_server import Server, serving
+
+
+@pytest.fixture
+async def server(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Server]:
+    async with serving() as running:
+        monkeypatch.setenv("DTQ_URL", running.url)
+        monkeypatch.delenv("DTQ_TOKEN", raising=False)
+        yield running
+
+
+async def dtq(*argv: str) -> int:
+    return await asyncio.to_thread(cli.main, list(argv))
+
+
+async def test_submit_prints_the_ids_as_a_table_and_as_json(
+    server: Server, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert await dtq("submit", "echo", "--payload", '{"n": 1}') == 0
+    table = capsys.readouterr().out
+    assert await dtq("submit", "echo", "--priority", "high", "--json") == 0
+    created = json.loads(capsys.readouterr().out)
+
+    assert "task_id" in table and "job_id" in table
+    task = await server.services.api.queries.get_task(UUID(created["task_id"]))
+    assert task.task.priority == "high"
+
+
+async def test_submit_wait_follows_the_job_to_its_end(
+    server: Server, capsys: pytest.CaptureFixture[str]
+) -> None:
+    waiting = asyncio.ensure_future(dtq("submit", "echo", "--wait", "--json"))
+    task_id = await _first_queued(server)
+    await server.complete(task_id, {"ok": True})
+
+    assert await waiting == 0
+    final = json.loads(capsys.readouterr().out)
+    assert final["status"] == "completed"
+    assert final["counts"]["completed"] == 1
+
+
+async def test_submit_wait_gives_up_after_its_timeout_with_exit_124(
+    server: Server, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status = await dtq("submit", "echo", "--wait", "--timeout", "300ms", "--json")
+
+    assert status == 124
+    assert capsys.readouterr().err.startswith("dtq: job ")
+
+
+async def test_job_submit_reads_the_body_from_a_file(
+    server: Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    body = {"name": "j", "tasks": [{"name": "a", "kind": "echo"}, {"name": "b", "kind": "echo"}]}
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps(body))
+
+    assert await dtq("job", "submit", str(path), "--json") == 0
+    created = json.loads(capsys.readouterr().out)
+
+    assert set(created["tasks"]) == {"a", "b"}
+
+
+async def test_watch_exits_1_for_a_failed_job_and_shows_the_failure(
+    server: Server, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert await dtq("submit", "flaky", "--json") == 0
+    created = json.loads(capsys.readouterr().out)
+    await server.fail(UUID(created["task_id"]), "boom: the disk is full")
+
+    status = await dtq("watch", created["job_id"], "--interval", "50ms")
+    view = capsys.readouterr().out
+    assert await dtq("watch", created["job_id"], "--json") == 1
+    final = json.loads(capsys.readouterr().out)
+
+    assert status == 1
+    assert "failed" in view and "boom: the disk is full" in view
+    assert final["failures"][0]["error"] == "boom: the disk is full"
+
+
+async def test_results_lists_every_task_result(
+    server: Server, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert await dtq("submit", "echo", "--json") == 0
+    created = json.loads(capsys.readouterr().out)
+    await server.complete(UUID(created["task_id"]), {"words": 3})
+
+    assert await dtq("results", created["job_id"], "--json") == 0
+    results = json.loads(capsys.readouterr().out)
+    assert await dtq("results", created["job_id"]) == 0
+    table = capsys.readouterr().out
+
+    assert results[0]["result"] == {"words": 3}
+    assert '{"words":3}' in table
+
+
+NO_JOB = "00000000-0000-4000-8000-000000000000"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["submit", "no spaces"], "dtq: validation_error: "),
+        (["submit", "echo", "--payload", "{bad"], "dtq: --payload: not JSON"),
+        (["submit", "echo", "--payload", "@/nonexistent/p.json"], "dtq: --payload: cannot read"),
+        (["submit", "echo", "--delay", "soon"], "dtq: validation_error: "),
+        (["submit", "echo", "--wait", "--timeout", "0s"], "dtq: --timeout: must be more than 0"),
+        (["watch", "not-a-uuid"], "dtq: validation_error: "),
+        (["watch", NO_JOB], "dtq: job_not_found: "),
+        (
+            ["watch", NO_JOB, "--interval", "x"],
+            "dtq: --interval: not a duration",
+        ),
+        (["job", "submit", "/nonexistent/job.json"], "dtq: FILE: cannot read"),
+    ],
+)
+async def test_bad_input_is_one_line_and_exit_2(
+    server: Server, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    status = await dtq(*argv)
+    err = capsys.readouterr().err
+
+    assert status == 2
+    assert err.startswith(message)
+    assert err.count("\n") == 1
+
+
+async def test_a_job_file_that_is_not_an_object_is_refused(
+    server: Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "job.json"
+    path.write_text("[1, 2]")
+
+    assert await dtq("job", "submit", str(path)) == 2
+    assert "must hold a JSON object" in capsys.readouterr().err
+
+
+async def test_an_unreachable_orchestrator_is_one_line_and_exit_1(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status = await dtq(
+        "results", "00000000-0000-4000-8000-000000000000", "--url", "http://127.0.0.1:9"
+    )
+
+    assert status == 1
+    assert capsys.readouterr().err.startswith("dtq: cannot reach the orchestrator: ")
+
+
+async def _first_queued(server: Server) -> UUID:
+    """The first task submitted, taken off its ready list (waits up to 5 s for it)."""
+    popped = await server.services.queue.pop_many(["default"], 5.0, 1)
+    assert popped, "no task was submitted"
+    return popped[0]
