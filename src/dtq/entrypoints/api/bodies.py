@@ -8,20 +8,31 @@ from __future__ import annotations
 
 from typing import Any
 
-from dtq.application.commands import JobResultsView, JobView, SubmitResult, TaskView
+from dtq.application.commands import (
+    JobPage,
+    JobResultsView,
+    JobView,
+    SubmitResult,
+    TaskPage,
+    TaskView,
+)
 from dtq.domain.entities import Task, TaskRun, Worker
 from dtq.domain.policy import RetryPolicy
 from dtq.entrypoints.api.schemas import (
     HealthBody,
     JobBody,
+    JobListBody,
     JobResultsBody,
+    JobSummaryBody,
     RetryBody,
     RunBody,
     SubmitJobResponse,
     SubmitTaskResponse,
     TaskBody,
     TaskDetailBody,
+    TaskListBody,
     TaskResultBody,
+    TaskSummaryBody,
     WorkerBody,
     WorkersBody,
 )
@@ -96,8 +107,9 @@ def task_detail_body(view: TaskView) -> TaskDetailBody:
     return TaskDetailBody(**_task_fields(view.task), runs=[_run_body(run) for run in runs])
 
 
-def job_body(view: JobView) -> JobBody:
-    """The response body of ``GET /v1/jobs/{id}``: the job and all its tasks."""
+def job_body(view: JobView, next_cursor: str | None = None) -> JobBody:
+    """The response body of ``GET /v1/jobs/{id}``: the job, its tasks (all, or one page whose
+    successor is ``next_cursor``) and its task counts per status."""
     job = view.job
     return JobBody(
         id=job.id,
@@ -107,6 +119,40 @@ def job_body(view: JobView) -> JobBody:
         created_at=job.created_at,
         updated_at=job.updated_at,
         tasks=[task_body(task) for task in view.tasks],
+        counts={status.value: count for status, count in view.counts.items()},
+        next_cursor=next_cursor,
+    )
+
+
+_HEAVY = ("payload", "result", "progress")
+
+
+def task_list_body(page: TaskPage, next_cursor: str | None) -> TaskListBody:
+    """The response body of ``GET /v1/tasks``: the page's tasks without their heavy fields."""
+    items = []
+    for task in page.tasks:
+        fields = _task_fields(task)
+        for name in _HEAVY:
+            del fields[name]
+        items.append(TaskSummaryBody(**fields))
+    return TaskListBody(tasks=items, next_cursor=next_cursor)
+
+
+def job_list_body(page: JobPage, next_cursor: str | None) -> JobListBody:
+    """The response body of ``GET /v1/jobs``: the page's jobs without their tasks."""
+    return JobListBody(
+        jobs=[
+            JobSummaryBody(
+                id=job.id,
+                name=job.name,
+                status=job.status,
+                metadata=job.metadata,
+                created_at=job.created_at,
+                updated_at=job.updated_at,
+            )
+            for job in page.jobs
+        ],
+        next_cursor=next_cursor,
     )
 
 
