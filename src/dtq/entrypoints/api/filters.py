@@ -56,17 +56,26 @@ S = TypeVar("S", bound=StrEnum)
 
 
 def check_names(names: Iterable[str], allowed: frozenset[str]) -> None:
-    """Refuse a query parameter the route does not know.
+    """Refuse a query parameter the route does not know, or one given twice (only ``status``
+    may be repeated).
+
+    Args:
+        names: every parameter name of the query string, once per occurrence.
+        allowed: the route's parameters.
 
     Raises:
-        ValidationError: field = the first unknown name (sorted).
+        ValidationError: field = the first unknown (sorted) or repeated name.
     """
-    unknown = sorted(set(names) - allowed)
+    seen = list(names)
+    unknown = sorted(set(seen) - allowed)
     if unknown:
         raise ValidationError(
             f"unknown query parameter {unknown[0]!r}; accepted: {', '.join(sorted(allowed))}",
             field=unknown[0][:64],
         )
+    repeated = sorted({n for n in seen if n != "status" and seen.count(n) > 1})
+    if repeated:
+        raise ValidationError(f"{repeated[0]} given more than once", field=repeated[0])
 
 
 def parse_statuses(values: Sequence[str] | None, enum: type[S]) -> frozenset[S]:

@@ -139,7 +139,7 @@ class JobController(Controller):
         ``next_cursor`` is null on the last page. 400 names an unknown parameter or status, a
         malformed name, time, limit, or a cursor this API did not issue.
         """
-        filters.check_names(request.query_params.keys(), filters.JOB_PARAMS)
+        filters.check_names((k for k, _ in request.query_params.multi_items()), filters.JOB_PARAMS)
         where = filters.job_filter(status=status, name=name, since=since, until=until)
         page = await queries.list_jobs(
             where, limit=filters.parse_list_limit(limit), after=filters.parse_job_cursor(cursor)

@@ -110,7 +110,7 @@ class TaskController(Controller):
         400 names an unknown parameter or status, a malformed kind, job_id, priority, time,
         limit, or a cursor this API did not issue.
         """
-        filters.check_names(request.query_params.keys(), filters.TASK_PARAMS)
+        filters.check_names((k for k, _ in request.query_params.multi_items()), filters.TASK_PARAMS)
         where = filters.task_filter(
             status=status, kind=kind, job_id=job_id, priority=priority, since=since, until=until
         )
