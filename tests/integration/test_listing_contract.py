@@ -84,7 +84,12 @@ async def seed(store: Store) -> tuple[list[Job], list[Task], datetime]:
     """Four jobs: two sharing their created_at (a tie across jobs), every job's tasks sharing
     theirs (ties inside a job); the last job's tasks on priority ``high``."""
     base = await base_time(store)
-    jobs = [job(base), job(base), job(base + timedelta(seconds=1)), job(base + timedelta(seconds=2))]
+    jobs = [
+        job(base),
+        job(base),
+        job(base + timedelta(seconds=1)),
+        job(base + timedelta(seconds=2)),
+    ]
     tasks: list[Task] = []
     for index, j in enumerate(jobs):
         mine = tasks_of(j, 5, priority="high" if index == 3 else "default")
