@@ -180,7 +180,9 @@ async def test_matching_task_ids_are_the_listings_keysets_batch_by_batch(store: 
         after: TaskKeyset | None = None
         while True:
 
-            async def batch(tx: Transaction, after: TaskKeyset | None = after) -> Any:
+            async def batch(
+                tx: Transaction, after: TaskKeyset | None = after, where: TaskFilter = where
+            ) -> Any:
                 return await tx.tasks.matching_task_ids(where, after=after, limit=4)
 
             found = await run(store, batch)
@@ -241,7 +243,12 @@ async def test_jobs_page_newest_first_by_every_filter_shape(store: Store) -> Non
             after: JobKeyset | None = None
             while True:
 
-                async def page(tx: Transaction, after: JobKeyset | None = after) -> list[Job]:
+                async def page(
+                    tx: Transaction,
+                    after: JobKeyset | None = after,
+                    where: JobFilter = where,
+                    size: int = size,
+                ) -> list[Job]:
                     return await tx.jobs.list_page(where, after=after, limit=size)
 
                 found = await run(store, page)
