@@ -3,8 +3,9 @@ ANALYZE'd data, and the routes over the real SQL (pages with ties, counts, 400s)
 
 The plan test uses its own database, 20,000 tasks in 1,000 jobs, mostly ``completed`` as in a
 long-running deployment, plus one job of 3,000 tasks, and a plain connection with the planner's
-defaults (the pool turns sequential scans off for its sessions; that is not the proof here). It asserts that each shape
-reads the index docs/SQL.md names for it and that no plan scans a whole table.
+defaults (the pool turns sequential scans off for its sessions; that is not the proof here). It
+asserts that each shape reads the index docs/SQL.md names for it and that no plan scans a whole
+table.
 """
 
 from __future__ import annotations
