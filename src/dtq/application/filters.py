@@ -4,7 +4,8 @@ query objects the store ports take, and the keyset position their pages are cut 
 Every listing is newest first: ``created_at`` descending, ties broken by ``id`` descending for
 jobs and by ``(position, id)`` descending for tasks (all tasks of one job share their
 ``created_at``, so a job's tasks come last-submitted first, and the tasks of one job are served
-by the existing ``(job_id, job_position, id)`` index). A keyset (:data:`JobKeyset`,
+by the existing ``(job_id, job_position, id)`` index; two jobs created in the same microsecond
+interleave by position). A keyset (:data:`JobKeyset`,
 :data:`TaskKeyset`) names a position in that order; a page holds the rows strictly after it. A
 keyset is meaningful with the filter whose page produced it. The bulk operations planned for
 issue 14 item 6 reuse :class:`TaskFilter` with ``TaskRepository.matching_task_ids``.
