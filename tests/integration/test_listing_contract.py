@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 from uuid import uuid4
 
 import pytest
@@ -26,7 +26,7 @@ from dtq.application.ports import Store, Transaction
 from dtq.domain.entities import Job, Task
 from dtq.domain.status import JobStatus, TaskStatus
 
-T = Any
+T = TypeVar("T")
 
 
 @pytest.fixture

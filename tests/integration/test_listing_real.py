@@ -140,7 +140,12 @@ def test_every_listing_shape_reads_its_index_and_no_whole_table(
         text = plan(analyzed, listing_sql.task_page(where, None, 51))
         assert "Index" in text, text
         assert "Seq Scan" not in text, text
-    jobs = plan(analyzed, listing_sql.job_page(JobFilter(name="job7", statuses=FAILED), None, 9))
+    jobs = plan(
+        analyzed,
+        listing_sql.job_page(
+            JobFilter(name="job7", statuses=frozenset({JobStatus.FAILED})), None, 9
+        ),
+    )
     assert "Seq Scan" not in jobs
 
 
