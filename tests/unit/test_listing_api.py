@@ -142,6 +142,10 @@ async def test_jobs_page_newest_first_and_filter_by_status_and_name(api: Api) ->
     pending = await walk(api, "/v1/jobs", "jobs", {"status": "pending,failed"})
     assert pending == [want]
     assert await walk(api, "/v1/jobs", "jobs", {"status": "completed"}) == [[]]
+    unnamed = (
+        await api.client.post("/v1/jobs", json={"tasks": [{"name": "a", "kind": "echo"}]})
+    ).json()["job_id"]
+    assert await walk(api, "/v1/jobs", "jobs", {"name": ""}) == [[unnamed]]
     body = (await api.client.get("/v1/jobs?limit=1")).json()["jobs"][0]
     assert set(body) == {"id", "name", "status", "metadata", "created_at", "updated_at"}
 

@@ -9,7 +9,9 @@ Every function that rejects a value raises a domain
 * ``status``: repeated (``?status=failed&status=cancelled``), comma-separated
   (``?status=failed,cancelled``) or both; any of the values matches. An unknown status is a 400.
 * ``kind``, ``priority``, job ``name``: exact match; a value no task or job could have (outside
-  the submit body's patterns) is a 400, a well-formed one that nobody uses lists nothing.
+  the submit body's patterns) is a 400, a well-formed one that nobody uses lists nothing. An
+  empty ``name`` selects the jobs submitted without one (a ``POST /v1/tasks`` job is named
+  after its kind).
 * ``since`` (inclusive) / ``until`` (exclusive): RFC 3339 times with an offset, on
   ``created_at``.
 * ``cursor``: tasks ``<created_at µs since the epoch>.<position>.<task id hex>``, jobs
@@ -97,10 +99,12 @@ def parse_statuses(values: Sequence[str] | None, enum: type[S]) -> frozenset[S]:
     return frozenset(found)
 
 
-def _pattern(value: str | None, pattern: re.Pattern[str], field: str, most: int) -> str | None:
+def _pattern(
+    value: str | None, pattern: re.Pattern[str], field: str, most: int, *, empty: bool = False
+) -> str | None:
     if value is None:
         return None
-    if not value or len(value) > most or pattern.match(value) is None:
+    if (not value and not empty) or len(value) > most or pattern.match(value) is None:
         raise ValidationError(
             f"{field} {value[:64]!r} cannot exist (see POST /v1/jobs)", field=field
         )
@@ -185,7 +189,7 @@ def job_filter(
     start, end = _window(since, until)
     return JobFilter(
         statuses=parse_statuses(status, JobStatus),
-        name=_pattern(name, _JOB_NAME, "name", 200),
+        name=_pattern(name, _JOB_NAME, "name", 200, empty=True),
         since=start,
         until=end,
     )
