@@ -334,7 +334,17 @@ async def test_get_job_returns_the_job_and_all_its_tasks_without_runs(api: Api) 
 
     assert response.status_code == 200
     body = response.json()
-    assert set(body) == {"id", "name", "status", "metadata", "created_at", "updated_at", "tasks"}
+    assert set(body) == {
+        "id",
+        "name",
+        "status",
+        "metadata",
+        "created_at",
+        "updated_at",
+        "tasks",
+        "counts",  # issue 14 item 5
+        "next_cursor",
+    }
     assert body["id"] == created["job_id"]
     assert body["status"] == JobStatus.PENDING
     assert {t["name"]: t["id"] for t in body["tasks"]} == created["tasks"]

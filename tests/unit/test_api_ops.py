@@ -214,6 +214,8 @@ async def test_openapi_document_lists_every_route_with_its_error_responses(api: 
         ("POST", "/v1/tasks/{id}/retry"): {"200", "400", "404", "409", "500", "503"},
         ("POST", "/v1/jobs/{id}/cancel"): {"200", "400", "404", "409", "500", "503"},
         ("GET", "/v1/workers"): {"200", "400", "500", "503"},
+        ("GET", "/v1/tasks"): {"200", "400", "500", "503"},  # listing (issue 14 item 5)
+        ("GET", "/v1/jobs"): {"200", "400", "500", "503"},
         ("POST", "/v1/artifacts"): {"201", "413", "500", "503"},
         ("GET", "/v1/artifacts/{id}"): {"200", "400", "404", "416", "500", "503"},
         ("POST", "/v1/worker/claim"): {"200", "204", "400", "413", "415", "500", "503"},

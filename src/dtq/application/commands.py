@@ -9,8 +9,10 @@ from enum import StrEnum
 from typing import Any
 from uuid import UUID
 
+from dtq.application.filters import JobKeyset, TaskKeyset
 from dtq.domain.entities import DEFAULT_PRIORITY, Job, Task, TaskRun
 from dtq.domain.policy import RetryPolicy
+from dtq.domain.status import TaskStatus
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,10 +80,45 @@ class TaskView:
 
 @dataclass(frozen=True, slots=True)
 class JobView:
-    """A job with all its tasks."""
+    """A job with its tasks (issue 14 item 5: and its task counts).
+
+    Attributes:
+        tasks: every task (ordered by ``created_at``, ``name``), or one page of them in
+            submission order when a page size was asked for.
+        counts: tasks per status, every status present (0 when none).
+        next_after: the keyset ``(position, id)`` of the next page of tasks; None when the last
+            page (or every task) was returned.
+    """
 
     job: Job
     tasks: list[Task]
+    counts: Mapping[TaskStatus, int] = field(default_factory=dict)
+    next_after: tuple[int, UUID] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskPage:
+    """One page of the task listing (``GET /v1/tasks``), newest first.
+
+    Attributes:
+        tasks: without ``payload``, ``result`` and ``progress`` (None).
+        next_after: the keyset of the page's last task when more may follow, else None.
+    """
+
+    tasks: list[Task]
+    next_after: TaskKeyset | None
+
+
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    """One page of the job listing (``GET /v1/jobs``), newest first.
+
+    Attributes:
+        next_after: the keyset of the page's last job when more may follow, else None.
+    """
+
+    jobs: list[Job]
+    next_after: JobKeyset | None
 
 
 @dataclass(frozen=True, slots=True)

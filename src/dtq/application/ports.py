@@ -17,6 +17,7 @@ from enum import StrEnum
 from typing import Any, Protocol, TypeVar
 from uuid import UUID
 
+from dtq.application.filters import JobFilter, JobKeyset, TaskFilter, TaskKeyset
 from dtq.domain.entities import Job, Task, TaskRun, Worker
 from dtq.domain.status import JobStatus, TaskStatus
 from dtq.domain.tokens import ApiToken
@@ -103,6 +104,13 @@ class JobRepository(Protocol):
         Raises:
             ConcurrentUpdate: some row changed since it was read.
         """
+        ...
+
+    async def list_page(
+        self, where: JobFilter, *, after: JobKeyset | None, limit: int
+    ) -> list[Job]:
+        """Jobs matching ``where``, newest first (``created_at`` then id, descending), strictly
+        after the keyset ``after``; at most ``limit`` (index range scans, no OFFSET)."""
         ...
 
 
@@ -197,6 +205,26 @@ class TaskRepository(Protocol):
     ) -> list[RunningTask]:
         """``running`` tasks whose ``started_at < started_before``, ordered by id, with id
         strictly greater than ``after``; at most ``limit``."""
+        ...
+
+    async def list_page(
+        self, where: TaskFilter, *, after: TaskKeyset | None, limit: int
+    ) -> list[Task]:
+        """Tasks matching ``where``, newest first (``(created_at, position, id)`` descending),
+        strictly after the keyset ``after``; at most ``limit`` (index range scans, no OFFSET).
+        The heavy columns are not read: ``payload``, ``result`` and ``progress`` are None."""
+        ...
+
+    async def matching_task_ids(
+        self, where: TaskFilter, *, after: TaskKeyset | None, limit: int
+    ) -> list[TaskKeyset]:
+        """The keysets ``(created_at, position, id)`` of ``list_page``'s tasks: the next batch
+        of at most ``limit`` matching ids after ``after``, for bulk operations."""
+        ...
+
+    async def count_by_status(self, job_id: UUID) -> dict[TaskStatus, int]:
+        """How many tasks of the job have each status; statuses with none are left out (one
+        index scan of the job's range; unknown job: empty)."""
         ...
 
 

@@ -1,14 +1,25 @@
-"""Read side: tasks with their run history, jobs with their tasks, recent workers (spec §7)."""
+"""Read side: tasks with their run history, jobs with their tasks and counts, the task and job
+listings (issue 14 item 5), recent workers (spec §7)."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 from uuid import UUID
 
-from dtq.application.commands import JobResultsView, JobView, TaskView
+from dtq.application.commands import JobPage, JobResultsView, JobView, TaskPage, TaskView
+from dtq.application.filters import (
+    JobFilter,
+    JobKeyset,
+    TaskFilter,
+    TaskKeyset,
+    check_limit,
+    job_keyset,
+    task_keyset,
+)
 from dtq.application.ports import Store, Transaction
 from dtq.domain.entities import Worker
 from dtq.domain.errors import JobNotFound, TaskNotFound, ValidationError
+from dtq.domain.status import TaskStatus
 
 
 class QueryService:
@@ -36,18 +47,88 @@ class QueryService:
 
         return await self._store.run(read)
 
-    async def get_job(self, job_id: UUID) -> JobView:
-        """The job and all its tasks.
+    async def get_job(
+        self, job_id: UUID, *, limit: int | None = None, after: tuple[int, UUID] | None = None
+    ) -> JobView:
+        """The job, its task counts per status (every status, 0 when none) and its tasks: all
+        of them when ``limit`` is None (spec §7), else one keyset page of at most ``limit`` in
+        submission order strictly after ``after`` (``(position, id)``, the results cursor).
 
         Raises:
             JobNotFound: unknown id.
+            ValidationError: ``limit`` below 1.
         """
+        if limit is not None and limit < 1:
+            raise ValidationError("limit must be at least 1", field="limit")
 
         async def read(tx: Transaction) -> JobView:
             job = await tx.jobs.get(job_id)
             if job is None:
                 raise JobNotFound(f"job {job_id} not found", field="id")
-            return JobView(job=job, tasks=await tx.tasks.list_by_job(job_id))
+            found = await tx.tasks.count_by_status(job_id)
+            counts = {status: found.get(status, 0) for status in TaskStatus}
+            if limit is None:
+                return JobView(job=job, tasks=await tx.tasks.list_by_job(job_id), counts=counts)
+            tasks = await tx.tasks.results_page(job_id, after=after, limit=limit + 1)
+            more = len(tasks) > limit
+            tasks = tasks[:limit]
+            next_after = (tasks[-1].position, tasks[-1].id) if more else None
+            return JobView(job=job, tasks=tasks, counts=counts, next_after=next_after)
+
+        return await self._store.run(read)
+
+    async def list_tasks(
+        self, where: TaskFilter, *, limit: int, after: TaskKeyset | None = None
+    ) -> TaskPage:
+        """One page of the tasks matching ``where``, newest first, strictly after the keyset
+        ``after`` (issue 14 item 5). Index range scans only; no OFFSET.
+
+        Raises:
+            ValidationError: ``limit`` outside ``1..MAX_LIST_LIMIT`` (field ``limit``).
+        """
+        check_limit(limit)
+
+        async def read(tx: Transaction) -> TaskPage:
+            tasks = await tx.tasks.list_page(where, after=after, limit=limit + 1)
+            more = len(tasks) > limit
+            tasks = tasks[:limit]
+            return TaskPage(tasks=tasks, next_after=task_keyset(tasks[-1]) if more else None)
+
+        return await self._store.run(read)
+
+    async def matching_task_ids(
+        self, where: TaskFilter, *, limit: int, after: TaskKeyset | None = None
+    ) -> list[TaskKeyset]:
+        """The next batch of at most ``limit`` matching tasks' keysets ``(created_at, position,
+        id)`` after ``after``, in the listing's order: a bulk operation walks its filter with
+        these batches, passing the last keyset back (empty: done). One short transaction.
+
+        Raises:
+            ValidationError: ``limit`` outside ``1..MAX_LIST_LIMIT`` (field ``limit``).
+        """
+        check_limit(limit)
+
+        async def read(tx: Transaction) -> list[TaskKeyset]:
+            return await tx.tasks.matching_task_ids(where, after=after, limit=limit)
+
+        return await self._store.run(read)
+
+    async def list_jobs(
+        self, where: JobFilter, *, limit: int, after: JobKeyset | None = None
+    ) -> JobPage:
+        """One page of the jobs matching ``where``, newest first, strictly after the keyset
+        ``after`` (issue 14 item 5). Index range scans only; no OFFSET.
+
+        Raises:
+            ValidationError: ``limit`` outside ``1..MAX_LIST_LIMIT`` (field ``limit``).
+        """
+        check_limit(limit)
+
+        async def read(tx: Transaction) -> JobPage:
+            jobs = await tx.jobs.list_page(where, after=after, limit=limit + 1)
+            more = len(jobs) > limit
+            jobs = jobs[:limit]
+            return JobPage(jobs=jobs, next_after=job_keyset(jobs[-1]) if more else None)
 
         return await self._store.run(read)
 

@@ -27,7 +27,7 @@ from psycopg import AsyncConnection
 from psycopg.rows import TupleRow
 from psycopg.types.numeric import Int8
 
-from dtq.adapters.cockroach import sql
+from dtq.adapters.cockroach import listing_sql, sql
 from dtq.adapters.cockroach.retention import PgRetentionRepository
 from dtq.adapters.cockroach.rows import (
     decode_json,
@@ -38,6 +38,7 @@ from dtq.adapters.cockroach.rows import (
     token_from_row,
     worker_from_row,
 )
+from dtq.application.filters import JobFilter, JobKeyset, TaskFilter, TaskKeyset
 from dtq.application.ports import DueTask, RunningTask
 from dtq.domain.entities import Job, Task, TaskRun, Worker
 from dtq.domain.errors import ConcurrentUpdate, DuplicateIdempotencyKey
@@ -245,6 +246,14 @@ class PgJobRepository:
         if written:
             for job in jobs:
                 job.version += 1
+
+    async def list_page(
+        self, where: JobFilter, *, after: JobKeyset | None, limit: int
+    ) -> list[Job]:
+        """Matching jobs newest first after the keyset."""
+        query, params = listing_sql.job_page(where, after, limit)
+        cur = await self._conn.execute(query, params)
+        return [job_from_row(row) for row in await cur.fetchall()]
 
 
 def _task_row(job_id: UUID, t: Task) -> tuple[Any, ...]:
@@ -499,6 +508,27 @@ class PgTaskRepository:
             RunningTask(id=r[0], run_id=r[1], priority=r[2], started_at=r[3])
             for r in await cur.fetchall()
         ]
+
+    async def list_page(
+        self, where: TaskFilter, *, after: TaskKeyset | None, limit: int
+    ) -> list[Task]:
+        """Matching tasks newest first after the keyset, without payload, result, progress."""
+        query, params = listing_sql.task_page(where, after, limit)
+        cur = await self._conn.execute(query, params)
+        return [task_from_row(row) for row in await cur.fetchall()]
+
+    async def matching_task_ids(
+        self, where: TaskFilter, *, after: TaskKeyset | None, limit: int
+    ) -> list[TaskKeyset]:
+        """The keysets of ``list_page``'s tasks (three columns read)."""
+        query, params = listing_sql.task_page(where, after, limit, keys_only=True)
+        cur = await self._conn.execute(query, params)
+        return [(r[0], r[1], r[2]) for r in await cur.fetchall()]
+
+    async def count_by_status(self, job_id: UUID) -> dict[TaskStatus, int]:
+        """Tasks per status of the job (statuses with none left out)."""
+        cur = await self._conn.execute(listing_sql.COUNT_TASKS_BY_STATUS, (job_id,))
+        return {TaskStatus(status): count for status, count in await cur.fetchall()}
 
 
 class PgRunRepository:

@@ -19,6 +19,14 @@ from typing import Any, TypeVar
 from uuid import UUID
 
 from dtq.adapters.memory.retention import MemoryRetention
+from dtq.application.filters import (
+    JobFilter,
+    JobKeyset,
+    TaskFilter,
+    TaskKeyset,
+    job_keyset,
+    task_keyset,
+)
 from dtq.application.ports import Clock, DueTask, RunningTask, Tombstone
 from dtq.domain.entities import Job, Task, TaskRun, Worker
 from dtq.domain.errors import (
@@ -264,6 +272,22 @@ class _Jobs:
             job.version += 1
             self._tx._jobs[job.id] = replace(job)
 
+    async def list_page(
+        self, where: JobFilter, *, after: JobKeyset | None, limit: int
+    ) -> list[Job]:
+        merged = dict(self._tx._t.jobs)
+        merged.update(self._tx._jobs)
+        found = sorted(
+            (
+                j
+                for j in merged.values()
+                if where.matches(j) and (after is None or job_keyset(j) < after)
+            ),
+            key=job_keyset,
+            reverse=True,
+        )
+        return [replace(j) for j in found[:limit]]
+
 
 class _Tasks:
     def __init__(self, tx: _MemoryTransaction) -> None:
@@ -384,6 +408,39 @@ class _Tasks:
         merged = dict(self._tx._t.tasks)
         merged.update(self._tx._tasks)
         return list(merged.values())
+
+    def _matching(self, where: TaskFilter, after: TaskKeyset | None, limit: int) -> list[Task]:
+        found = sorted(
+            (
+                t
+                for t in self._all()
+                if where.matches(t) and (after is None or task_keyset(t) < after)
+            ),
+            key=task_keyset,
+            reverse=True,
+        )
+        return found[:limit]
+
+    async def list_page(
+        self, where: TaskFilter, *, after: TaskKeyset | None, limit: int
+    ) -> list[Task]:
+        return [
+            replace(t, payload=None, result=None, progress=None)
+            for t in self._matching(where, after, limit)
+        ]
+
+    async def matching_task_ids(
+        self, where: TaskFilter, *, after: TaskKeyset | None, limit: int
+    ) -> list[TaskKeyset]:
+        return [task_keyset(t) for t in self._matching(where, after, limit)]
+
+    async def count_by_status(self, job_id: UUID) -> dict[TaskStatus, int]:
+        counts: dict[TaskStatus, int] = {}
+        for task_id in self._job_task_ids(job_id):
+            task = self._tx.task(task_id)
+            if task is not None:
+                counts[task.status] = counts.get(task.status, 0) + 1
+        return counts
 
     async def due_queued(
         self, *, now: datetime, after: tuple[datetime, UUID] | None, limit: int

@@ -10,7 +10,14 @@ from typing import Any
 
 import msgspec
 
-from dtq.application.commands import JobResultsView, JobView, SubmitResult, TaskView
+from dtq.application.commands import (
+    JobPage,
+    JobResultsView,
+    JobView,
+    SubmitResult,
+    TaskPage,
+    TaskView,
+)
 from dtq.application.explain import Explanation
 from dtq.application.fleet import SubmitWarning
 from dtq.domain.entities import Task, TaskRun, Worker
@@ -19,7 +26,9 @@ from dtq.entrypoints.api.schemas import (
     ExplainBody,
     HealthBody,
     JobBody,
+    JobListBody,
     JobResultsBody,
+    JobSummaryBody,
     RetryBody,
     RunBody,
     SubmitJobResponse,
@@ -28,7 +37,9 @@ from dtq.entrypoints.api.schemas import (
     SubmitWarnings,
     TaskBody,
     TaskDetailBody,
+    TaskListBody,
     TaskResultBody,
+    TaskSummaryBody,
     WorkerBody,
     WorkersBody,
 )
@@ -130,8 +141,9 @@ def task_detail_body(view: TaskView) -> TaskDetailBody:
     return TaskDetailBody(**_task_fields(view.task), runs=[_run_body(run) for run in runs])
 
 
-def job_body(view: JobView) -> JobBody:
-    """The response body of ``GET /v1/jobs/{id}``: the job and all its tasks."""
+def job_body(view: JobView, next_cursor: str | None = None) -> JobBody:
+    """The response body of ``GET /v1/jobs/{id}``: the job, its tasks (all, or one page whose
+    successor is ``next_cursor``) and its task counts per status."""
     job = view.job
     return JobBody(
         id=job.id,
@@ -141,6 +153,40 @@ def job_body(view: JobView) -> JobBody:
         created_at=job.created_at,
         updated_at=job.updated_at,
         tasks=[task_body(task) for task in view.tasks],
+        counts={status.value: count for status, count in view.counts.items()},
+        next_cursor=next_cursor,
+    )
+
+
+_HEAVY = ("payload", "result", "progress")
+
+
+def task_list_body(page: TaskPage, next_cursor: str | None) -> TaskListBody:
+    """The response body of ``GET /v1/tasks``: the page's tasks without their heavy fields."""
+    items = []
+    for task in page.tasks:
+        fields = _task_fields(task)
+        for name in _HEAVY:
+            del fields[name]
+        items.append(TaskSummaryBody(**fields))
+    return TaskListBody(tasks=items, next_cursor=next_cursor)
+
+
+def job_list_body(page: JobPage, next_cursor: str | None) -> JobListBody:
+    """The response body of ``GET /v1/jobs``: the page's jobs without their tasks."""
+    return JobListBody(
+        jobs=[
+            JobSummaryBody(
+                id=job.id,
+                name=job.name,
+                status=job.status,
+                metadata=job.metadata,
+                created_at=job.created_at,
+                updated_at=job.updated_at,
+            )
+            for job in page.jobs
+        ],
+        next_cursor=next_cursor,
     )
 
 

@@ -1,11 +1,11 @@
-"""``/v1/jobs``: submit a DAG job, read a job with its tasks (spec §7), cancel a job (issue 14
-item 1)."""
+"""``/v1/jobs``: submit a DAG job, read a job with its tasks and counts (spec §7), list jobs
+(issue 14 item 5), cancel a job (issue 14 item 1)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
-from litestar import Controller, Response, get, post
+from litestar import Controller, Request, Response, get, post
 from litestar.di import NamedDependency
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import JSONBody, QueryParameter
@@ -13,7 +13,8 @@ from litestar.params import JSONBody, QueryParameter
 from dtq.application.control import ControlService
 from dtq.application.fleet import FleetService
 from dtq.application.queries import QueryService
-from dtq.entrypoints.api import bodies, commands, guards, responses
+from dtq.domain.errors import ValidationError
+from dtq.entrypoints.api import bodies, commands, filters, guards, responses
 from dtq.entrypoints.api.middleware import CountingSubmit
 from dtq.entrypoints.api.params import (
     DEFAULT_RESULTS_LIMIT,
@@ -27,6 +28,7 @@ from dtq.entrypoints.api.params import (
 from dtq.entrypoints.api.schemas import (
     JobBody,
     JobCancelResponse,
+    JobListBody,
     JobResultsBody,
     SubmitJobRequest,
     SubmitJobResponse,
@@ -74,10 +76,85 @@ class JobController(Controller):
         body = bodies.submitted_job(result, warnings)
         return Response(body, status_code=201 if result.created else 200)
 
-    @get("/{id:str}", summary="Get a job with all its tasks", responses=responses.READ_BY_ID)
-    async def get_job(self, id: ResourceId, queries: NamedDependency[QueryService]) -> JobBody:
-        """The job row and every task of it; 404 unknown, 400 not a UUID."""
-        return bodies.job_body(await queries.get_job(parse_id(id)))
+    @get(
+        "/{id:str}",
+        summary="Get a job with its tasks (all, or a page) and its task counts",
+        responses=responses.READ_BY_ID,
+    )
+    async def get_job(
+        self,
+        id: ResourceId,
+        queries: NamedDependency[QueryService],
+        limit: Annotated[
+            str | None,
+            QueryParameter(description="Page size of tasks, 1..1000; absent: every task"),
+        ] = None,
+        cursor: Annotated[
+            str | None,
+            QueryParameter(description="The next_cursor of the previous page (needs limit)"),
+        ] = None,
+    ) -> JobBody:
+        """The job row, ``counts`` (tasks per status, every status present) and its tasks:
+        every task without ``limit`` (spec §7; ``next_cursor`` null), else a page in submission
+        order with ``next_cursor`` (the results route's cursor). 404 unknown; 400 not a UUID, a
+        bad ``limit``, a cursor this API did not issue, or a cursor without ``limit``.
+        """
+        after = parse_cursor(cursor)
+        if after is not None and limit is None:
+            raise ValidationError("cursor needs limit (the page size)", field="cursor")
+        view = await queries.get_job(
+            parse_id(id), limit=None if limit is None else parse_limit(limit), after=after
+        )
+        next_cursor = None if view.next_after is None else format_cursor(view.next_after)
+        return bodies.job_body(view, next_cursor)
+
+    @get(
+        "/",
+        summary="List jobs, newest first, with filters (keyset-paged)",
+        responses={400: responses.BAD_REQUEST, **responses.COMMON},
+    )
+    async def list_jobs(
+        self,
+        *,
+        request: Request[Any, Any, Any],
+        queries: NamedDependency[QueryService],
+        status: Annotated[
+            list[str] | None,
+            QueryParameter(
+                description="Any of these statuses: repeated and/or comma-separated"
+                " (pending, running, completed, failed, cancelled)"
+            ),
+        ] = None,
+        name: Annotated[str | None, QueryParameter(description="Exactly this job name")] = None,
+        since: Annotated[
+            str | None,
+            QueryParameter(description="created_at at or after this RFC 3339 time (offset)"),
+        ] = None,
+        until: Annotated[
+            str | None,
+            QueryParameter(description="created_at before this RFC 3339 time (offset)"),
+        ] = None,
+        limit: Annotated[
+            str | None, QueryParameter(description="Page size, 1..500 (default 50)")
+        ] = None,
+        cursor: Annotated[
+            str | None,
+            QueryParameter(description="The next_cursor of the previous page; absent: first"),
+        ] = None,
+    ) -> JobListBody:
+        """Matching jobs newest first (``created_at``, then id), without their tasks;
+        ``next_cursor`` is null on the last page. 400 names an unknown parameter or status, a
+        malformed name, time, limit, or a cursor this API did not issue.
+        """
+        filters.check_names((k for k, _ in request.query_params.multi_items()), filters.JOB_PARAMS)
+        where = filters.job_filter(status=status, name=name, since=since, until=until)
+        page = await queries.list_jobs(
+            where, limit=filters.parse_list_limit(limit), after=filters.parse_job_cursor(cursor)
+        )
+        next_cursor = (
+            None if page.next_after is None else filters.format_job_cursor(page.next_after)
+        )
+        return bodies.job_list_body(page, next_cursor)
 
     @get(
         "/{id:str}/results",

@@ -307,7 +307,7 @@ class TaskDetailBody(TaskBody, kw_only=True):
 
 
 class JobBody(msgspec.Struct, kw_only=True):
-    """A job with all its tasks (spec §7 GET /v1/jobs/{id})."""
+    """A job with its tasks (spec §7 GET /v1/jobs/{id}) and its task counts (issue 14 item 5)."""
 
     id: UUID
     name: str
@@ -316,6 +316,72 @@ class JobBody(msgspec.Struct, kw_only=True):
     created_at: datetime
     updated_at: datetime
     tasks: list[TaskBody]
+    counts: Annotated[
+        dict[str, int],
+        msgspec.Meta(description="Tasks of the job per status; every status present, 0 if none"),
+    ] = msgspec.field(default_factory=dict)
+    next_cursor: Annotated[
+        str | None,
+        msgspec.Meta(
+            description=(
+                "With ?limit=: pass as ?cursor= for the next page of tasks (submission order);"
+                " null on the last page, and always null without ?limit= (every task is listed)"
+            )
+        ),
+    ] = None
+
+
+class TaskSummaryBody(msgspec.Struct, kw_only=True):
+    """A task in ``GET /v1/tasks``: the fields of ``GET /v1/tasks/{id}`` without ``payload``,
+    ``result``, ``progress`` and ``runs`` (read them by id)."""
+
+    id: UUID
+    job_id: UUID
+    name: str
+    kind: str
+    status: TaskStatus
+    priority: str
+    attempt: int
+    max_attempts: int
+    scheduled_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    last_error: str | None
+    created_at: datetime
+    updated_at: datetime
+    retry: RetryBody | None = None
+    timeout: str | None = None
+
+
+class TaskListBody(msgspec.Struct, kw_only=True):
+    """``GET /v1/tasks``: one page of matching tasks, newest first."""
+
+    tasks: list[TaskSummaryBody]
+    next_cursor: Annotated[
+        str | None,
+        msgspec.Meta(description="Pass as ?cursor= (same filters) for the next page; null last"),
+    ]
+
+
+class JobSummaryBody(msgspec.Struct, kw_only=True):
+    """A job in ``GET /v1/jobs``: the fields of ``GET /v1/jobs/{id}`` without its tasks."""
+
+    id: UUID
+    name: str
+    status: JobStatus
+    metadata: Any
+    created_at: datetime
+    updated_at: datetime
+
+
+class JobListBody(msgspec.Struct, kw_only=True):
+    """``GET /v1/jobs``: one page of matching jobs, newest first."""
+
+    jobs: list[JobSummaryBody]
+    next_cursor: Annotated[
+        str | None,
+        msgspec.Meta(description="Pass as ?cursor= (same filters) for the next page; null last"),
+    ]
 
 
 class TaskResultBody(msgspec.Struct, kw_only=True):

@@ -3,16 +3,18 @@ is (not) running (issue 14 item 7); cancel and retry a task (issue 14 items 1 an
 
 from __future__ import annotations
 
-from litestar import Controller, Response, get, post
+from typing import Annotated, Any
+
+from litestar import Controller, Request, Response, get, post
 from litestar.di import NamedDependency
 from litestar.openapi.datastructures import ResponseSpec
-from litestar.params import JSONBody
+from litestar.params import JSONBody, QueryParameter
 
 from dtq.application.control import ControlService
 from dtq.application.explain import ExplainService
 from dtq.application.fleet import FleetService
 from dtq.application.queries import QueryService
-from dtq.entrypoints.api import bodies, commands, guards, responses
+from dtq.entrypoints.api import bodies, commands, filters, guards, responses
 from dtq.entrypoints.api.middleware import CountingSubmit
 from dtq.entrypoints.api.params import IdempotencyKey, ResourceId, parse_id
 from dtq.entrypoints.api.schemas import (
@@ -21,6 +23,7 @@ from dtq.entrypoints.api.schemas import (
     SubmitTaskResponse,
     TaskCancelResponse,
     TaskDetailBody,
+    TaskListBody,
     TaskRetryResponse,
 )
 from dtq.entrypoints.config import Settings
@@ -34,7 +37,8 @@ REPLAYED = ResponseSpec(
 
 class TaskController(Controller):
     """Single tasks: ``POST /v1/tasks``, ``GET /v1/tasks/{id}``, ``GET /v1/tasks/{id}/explain``,
-    ``POST /v1/tasks/{id}/cancel`` and ``POST /v1/tasks/{id}/retry``."""
+    ``POST /v1/tasks/{id}/cancel`` and ``POST /v1/tasks/{id}/retry``; the listing
+    ``GET /v1/tasks``."""
 
     path = "/v1/tasks"
     tags = ["tasks"]
@@ -118,3 +122,60 @@ class TaskController(Controller):
         task_id = parse_id(id)
         status, reopened = await control.retry_task(task_id)
         return TaskRetryResponse(task_id=task_id, status=status, reopened=reopened)
+
+    @get(
+        "/",
+        summary="List tasks, newest first, with filters (keyset-paged)",
+        responses={400: responses.BAD_REQUEST, **responses.COMMON},
+    )
+    async def list_tasks(
+        self,
+        *,
+        request: Request[Any, Any, Any],
+        queries: NamedDependency[QueryService],
+        status: Annotated[
+            list[str] | None,
+            QueryParameter(
+                description="Any of these statuses: repeated and/or comma-separated"
+                " (pending, queued, running, completed, failed, cancelled)"
+            ),
+        ] = None,
+        kind: Annotated[str | None, QueryParameter(description="Exactly this kind")] = None,
+        job_id: Annotated[
+            str | None, QueryParameter(description="Tasks of this job (UUID)")
+        ] = None,
+        priority: Annotated[
+            str | None, QueryParameter(description="Exactly this priority tier")
+        ] = None,
+        since: Annotated[
+            str | None,
+            QueryParameter(description="created_at at or after this RFC 3339 time (offset)"),
+        ] = None,
+        until: Annotated[
+            str | None,
+            QueryParameter(description="created_at before this RFC 3339 time (offset)"),
+        ] = None,
+        limit: Annotated[
+            str | None, QueryParameter(description="Page size, 1..500 (default 50)")
+        ] = None,
+        cursor: Annotated[
+            str | None,
+            QueryParameter(description="The next_cursor of the previous page; absent: first"),
+        ] = None,
+    ) -> TaskListBody:
+        """Matching tasks newest first (``created_at``, then last submitted first), without
+        ``payload``/``result``/``progress``/``runs``; ``next_cursor`` is null on the last page.
+        400 names an unknown parameter or status, a malformed kind, job_id, priority, time,
+        limit, or a cursor this API did not issue.
+        """
+        filters.check_names((k for k, _ in request.query_params.multi_items()), filters.TASK_PARAMS)
+        where = filters.task_filter(
+            status=status, kind=kind, job_id=job_id, priority=priority, since=since, until=until
+        )
+        page = await queries.list_tasks(
+            where, limit=filters.parse_list_limit(limit), after=filters.parse_task_cursor(cursor)
+        )
+        next_cursor = (
+            None if page.next_after is None else filters.format_task_cursor(page.next_after)
+        )
+        return bodies.task_list_body(page, next_cursor)
