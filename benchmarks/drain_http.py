@@ -50,6 +50,11 @@ from dtq.entrypoints.worker.http import open_http_worker_services
 KIND = "noop"
 
 
+def _no_auth() -> dict[str, Any]:
+    """``API_AUTH=none`` where the tree has tokens (issue 15 item 3): the API is on loopback."""
+    return {"api_auth": "none"} if "api_auth" in Settings.__dataclass_fields__ else {}
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -65,6 +70,7 @@ async def drain_http_once(args: argparse.Namespace, dsn: str, prefix: str) -> di
         worker_id=f"drain-http-{uuid.uuid4().hex[:6]}",
         worker_concurrency=args.concurrency,
         log_level=args.log_level,
+        **_no_auth(),
     )
     runtime = make_runtime(args)
     metrics = WorkerMetrics(CollectorRegistry())
