@@ -78,6 +78,7 @@ class SubmitService:
                 metadata=cmd.metadata,
                 idempotency_key=cmd.idempotency_key,
                 request_hash=cmd.request_hash,
+                trace_context=cmd.trace_context,
             )
             tasks = [
                 _new_task(spec, job_id, task_ids[spec.name], now, position=i)

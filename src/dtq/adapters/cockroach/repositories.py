@@ -163,6 +163,7 @@ class PgJobRepository:
                 job.version,
                 job.created_at,
                 job.updated_at,
+                job.trace_context,
             ),
         )
         if await cur.fetchone() is None:
