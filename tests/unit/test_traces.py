@@ -34,7 +34,7 @@ from dtq.entrypoints.bundles import Services
 from dtq.entrypoints.config import Settings
 from dtq.entrypoints.container import open_services
 from dtq.entrypoints.metrics import OrchestratorMetrics, WorkerMetrics, new_registry
-from dtq.worker import PermanentError, Runtime, Task
+from dtq.worker import Options, PermanentError, Runtime, Task
 from tests.unit.conftest import memory_container
 from tests.unit.runtime_harness import POLICY
 
@@ -115,8 +115,11 @@ async def promote(services: Services) -> None:
         await asyncio.sleep(0.02)
 
 
+FAST = Options(lease_renew_every=0.1, shutdown_grace=1.0, poll_timeout=0.05)
+
+
 def step_runtime() -> Runtime:
-    runtime = Runtime()
+    runtime = Runtime(FAST)
 
     @runtime.handler("step")
     async def step(task: Task) -> str:
@@ -232,7 +235,7 @@ async def test_a_malformed_traceparent_is_not_refused_and_starts_a_new_trace(
 async def test_a_failing_handler_marks_its_span_and_the_retry_is_a_new_claim_in_the_trace(
     spans: InMemorySpanExporter,
 ) -> None:
-    runtime = Runtime()
+    runtime = Runtime(FAST)
     calls = 0
 
     @runtime.handler("flaky")
@@ -274,7 +277,8 @@ async def test_a_failing_handler_marks_its_span_and_the_retry_is_a_new_claim_in_
         for span in by_name(finished, "claim")
         if span.attributes and span.attributes["dtq.task_id"] == task
     ]
-    assert sorted(span.attributes["dtq.attempt"] for span in f_claims if span.attributes) == [1, 2]
+    attempts = [span.attributes["dtq.attempt"] for span in f_claims if span.attributes]
+    assert sorted(int(str(attempt)) for attempt in attempts) == [1, 2]
     [doomed_span] = by_name(finished, "handler doomed")
     assert doomed_span.status.status_code is StatusCode.ERROR
     # only successes have a complete span: f's second attempt
@@ -309,34 +313,33 @@ _PROBE = """
 import json, sys
 from dtq.entrypoints import tracing
 import dtq.entrypoints.api.app, dtq.entrypoints.worker.session, dtq.entrypoints.cli.entry
-on = tracing.setup(dict(ENV), service_name="probe")
-loaded = sorted(m for m in sys.modules if m.split(".")[0] == "opentelemetry")
-print(json.dumps({"on": on, "enabled": tracing.enabled(), "otel_modules": len(loaded)}))
-tracing.uninstall()
+for env in ENVS:
+    on = tracing.setup(env, service_name="probe")
+    loaded = [m for m in sys.modules if m.split(".")[0] == "opentelemetry"]
+    print(json.dumps({"on": on, "enabled": tracing.enabled(), "otel_modules": len(loaded)}))
+    tracing.uninstall()
 """
 
 
-def probe(env: dict[str, str]) -> dict[str, Any]:
-    """Import the API, the worker and the CLI in a fresh interpreter, call setup(env)."""
-    code = _PROBE.replace("ENV", repr(env))
+def probe(*envs: dict[str, str]) -> list[dict[str, Any]]:
+    """Import the API, the worker and the CLI in a fresh interpreter, then call setup(env) for
+    each env in turn; what each call left."""
+    code = _PROBE.replace("ENVS", repr(list(envs)))
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
     )
-    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    return result
+    return [json.loads(line) for line in out.stdout.strip().splitlines()[-len(envs) :]]
 
 
-def test_off_imports_no_opentelemetry_module() -> None:
-    assert probe({}) == {"on": False, "enabled": False, "otel_modules": 0}
+def test_off_imports_no_opentelemetry_module_and_an_otlp_endpoint_turns_tracing_on() -> None:
     disabled = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_SDK_DISABLED": "true"}
-    assert probe(disabled) == {"on": False, "enabled": False, "otel_modules": 0}
-
-
-def test_an_otlp_endpoint_turns_tracing_on() -> None:
     # loopback, and no span is ever ended in the probe, so nothing is sent
-    result = probe({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:4318/v1/traces"})
-    assert (result["on"], result["enabled"]) == (True, True)
-    assert result["otel_modules"] > 0
+    wanted = {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:4318/v1/traces"}
+    off, still_off, on = probe({}, disabled, wanted)
+    assert off == {"on": False, "enabled": False, "otel_modules": 0}
+    assert still_off == {"on": False, "enabled": False, "otel_modules": 0}
+    assert (on["on"], on["enabled"]) == (True, True)
+    assert on["otel_modules"] > 0
 
 
 def test_wanted_reads_the_standard_variables() -> None:
