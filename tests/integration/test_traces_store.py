@@ -61,7 +61,11 @@ async def test_every_job_read_returns_the_stored_trace_context_and_writes_keep_i
     traced = job_at(now, TRACE_CONTEXT, key=f"trace-{uuid4()}")
     untraced = job_at(now, None)
     for job in (traced, untraced):
-        await store.run(lambda tx, job=job: tx.jobs.add(job, [task_of(job, now)], []))
+
+        async def add(tx: Transaction, job: Job = job) -> None:
+            await tx.jobs.add(job, [task_of(job, now)], [])
+
+        await store.run(add)
 
     async def read(tx: Transaction) -> list[str | None]:
         got = await tx.jobs.get(traced.id)
