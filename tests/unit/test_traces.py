@@ -9,9 +9,11 @@ One job's trace: ``submit`` (child of the request's ``traceparent``), then per t
 from __future__ import annotations
 
 import asyncio
+import http.server
 import json
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -349,3 +351,45 @@ def test_wanted_reads_the_standard_variables() -> None:
     assert not tracing.wanted(
         {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_SDK_DISABLED": "TRUE"}
     )
+
+
+_EXPORT = """
+from dtq.entrypoints import tracing
+assert tracing.setup({"OTEL_EXPORTER_OTLP_ENDPOINT": @ENDPOINT@}, service_name="probe")
+with tracing.submit_span(@TRACEPARENT@) as context:
+    assert context is not None
+tracing.uninstall()  # flushes the batch span processor
+"""
+
+
+def test_spans_are_exported_over_otlp_http_to_the_endpoint() -> None:
+    received: list[tuple[str, str, bytes]] = []
+
+    class Receiver(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            received.append((self.path, self.headers["Content-Type"], body))
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+        code = _EXPORT.replace("@ENDPOINT@", repr(endpoint)).replace(
+            "@TRACEPARENT@", repr(TRACEPARENT)
+        )
+        subprocess.run([sys.executable, "-c", code], check=True, timeout=120, capture_output=True)
+    finally:
+        server.shutdown()
+        thread.join()
+        server.server_close()
+    [(path, content_type, body)] = received
+    assert (path, content_type) == ("/v1/traces", "application/x-protobuf")
+    assert bytes.fromhex(TRACE_ID) in body  # the caller's trace id, in the exported span
+    assert b"submit" in body

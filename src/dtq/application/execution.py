@@ -559,7 +559,7 @@ async def _claim_tx(
 
 def _with_trace_contexts(claims: list[Claim], jobs: Sequence[Job]) -> list[Claim]:
     """The claims with their job's ``trace_context`` (issue 16 item 5); ``claims`` itself when
-    no job of the batch has one (tracing off: no copy, no allocation)."""
+    no job of the batch has one (tracing off: the claims are not copied)."""
     contexts = {job.id: job.trace_context for job in jobs if job.trace_context is not None}
     if not contexts:
         return claims

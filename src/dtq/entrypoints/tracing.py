@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager
@@ -88,7 +89,8 @@ def setup(environ: Mapping[str, str], *, service_name: str) -> bool:
     (so a handler's own OpenTelemetry spans nest under its ``handler`` span) when none is set.
 
     Args:
-        environ: the process environment.
+        environ: the process environment (with ``.env`` under it); its ``OTEL_*`` variables
+            that ``os.environ`` lacks are copied there, where the SDK reads them.
         service_name: ``service.name`` unless ``OTEL_SERVICE_NAME`` says otherwise.
 
     Returns:
@@ -110,6 +112,10 @@ def setup(environ: Mapping[str, str], *, service_name: str) -> bool:
             exc,
         )
         return False
+    # The SDK reads its variables from os.environ; ``environ`` may hold more (a .env file).
+    for name, value in environ.items():
+        if name.startswith("OTEL_"):
+            os.environ.setdefault(name, value)
     resource = Resource.create({"service.name": environ.get("OTEL_SERVICE_NAME") or service_name})
     provider = TracerProvider(resource=resource)
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
