@@ -43,6 +43,7 @@ REFERENCE_COLUMNS: dict[str, list[tuple[str, str, bool]]] = {  # (name, type, nu
         ("version", "bigint", False),
         ("created_at", TS, False),
         ("updated_at", TS, False),
+        ("trace_context", "text", True),
     ],
     "tasks": [
         ("id", "uuid", False),

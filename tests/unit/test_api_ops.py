@@ -284,7 +284,10 @@ async def test_openapi_documents_constraints_and_the_idempotency_header(api: Api
     id_parameter = document["paths"]["/v1/tasks/{id}"]["get"]["parameters"][0]
     assert id_parameter["schema"]["format"] == "uuid"
     parameters = document["paths"]["/v1/jobs"]["post"]["parameters"]
-    assert [(p["name"], p["in"]) for p in parameters] == [("Idempotency-Key", "header")]
+    assert [(p["name"], p["in"]) for p in parameters] == [
+        ("Idempotency-Key", "header"),
+        ("traceparent", "header"),  # issue 16 item 5
+    ]
 
 
 async def test_schema_ui_is_served(api: Api) -> None:

@@ -75,7 +75,7 @@ async def _resume_after(outage: float, *, down: str) -> float:
     async def hand_back(claims: Sequence[Claim]) -> None:
         raise AssertionError("nothing is handed back here")
 
-    def deliver(claim: Claim) -> None:
+    def deliver(claim: Claim, trace: object) -> None:
         claimed.append(elapsed())
         fetcher.stop()
 

@@ -52,6 +52,8 @@ class SubmitJob:
         idempotency_key: the client's ``Idempotency-Key`` header, or None.
         request_hash: fingerprint of the request body; the same key with another hash is a
             conflict.
+        trace_context: an opaque trace context stored with the job (``Job.trace_context``,
+            issue 16 item 5), or None.
     """
 
     tasks: tuple[TaskSpec, ...]
@@ -59,6 +61,7 @@ class SubmitJob:
     metadata: Any = None
     idempotency_key: str | None = None
     request_hash: str | None = None
+    trace_context: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,13 +175,15 @@ class Claim:
 
     ``task.attempt == run.attempt_number`` (1-based). ``parents`` maps the name of each direct
     dependency to its result, read in the claim transaction (fan-in, issue 13); empty for a
-    task without dependencies.
+    task without dependencies. ``trace_context`` is the job's ``Job.trace_context`` (opaque;
+    issue 16 item 5), read with the job rows the claim reads anyway; None when the job has none.
     """
 
     task: Task
     run: TaskRun
     worker_id: str
     parents: Mapping[str, Any] = field(default_factory=dict)
+    trace_context: str | None = None
 
 
 class ReportOutcome(StrEnum):

@@ -31,7 +31,7 @@ from dtq.application.transitions import (
     promote_dependents,
     settle_job,
 )
-from dtq.domain.entities import Task, TaskRun
+from dtq.domain.entities import Job, Task, TaskRun
 from dtq.domain.errors import (
     BackendUnavailable,
     CommitOutcomeUnknown,
@@ -551,9 +551,24 @@ async def _claim_tx(
     if batch.claims:
         await tx.tasks.save_many([claim.task for claim in batch.claims])
         await tx.runs.add_many([claim.run for claim in batch.claims])
-        await mark_jobs_started(tx, (claim.task.job_id for claim in batch.claims), at=now)
+        jobs = await mark_jobs_started(tx, (claim.task.job_id for claim in batch.claims), at=now)
+        batch.claims = _with_trace_contexts(batch.claims, jobs)
         batch.claims = await _with_parents(tx, batch.claims, roots=roots)
     return batch
+
+
+def _with_trace_contexts(claims: list[Claim], jobs: Sequence[Job]) -> list[Claim]:
+    """The claims with their job's ``trace_context`` (issue 16 item 5); ``claims`` itself when
+    no job of the batch has one (tracing off: the claims are not copied)."""
+    contexts = {job.id: job.trace_context for job in jobs if job.trace_context is not None}
+    if not contexts:
+        return claims
+    return [
+        dataclasses.replace(claim, trace_context=contexts[claim.task.job_id])
+        if claim.task.job_id in contexts
+        else claim
+        for claim in claims
+    ]
 
 
 async def _with_parents(
@@ -593,6 +608,8 @@ async def _claim_recovered(
         if task is not None and run is not None and task.current_run_id == run_id:
             batch.claims.append(Claim(task=task, run=run, worker_id=worker_id))
     if batch.claims:
+        jobs = await tx.jobs.get_many(list({claim.task.job_id for claim in batch.claims}))
+        batch.claims = _with_trace_contexts(batch.claims, jobs)
         batch.claims = await _with_parents(tx, batch.claims)
     return batch
 

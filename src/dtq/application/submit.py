@@ -82,6 +82,7 @@ class _Submission:
             metadata=cmd.metadata,
             idempotency_key=cmd.idempotency_key,
             request_hash=cmd.request_hash,
+            trace_context=cmd.trace_context,
         )
         ids = self.task_ids
         tasks = [

@@ -12,7 +12,7 @@ from datetime import datetime
 from uuid import UUID
 
 from dtq.application.ports import Transaction
-from dtq.domain.entities import Task
+from dtq.domain.entities import Job, Task
 from dtq.domain.policy import derive_job_status
 from dtq.domain.status import JobStatus, TaskStatus
 
@@ -175,10 +175,13 @@ async def reopen_job(tx: Transaction, job_id: UUID, *, at: datetime, started: bo
         await tx.jobs.save(job)
 
 
-async def mark_jobs_started(tx: Transaction, job_ids: Iterable[UUID], *, at: datetime) -> None:
+async def mark_jobs_started(tx: Transaction, job_ids: Iterable[UUID], *, at: datetime) -> list[Job]:
     """Move the ``pending`` jobs among ``job_ids`` to ``running`` (a task of each was claimed).
 
     The job rows are read in one statement and written only when a status changes.
+
+    Returns:
+        The jobs read (the known ones among ``job_ids``, in no set order), as written.
     """
     jobs = await tx.jobs.get_many(list(dict.fromkeys(job_ids)))
     started = [
@@ -188,6 +191,7 @@ async def mark_jobs_started(tx: Transaction, job_ids: Iterable[UUID], *, at: dat
     ]
     if started:
         await tx.jobs.save_many(started)
+    return jobs
 
 
 async def mark_job_failed(tx: Transaction, job_id: UUID, *, at: datetime) -> None:

@@ -414,6 +414,9 @@ class Job:
     Attributes:
         idempotency_key: the client's ``Idempotency-Key``, unique across jobs, or None.
         request_hash: fingerprint of the request body that created the job under that key.
+        trace_context: the trace context of the submit request (issue 16 item 5), an opaque
+            string (a W3C ``traceparent``) that only the entrypoints interpret; fixed at
+            creation; None when tracing was off.
     """
 
     id: UUID
@@ -425,6 +428,7 @@ class Job:
     idempotency_key: str | None = None
     request_hash: str | None = None
     version: int = 0
+    trace_context: str | None = None
 
     def set_status(self, status: JobStatus, *, at: datetime) -> bool:
         """Move to ``status`` if it differs; a terminal ``failed`` job stays failed.

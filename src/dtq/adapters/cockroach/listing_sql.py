@@ -66,6 +66,7 @@ _JOB_COLUMNS = (
     ("t.version", "version"),
     ("t.created_at", "created_at"),
     ("t.updated_at", "updated_at"),
+    ("t.trace_context", "trace_context"),
 )
 
 _TASK_ORDER = ("created_at", "job_position", "id")

@@ -163,6 +163,7 @@ class PgJobRepository:
                 job.version,
                 job.created_at,
                 job.updated_at,
+                job.trace_context,
             ),
         )
         if await cur.fetchone() is None:
@@ -205,6 +206,7 @@ class PgJobRepository:
                 [Int8(j.version) for j, _, _ in jobs],
                 [j.created_at for j, _, _ in jobs],
                 [j.updated_at for j, _, _ in jobs],
+                [j.trace_context for j, _, _ in jobs],
             ),
         )
         if len(await cur.fetchall()) != len(jobs):

@@ -82,6 +82,7 @@ def job_from_row(row: TupleRow) -> Job:
         version=row[6],
         created_at=row[7],
         updated_at=row[8],
+        trace_context=row[9],
     )
 
 

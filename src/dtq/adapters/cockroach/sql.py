@@ -27,8 +27,8 @@ PING: Final = "SELECT 1"
 # transaction; any other conflict (a primary-key clash) still raises.
 INSERT_JOB: Final = (
     "INSERT INTO jobs (id, name, status, metadata, idempotency_key, request_hash, version,"
-    " created_at, updated_at)"
-    " VALUES (%s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s)"
+    " created_at, updated_at, trace_context)"
+    " VALUES (%s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s, %s)"
     " ON CONFLICT (idempotency_key) DO NOTHING RETURNING id"
 )
 
@@ -36,29 +36,29 @@ INSERT_JOB: Final = (
 # written, so a job whose key another job holds is found missing.
 INSERT_JOBS: Final = (
     "INSERT INTO jobs (id, name, status, metadata, idempotency_key, request_hash, version,"
-    " created_at, updated_at)"
+    " created_at, updated_at, trace_context)"
     " SELECT u.id, u.name, u.status, u.metadata::jsonb, u.idempotency_key, u.request_hash,"
-    " u.version, u.created_at, u.updated_at"
+    " u.version, u.created_at, u.updated_at, u.trace_context"
     " FROM unnest(%b::uuid[], %b::text[], %b::text[], %b::text[], %b::text[], %b::text[],"
-    " %b::bigint[], %b::timestamptz[], %b::timestamptz[])"
+    " %b::bigint[], %b::timestamptz[], %b::timestamptz[], %b::text[])"
     " AS u(id, name, status, metadata, idempotency_key, request_hash, version, created_at,"
-    " updated_at)"
+    " updated_at, trace_context)"
     " ON CONFLICT (idempotency_key) DO NOTHING RETURNING id"
 )
 
 GET_JOB: Final = (
     "SELECT id, name, status, metadata::text, idempotency_key, request_hash, version,"
-    " created_at, updated_at FROM jobs WHERE id = %s"
+    " created_at, updated_at, trace_context FROM jobs WHERE id = %s"
 )
 
 GET_JOB_BY_KEY: Final = (
     "SELECT id, name, status, metadata::text, idempotency_key, request_hash, version,"
-    " created_at, updated_at FROM jobs WHERE idempotency_key = %s"
+    " created_at, updated_at, trace_context FROM jobs WHERE idempotency_key = %s"
 )
 
 GET_JOBS: Final = (
     "SELECT id, name, status, metadata::text, idempotency_key, request_hash, version,"
-    " created_at, updated_at FROM jobs WHERE id = ANY(%b::uuid[])"
+    " created_at, updated_at, trace_context FROM jobs WHERE id = ANY(%b::uuid[])"
 )
 
 # idempotency_key and request_hash are fixed at creation and never rewritten.

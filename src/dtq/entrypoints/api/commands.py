@@ -110,7 +110,11 @@ def _timing(
 
 
 def submit_task(
-    body: SubmitTaskRequest, *, idempotency_key: str | None, settings: Settings
+    body: SubmitTaskRequest,
+    *,
+    idempotency_key: str | None,
+    settings: Settings,
+    trace_context: str | None = None,
 ) -> SubmitJob:
     """The one-task job of ``POST /v1/tasks``: job and task are both named after the kind.
 
@@ -123,11 +127,16 @@ def submit_task(
         name=body.kind,
         idempotency_key=idempotency_key,
         request_hash=request_hash("/v1/tasks", body) if idempotency_key is not None else None,
+        trace_context=trace_context,
     )
 
 
 def submit_job(
-    body: SubmitJobRequest, *, idempotency_key: str | None, settings: Settings
+    body: SubmitJobRequest,
+    *,
+    idempotency_key: str | None,
+    settings: Settings,
+    trace_context: str | None = None,
 ) -> SubmitJob:
     """The command of ``POST /v1/jobs``.
 
@@ -148,4 +157,5 @@ def submit_job(
         metadata=body.metadata,
         idempotency_key=idempotency_key,
         request_hash=request_hash("/v1/jobs", body) if idempotency_key is not None else None,
+        trace_context=trace_context,
     )

@@ -14,12 +14,14 @@ from dtq.application.control import ControlService
 from dtq.application.fleet import FleetService
 from dtq.application.queries import QueryService
 from dtq.domain.errors import ValidationError
+from dtq.entrypoints import tracing
 from dtq.entrypoints.api import bodies, commands, filters, guards, responses
 from dtq.entrypoints.api.middleware import CountingSubmit
 from dtq.entrypoints.api.params import (
     DEFAULT_RESULTS_LIMIT,
     IdempotencyKey,
     ResourceId,
+    TraceParent,
     format_cursor,
     parse_cursor,
     parse_id,
@@ -64,15 +66,23 @@ class JobController(Controller):
         fleet: NamedDependency[FleetService],
         settings: NamedDependency[Settings],
         idempotency_key: IdempotencyKey = None,
+        traceparent: TraceParent = None,
     ) -> Response[SubmitJobResponse]:
         """Validate the DAG, create the job and its tasks, enqueue the tasks without
         dependencies. 400 names the tasks of a duplicate name, unknown or self dependency, or
         cycle; 201 with the ids, or 200 with the original ids on an idempotent replay;
         ``warnings`` when no live worker serves some task's priority or kind.
         """
-        cmd = commands.submit_job(data, idempotency_key=idempotency_key, settings=settings)
-        result = await submit.submit_job(cmd)
-        warnings = await fleet.submit_warnings(cmd.tasks)
+        with tracing.submit_span(traceparent) as trace_context:
+            cmd = commands.submit_job(
+                data,
+                idempotency_key=idempotency_key,
+                settings=settings,
+                trace_context=trace_context,
+            )
+            result = await submit.submit_job(cmd)
+            tracing.submitted(result.job_id, len(cmd.tasks), created=result.created)
+            warnings = await fleet.submit_warnings(cmd.tasks)
         body = bodies.submitted_job(result, warnings)
         return Response(body, status_code=201 if result.created else 200)
 

@@ -21,6 +21,21 @@ ResourceId = Annotated[
     PathParameter(format="uuid", description="A UUID; 400 when malformed, 404 when unknown"),
 ]
 
+#: The W3C ``traceparent`` request header of both submission routes (issue 16 item 5): the
+#: ``submit`` span continues that trace. Never refused: a malformed value starts a new trace
+#: (W3C Trace Context §4.3), and it is ignored while tracing is off.
+TraceParent = Annotated[
+    str | None,
+    HeaderParameter(
+        name="traceparent",
+        required=False,
+        description=(
+            "W3C trace context of the caller; the submit, claim, handler and complete spans "
+            "join this trace when the orchestrator exports traces (OTEL_EXPORTER_OTLP_ENDPOINT)."
+        ),
+    ),
+]
+
 #: The ``Idempotency-Key`` request header of both submission routes.
 IdempotencyKey = Annotated[
     str | None,

@@ -14,9 +14,10 @@ from dtq.application.control import ControlService
 from dtq.application.explain import ExplainService
 from dtq.application.fleet import FleetService
 from dtq.application.queries import QueryService
+from dtq.entrypoints import tracing
 from dtq.entrypoints.api import bodies, commands, filters, guards, responses
 from dtq.entrypoints.api.middleware import CountingSubmit
-from dtq.entrypoints.api.params import IdempotencyKey, ResourceId, parse_id
+from dtq.entrypoints.api.params import IdempotencyKey, ResourceId, TraceParent, parse_id
 from dtq.entrypoints.api.schemas import (
     ExplainBody,
     SubmitTaskRequest,
@@ -58,15 +59,23 @@ class TaskController(Controller):
         fleet: NamedDependency[FleetService],
         settings: NamedDependency[Settings],
         idempotency_key: IdempotencyKey = None,
+        traceparent: TraceParent = None,
     ) -> Response[SubmitTaskResponse]:
         """Create a job with one task named after its kind and enqueue it.
 
         Returns 201 with the new ids, or 200 with the original ids on an idempotent replay;
         ``warnings`` when no live worker serves the task's priority or kind.
         """
-        cmd = commands.submit_task(data, idempotency_key=idempotency_key, settings=settings)
-        result = await submit.submit_job(cmd)
-        warnings = await fleet.submit_warnings(cmd.tasks)
+        with tracing.submit_span(traceparent) as trace_context:
+            cmd = commands.submit_task(
+                data,
+                idempotency_key=idempotency_key,
+                settings=settings,
+                trace_context=trace_context,
+            )
+            result = await submit.submit_job(cmd)
+            tracing.submitted(result.job_id, len(cmd.tasks), created=result.created)
+            warnings = await fleet.submit_warnings(cmd.tasks)
         body = bodies.submitted_task(result, data.kind, warnings)
         return Response(body, status_code=201 if result.created else 200)
 

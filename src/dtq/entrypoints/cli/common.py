@@ -11,7 +11,7 @@ from collections.abc import Coroutine, Mapping
 from typing import Any
 
 from dtq.domain.errors import BackendUnavailable
-from dtq.entrypoints import eventloop
+from dtq.entrypoints import eventloop, tracing
 from dtq.entrypoints.config import ConfigError, Settings, load_dotenv_file, load_settings
 from dtq.entrypoints.config_values import ascii_int
 from dtq.entrypoints.logging import configure_logging
@@ -85,10 +85,14 @@ def add_app_option(parser: argparse.ArgumentParser, *, required: bool = False) -
 
 
 def cli_settings(
-    args: argparse.Namespace, *, defaults: Mapping[str, str] | None = None
+    args: argparse.Namespace,
+    *,
+    defaults: Mapping[str, str] | None = None,
+    service: str | None = None,
 ) -> Settings:
     """Load settings (``.env`` under the environment, ``defaults`` under both) and configure
-    logging from them.
+    logging from them; for a long-running process (``service``: its OpenTelemetry
+    ``service.name``), traces too, from the same variables (``tracing.setup``, issue 16 item 5).
 
     Raises:
         ConfigError: a variable has an unusable value.
@@ -100,6 +104,8 @@ def cli_settings(
     environ = load_dotenv_file(args.env_file, environ=os.environ)
     settings = load_settings({**(defaults or {}), **environ})
     configure_logging(settings.log_format, settings.log_level)
+    if service is not None:
+        tracing.setup(environ, service_name=service)
     return settings
 
 

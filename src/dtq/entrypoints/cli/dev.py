@@ -53,7 +53,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
     """Run everything in memory until a signal (``DEV_DEFAULTS`` under the environment)."""
     from dtq.entrypoints.cli.orchestrator import serve
 
-    settings = cli_settings(args, defaults=DEV_DEFAULTS)
+    settings = cli_settings(args, defaults=DEV_DEFAULTS, service="dtq-dev")
     if args.port is not None:
         host, _ = listen_address(settings.orchestrator_listen)
         settings = dataclasses.replace(settings, orchestrator_listen=f"[{host}]:{args.port}")

@@ -42,7 +42,7 @@ def add_parser(commands: Any, parents: Sequence[argparse.ArgumentParser]) -> Non
 
 def cmd_orchestrator(args: argparse.Namespace) -> int:
     """Serve the API and run the reconciler on the real backend until a signal."""
-    settings = cli_settings(args)
+    settings = cli_settings(args, service="dtq-orchestrator")
     settings.require_dsn()
     warn_unauthenticated_bind(settings)
     return run(serve(settings, backend="real", runtime=None))

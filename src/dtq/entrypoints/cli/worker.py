@@ -45,7 +45,7 @@ def add_parser(commands: Any, parents: Sequence[argparse.ArgumentParser]) -> Non
 
 def cmd_worker(args: argparse.Namespace) -> int:
     """Load settings and ``--app``, then work until a signal."""
-    settings = cli_settings(args)
+    settings = cli_settings(args, service="dtq-worker")
     if args.concurrency is not None:
         settings = dataclasses.replace(settings, worker_concurrency=args.concurrency)
     orchestrator = _orchestrator_url(args.orchestrator)

@@ -15,6 +15,7 @@ from structlog.typing import FilteringBoundLogger
 
 from dtq.application.commands import Claim
 from dtq.entrypoints.metrics import WorkerMetrics
+from dtq.entrypoints.tracing import TraceHandle
 from dtq.entrypoints.worker.backend import WorkerExecution
 from dtq.entrypoints.worker.config import WorkerConfig
 
@@ -62,6 +63,7 @@ class Held:
     result: Any = None  # the handler's return value (checked storable), recorded with success
     progress: Reported | None = None  # the handler's latest progress report (task.progress)
     progress_written: Reported | None = None  # the report the lease renewal last stored
+    trace: TraceHandle | None = None  # parent of its next span (issue 16); None: tracing off
 
     def report_progress(self, value: Any) -> None:
         """Keep ``value`` (already checked) as the latest progress; one attribute store, so

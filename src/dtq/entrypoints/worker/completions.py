@@ -18,6 +18,7 @@ from structlog.typing import FilteringBoundLogger
 
 from dtq.application.commands import Claim, ReportOutcome
 from dtq.domain.errors import BackendUnavailable, DtqError
+from dtq.entrypoints import tracing
 from dtq.entrypoints.worker.claims import (
     LEASE_LOST,
     TASK_CANCELLED,
@@ -173,6 +174,7 @@ class Completions:
         progress: dict[UUID, Any] = {}
         for held in batch:
             progress.update(held.final_progress() or {})
+        started = tracing.clock()  # None while tracing is off
         try:
             outcomes, attempts = await report(
                 lambda: self._shared.execution.complete_many(
@@ -195,6 +197,8 @@ class Completions:
             for held in batch:  # the lease renewal stops: committed, or the lease lapses
                 held.phase = Phase.SETTLING
                 self._settled(held)
+        if started is not None:
+            _complete_spans(batch, outcomes, started)
         if outcomes is None:
             return
         replayed = attempts > 1
@@ -216,3 +220,12 @@ class Completions:
                     duration=round(held.duration, 6),
                     outcome=outcome,
                 )
+
+
+def _complete_spans(
+    batch: Sequence[Held], outcomes: Sequence[ReportOutcome] | None, started: int
+) -> None:
+    """One ``complete`` span per success of a committed (or given-up) batch (issue 16)."""
+    for i, held in enumerate(batch):
+        outcome = None if outcomes is None else str(outcomes[i])
+        tracing.complete_span(held.trace, start_ns=started, outcome=outcome)

@@ -18,6 +18,7 @@ from uuid import UUID
 from dtq.application.commands import Claim
 from dtq.application.execution import ClaimsUnresolved
 from dtq.domain.errors import BackendUnavailable
+from dtq.entrypoints import tracing
 from dtq.entrypoints.worker.backend import ReadyLists
 from dtq.entrypoints.worker.claims import Shared
 from dtq.entrypoints.worker.completions import REPORT_ATTEMPTS, backoff_delay
@@ -65,7 +66,8 @@ class Fetcher:
         queue: the ready lists.
         turn: the hot-path transaction turn (taken around a batch claim).
         room: set while completions can take more successes (backpressure).
-        deliver: starts one committed claim (runs it, or hands it back when stopping).
+        deliver: starts one committed claim (runs it, or hands it back when stopping), with
+            the parent of its handler span (``tracing.claim_span``; None while tracing is off).
         hand_back: hands claims back at once (used when this loop is cancelled).
     """
 
@@ -76,7 +78,7 @@ class Fetcher:
         queue: ReadyLists,
         turn: asyncio.Lock,
         room: asyncio.Event,
-        deliver: Callable[[Claim], None],
+        deliver: Callable[[Claim, tracing.TraceHandle | None], None],
         hand_back: Callable[[Sequence[Claim]], Awaitable[None]],
     ) -> None:
         config = shared.config
@@ -135,6 +137,7 @@ class Fetcher:
         waiting, so it is on a task's submit-to-start latency). The claim runs shielded: if
         this loop is cancelled meanwhile, it still finishes and its claims are handed back.
         """
+        started = tracing.clock()  # None while tracing is off
         claiming = asyncio.ensure_future(self._claim_many(task_ids))
         try:
             claims = await asyncio.shield(claiming)
@@ -151,8 +154,12 @@ class Fetcher:
         if refused:
             self._refused(task_ids, claims, refused)
         self.slots.take(len(claims))
+        if started is None:
+            for claim in claims:
+                self._deliver(claim, None)
+            return
         for claim in claims:
-            self._deliver(claim)
+            self._deliver(claim, _claim_span(claim, started))
 
     async def _claim_many(self, task_ids: Sequence[UUID]) -> list[Claim]:
         worker_id = self._config.worker_id
@@ -215,6 +222,19 @@ class Fetcher:
         """Sleep ``seconds``, or less if the loop starts stopping."""
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stopping.wait(), timeout=seconds)
+
+
+def _claim_span(claim: Claim, started: int) -> tracing.TraceHandle | None:
+    """The ``claim`` span of one committed claim (issue 16 item 5)."""
+    return tracing.claim_span(
+        claim.trace_context,
+        task_id=claim.task.id,
+        job_id=claim.task.job_id,
+        run_id=claim.run.id,
+        kind=claim.task.kind,
+        attempt=claim.run.attempt_number,
+        start_ns=started,
+    )
 
 
 async def _outlive_cancels(job: asyncio.Future[T], default: T) -> T:

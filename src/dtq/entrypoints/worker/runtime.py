@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from structlog.typing import FilteringBoundLogger
 
 from dtq.domain.errors import DuplicateKind
-from dtq.entrypoints import eventloop
+from dtq.entrypoints import eventloop, tracing
 from dtq.entrypoints.bundles import WorkerServices
 from dtq.entrypoints.config import Settings, listen_address, load_settings
 from dtq.entrypoints.metrics import WorkerMetrics, new_registry
@@ -210,6 +210,7 @@ class Runtime:
         """
         if settings is None:
             settings = load_settings(os.environ)
+        tracing.setup(os.environ, service_name="dtq-worker")
         eventloop.run(serve(self, settings, services, metrics=metrics))
 
 

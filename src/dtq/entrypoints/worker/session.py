@@ -20,6 +20,7 @@ from structlog.typing import FilteringBoundLogger
 from dtq.application.artifacts import ArtifactService
 from dtq.application.commands import Claim, ReportOutcome
 from dtq.application.execution import FailOutcome
+from dtq.entrypoints import tracing
 from dtq.entrypoints.metrics import WorkerMetrics
 from dtq.entrypoints.worker.artifacts import TaskArtifacts
 from dtq.entrypoints.worker.backend import WorkerBackend, WorkerExecution
@@ -189,10 +190,11 @@ class Session:
 
     # -- one claim -----------------------------------------------------------------------------
 
-    def start(self, claim: Claim) -> None:
+    def start(self, claim: Claim, trace: tracing.TraceHandle | None = None) -> None:
         """Run the claim's handler in its own asyncio task (or hand it back when shutting
-        down, or fail it permanently when its kind has no handler)."""
-        held = Held(claim)
+        down, or fail it permanently when its kind has no handler); ``trace`` is the parent
+        of its handler span (None while tracing is off)."""
+        held = Held(claim, trace=trace)
         handler = self._handlers.get(claim.task.kind)
         if handler is not None:
             self._meters.kind(claim.task.kind).claimed.inc()
@@ -243,7 +245,9 @@ class Session:
         exc: BaseException | None = None
         held.phase = Phase.RUNNING
         try:
-            held.result = await self._runner.invoke(handler, held.claim, held.report_progress)
+            # the handler span (a no-op while tracing is off) yields the complete span's parent
+            with tracing.handler_span(held.trace, held.claim.task.kind) as held.trace:
+                held.result = await self._runner.invoke(handler, held.claim, held.report_progress)
         except asyncio.CancelledError as cancelled:
             ours = 0 if held.interrupted is None else 1  # cancel requests we made ourselves
             if current is not None and current.cancelling() > ours:
