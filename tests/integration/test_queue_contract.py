@@ -268,7 +268,7 @@ async def test_enqueue_unlisted_does_not_push_an_id_still_waiting(
     assert await pop_one(queue, ["default"], 0) == taken  # oldest first: `waiting` stays listed
     await queue.release_markers([taken, waiting])  # both markers gone (e.g. expired)
 
-    items = [(waiting, "default"), (lost, "default"), (taken, "default")]
+    items = [(waiting, "default", "k"), (lost, "default", "k"), (taken, "default", "k")]
     assert await queue.enqueue_unlisted(items) == 2  # `lost` and `taken` are pushed
 
     for task_id in (waiting, lost, taken):
@@ -286,7 +286,7 @@ async def test_enqueue_unlisted_searches_a_long_list_down_to_the_scan_limit(
     await queue.release_markers(backlog)  # every marker expired while the ids waited
     shallow, deep, beyond = backlog[3], backlog[2_400], backlog[2_600]
 
-    items = [(shallow, "default"), (deep, "default"), (beyond, "default")]
+    items = [(shallow, "default", "k"), (deep, "default", "k"), (beyond, "default", "k")]
     assert await queue.enqueue_unlisted(items) == 1  # only the id past the limit again
 
     for task_id in (shallow, deep, beyond):
@@ -299,7 +299,7 @@ async def test_enqueue_unlisted_respects_a_live_marker(queue: Queue) -> None:
     task_id = new_id()
     await enqueue_one(queue, task_id, "default")
     await pop_one(queue, ["default"], 0)  # popped, marker still held: in flight
-    assert await queue.enqueue_unlisted([(task_id, "default")]) == 0
+    assert await queue.enqueue_unlisted([(task_id, "default", "k")]) == 0
     assert await pop_one(queue, ["default"], 0) is None
 
 
