@@ -18,8 +18,9 @@ Usage::
 Each run also prints the hot-path store transactions (``claim_many`` / ``complete_many`` calls
 and their mean duration; ``claim`` / ``complete`` on code without the batch methods) and the
 store's transaction re-runs by reason (``40001`` = serialization failure); ``--statements`` adds
-the SQL statements the drain sent, by text (deterministic, so it compares revisions on a busy
-machine where the timings cannot). To measure another
+the SQL statements the drain sent, by text, and ``--redis-calls`` the Redis round trips (commands
+and pipelines, scripts by name), both deterministic up to batching, so they compare revisions on
+a busy machine where the timings cannot. To measure another
 revision, put its ``src`` first on ``PYTHONPATH`` (with ``migrations/`` next to it); the script
 uses only APIs that older revisions have too.
 
@@ -119,6 +120,49 @@ def counting_statements() -> Iterator[dict[str, int]]:
         yield counts
     finally:
         psycopg.AsyncConnection.execute = real  # type: ignore[method-assign]
+
+
+def _script_names() -> dict[str, str]:
+    """SHA1 -> name of the Lua scripts in ``dtq.adapters.redis.scripts`` (EVALSHA's argument)."""
+    import hashlib
+
+    from dtq.adapters.redis import scripts
+
+    return {
+        hashlib.sha1(value.encode()).hexdigest(): name  # noqa: S324  (Redis's script id)
+        for name, value in vars(scripts).items()
+        if name.isupper() and isinstance(value, str)
+    }
+
+
+@contextlib.contextmanager
+def counting_redis_calls() -> Iterator[dict[str, int]]:
+    """Count the Redis round trips while open: each command sent on its own (``EVALSHA`` keyed
+    by the script's name) and each pipeline (keyed ``pipeline``)."""
+    from redis.asyncio.client import Pipeline, Redis
+
+    counts: dict[str, int] = {}
+    names = _script_names()
+    real_command, real_pipeline = Redis.execute_command, Pipeline.execute
+
+    async def execute_command(self: Any, *args: Any, **kwargs: Any) -> Any:
+        name = str(args[0]).upper() if args else "?"
+        if name == "EVALSHA" and len(args) > 1:
+            name = f"EVALSHA {names.get(str(args[1]), args[1])}"
+        counts[name] = counts.get(name, 0) + 1
+        return await real_command(self, *args, **kwargs)
+
+    async def execute(self: Any, *args: Any, **kwargs: Any) -> Any:
+        counts["pipeline"] = counts.get("pipeline", 0) + 1
+        return await real_pipeline(self, *args, **kwargs)
+
+    Redis.execute_command = execute_command  # type: ignore[method-assign]
+    Pipeline.execute = execute  # type: ignore[method-assign]
+    try:
+        yield counts
+    finally:
+        Redis.execute_command = real_command  # type: ignore[method-assign]
+        Pipeline.execute = real_pipeline  # type: ignore[method-assign]
 
 
 def make_runtime(args: argparse.Namespace) -> Runtime:
@@ -225,6 +269,7 @@ async def drain_once(args: argparse.Namespace, dsn: str, prefix: str) -> dict[st
         calls = count_calls(execution, names)
         with contextlib.ExitStack() as stack:
             statements = stack.enter_context(counting_statements()) if args.statements else {}
+            redis_calls = stack.enter_context(counting_redis_calls()) if args.redis_calls else {}
             elapsed = await run_until_drained(runtime, services, metrics, args)
 
     with psycopg.connect(dsn) as conn:
@@ -239,6 +284,7 @@ async def drain_once(args: argparse.Namespace, dsn: str, prefix: str) -> dict[st
         "calls": calls,
         "retries": dict(retries),
         "statements": dict(statements),
+        "redis_calls": dict(redis_calls),
     }
 
 
@@ -256,6 +302,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--statements", action="store_true", help="count the SQL statements the drain sends"
+    )
+    parser.add_argument(
+        "--redis-calls", action="store_true", help="count the Redis round trips of the drain"
     )
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per drain")
     args = parser.parse_args(argv)
@@ -278,6 +327,12 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
             for text, count in sorted(result["statements"].items(), key=lambda kv: -kv[1]):
+                print(f"  {count:6d}  {text}")
+            redis_calls = result["redis_calls"]
+            if redis_calls:
+                total = sum(redis_calls.values())
+                print(f"  redis round trips: {total} ({total / args.tasks:.3f} per task)")
+            for text, count in sorted(redis_calls.items(), key=lambda kv: -kv[1]):
                 print(f"  {count:6d}  {text}")
     print(
         f"drain, 1 in-process runtime, concurrency {args.concurrency}: "
