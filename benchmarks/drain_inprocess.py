@@ -129,7 +129,7 @@ def _script_names() -> dict[str, str]:
     from dtq.adapters.redis import scripts
 
     return {
-        hashlib.sha1(value.encode()).hexdigest(): name  # noqa: S324  (Redis's script id)
+        hashlib.sha1(value.encode()).hexdigest(): name  # Redis's script id
         for name, value in vars(scripts).items()
         if name.isupper() and isinstance(value, str)
     }

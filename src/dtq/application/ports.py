@@ -682,9 +682,7 @@ class QueueInspector(Protocol):
     """Read-only view of the queue for diagnostics (``GET /v1/tasks/{id}/explain``). Off the
     hot path on purpose: nothing in the claim flow calls it, and it changes nothing."""
 
-    async def inspect(
-        self, task_id: UUID, priority: str, kind: str | None = None
-    ) -> QueueSnapshot:
+    async def inspect(self, task_id: UUID, priority: str, kind: str | None = None) -> QueueSnapshot:
         """The queue's state for ``task_id`` on the ready list and scheduled entry of
         ``priority``, read at one instant in one round trip. An unknown task: an empty snapshot
         (no marker, lease or entry; its list's depth). Idempotent, writes nothing. With

@@ -452,9 +452,7 @@ class _Tasks:
         )
         if after is not None:
             due = [d for d in due if (d[0], d[1]) > after]
-        return [
-            DueTask(id=i, priority=p, scheduled_at=at, kind=k) for at, i, p, k in due[:limit]
-        ]
+        return [DueTask(id=i, priority=p, scheduled_at=at, kind=k) for at, i, p, k in due[:limit]]
 
     async def stale_running(
         self, *, started_before: datetime, after: UUID | None, limit: int

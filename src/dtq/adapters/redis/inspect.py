@@ -5,8 +5,8 @@ Reads, in one MULTI/EXEC (one round trip, one instant), the keys ``RedisQueue`` 
 ``lease:task:{id}``, ZSCORE of ``"{priority}|{id}"`` in ``queue:scheduled``, LLEN of
 ``queue:ready:{priority}``, LPOS of the id searched from the list's oldest end (RANK -1, MAXLEN
 ``scan_limit``: O(scan_limit) on the server at most) and TIME; given the task's kind, also LLEN
-and LPOS of the routed list of its (priority, kind) (kind-aware routing). Read-only, so it is re-sent after
-a lost reply (``connection.idempotent``). Never on the claim path. Every key shares the
+and LPOS of the routed list of its (priority, kind) (kind-aware routing). Read-only, so it is
+re-sent after a lost reply (``connection.idempotent``). Never on the claim path. Every key shares the
 deployment's hash tag, so the MULTI is one slot on Redis Cluster too.
 """
 
@@ -62,9 +62,7 @@ class RedisQueueInspector:
         self._keys = KeyLayout(prefix)
         self._scan_limit = scan_limit
 
-    async def inspect(
-        self, task_id: UUID, priority: str, kind: str | None = None
-    ) -> QueueSnapshot:
+    async def inspect(self, task_id: UUID, priority: str, kind: str | None = None) -> QueueSnapshot:
         """One MULTI/EXEC of seven reads, nine with ``kind`` (see the module docstring).
 
         Raises:
