@@ -6,8 +6,8 @@ Reads, in one MULTI/EXEC (one round trip, one instant), the keys ``RedisQueue`` 
 ``queue:ready:{priority}``, LPOS of the id searched from the list's oldest end (RANK -1, MAXLEN
 ``scan_limit``: O(scan_limit) on the server at most) and TIME; given the task's kind, also LLEN
 and LPOS of the routed list of its (priority, kind) (kind-aware routing). Read-only, so it is
-re-sent after a lost reply (``connection.idempotent``). Never on the claim path. Every key shares the
-deployment's hash tag, so the MULTI is one slot on Redis Cluster too.
+re-sent after a lost reply (``connection.idempotent``). Never on the claim path. Every key shares
+the deployment's hash tag, so the MULTI is one slot on Redis Cluster too.
 """
 
 from __future__ import annotations
