@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
+from uuid import UUID
 
 import pytest
 
 from dtq.application.commands import TaskSpec
 from dtq.domain.status import JobStatus, TaskStatus
 from dtq.worker import Options, Runtime, Task
+from tests.unit.api_harness import running_api
 from tests.unit.conftest import App
 from tests.unit.runtime_harness import SETTINGS, Harness, build_harness
 
@@ -163,3 +165,29 @@ async def test_a_kind_no_worker_serves_stays_queued_and_is_never_duplicated() ->
     assert routed == [task_id]
     assert h.queue.ready_ids("default") == []
     assert h.counter("worker_unknown_kind_total") == 0
+
+
+# -- explain reads the list the task is in --------------------------------------------------------
+
+
+async def test_explain_finds_a_routed_task_on_the_routed_list_of_its_kind() -> None:
+    async with running_api() as api:
+        await api.services.worker.registry.heartbeat(
+            "w-echo", "host", {"kinds": ["echo"], "priorities": ["default"]}
+        )
+        response = await api.client.post("/v1/tasks", json={"kind": "b"})
+        task_id = UUID(response.json()["task_id"])
+        popped = await api.queue.pop_many(["default"], 0, 4, kinds={"echo"})
+        assert await api.services.worker.execution.claim_many(popped, "w-echo", {"echo"}) == []
+
+        unserved = (await api.client.get(f"/v1/tasks/{task_id}/explain")).json()
+        await api.services.worker.registry.heartbeat(
+            "w-b", "host", {"kinds": ["b"], "priorities": ["default"]}
+        )
+        served = (await api.client.get(f"/v1/tasks/{task_id}/explain")).json()
+
+    assert unserved["reason"] == "queued_no_worker"
+    assert served["reason"] == "queued"
+    assert served["details"]["routed"] is True
+    assert (served["details"]["position"], served["details"]["ready_depth"]) == (0, 1)
+    assert "routed to the workers of kind 'b'" in served["message"]
