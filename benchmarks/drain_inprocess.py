@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import inspect
 import os
 import statistics
@@ -56,6 +57,7 @@ from dtq.entrypoints.metrics import WorkerMetrics
 from dtq.worker import Options, Runtime, Task
 
 KIND = "noop"
+OTHER_KIND = "noop.other"  # --mixed: the second runtime's kind
 
 
 @contextlib.contextmanager
@@ -165,7 +167,7 @@ def counting_redis_calls() -> Iterator[dict[str, int]]:
         Pipeline.execute = real_pipeline  # type: ignore[method-assign]
 
 
-def make_runtime(args: argparse.Namespace) -> Runtime:
+def make_runtime(args: argparse.Namespace, kind: str = KIND) -> Runtime:
     """A Runtime with the no-op handler, at ``--concurrency`` (and the batch sizes if given)."""
     option_args: dict[str, Any] = {"concurrency": args.concurrency}
     fields = inspect.signature(Options).parameters
@@ -179,7 +181,7 @@ def make_runtime(args: argparse.Namespace) -> Runtime:
 
     returned: Any = {"ok": True, "n": 1} if getattr(args, "result", False) else None
 
-    @runtime.handler(KIND)
+    @runtime.handler(kind)
     async def noop(task: Task) -> Any:
         return returned  # --result: a small JSON value, stored as the task's result
 
@@ -197,7 +199,8 @@ async def submit(services: Any, args: argparse.Namespace) -> float:
     started = time.perf_counter()
     for j in range(args.jobs):
         n = per_job if j < args.jobs - 1 else args.tasks - per_job * (args.jobs - 1)
-        specs = tuple(TaskSpec(name=f"t{i}", kind=KIND) for i in range(n))
+        kinds = (KIND, OTHER_KIND) if getattr(args, "mixed", False) else (KIND,)
+        specs = tuple(TaskSpec(name=f"t{i}", kind=kinds[i % len(kinds)]) for i in range(n))
         await _part(services, "api").submit.submit_job(SubmitJob(tasks=specs))
     return time.perf_counter() - started
 
@@ -205,11 +208,43 @@ async def submit(services: Any, args: argparse.Namespace) -> float:
 async def run_until_drained(
     runtime: Runtime, services: Any, metrics: WorkerMetrics, args: argparse.Namespace
 ) -> float:
-    """Run the runtime until ``--tasks`` successes are committed; return the seconds it took."""
+    """Run the runtime until ``--tasks`` successes are committed; return the seconds it took.
+    With ``--mixed``, a second runtime serving only ``OTHER_KIND`` runs beside it (its own
+    worker id, the same services and metrics): a mixed fleet, kind-aware routing at work."""
 
     def succeeded() -> float:
-        value = metrics.registry.get_sample_value("worker_tasks_succeeded_total", {"kind": KIND})
-        return 0.0 if value is None else value
+        total = 0.0
+        for kind in (KIND, OTHER_KIND):
+            value = metrics.registry.get_sample_value(
+                "worker_tasks_succeeded_total", {"kind": kind}
+            )
+            total += 0.0 if value is None else value
+        return total
+
+    if getattr(args, "mixed", False):
+        other = make_runtime(args, OTHER_KIND)
+        config = dataclasses.replace(
+            other.configure(services.settings), worker_id=f"{services.settings.worker_id}-other"
+        )
+        stop_other = asyncio.Event()
+        running_other = asyncio.create_task(
+            other.run(_part(services, "worker"), config, stop=stop_other, metrics=metrics)
+        )
+        try:
+            return await _drain_one(runtime, services, metrics, args, succeeded)
+        finally:
+            stop_other.set()
+            await asyncio.wait_for(running_other, 30)
+    return await _drain_one(runtime, services, metrics, args, succeeded)
+
+
+async def _drain_one(
+    runtime: Runtime,
+    services: Any,
+    metrics: WorkerMetrics,
+    args: argparse.Namespace,
+    succeeded: Callable[[], float],
+) -> float:
 
     stop = asyncio.Event()
     started = time.perf_counter()
@@ -306,6 +341,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--redis-calls", action="store_true", help="count the Redis round trips of the drain"
     )
+    parser.add_argument(
+        "--mixed",
+        action="store_true",
+        help="half the tasks of a second kind, served by a second runtime (kind-aware routing)",
+    )
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per drain")
     args = parser.parse_args(argv)
 
@@ -335,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
             for text, count in sorted(redis_calls.items(), key=lambda kv: -kv[1]):
                 print(f"  {count:6d}  {text}")
     print(
-        f"drain, 1 in-process runtime, concurrency {args.concurrency}: "
+        f"drain, {2 if args.mixed else 1} in-process runtime(s), concurrency {args.concurrency}: "
         f"median {statistics.median(rates):,.0f} tasks/s "
         f"(min {min(rates):,.0f}, max {max(rates):,.0f}, {len(rates)} runs)"
     )
