@@ -57,7 +57,13 @@ from dtq.entrypoints.metrics import WorkerMetrics
 from dtq.worker import Options, Runtime, Task
 
 KIND = "noop"
-OTHER_KIND = "noop.other"  # --mixed: the second runtime's kind
+OTHER_KIND = "noop.other"  # --fleet pair/mixed: half the tasks are of this kind
+#: --fleet: the kinds each in-process runtime serves
+FLEETS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "one": ((KIND,),),
+    "pair": ((KIND, OTHER_KIND), (KIND, OTHER_KIND)),  # two runtimes serving every kind
+    "mixed": ((KIND,), (OTHER_KIND,)),  # a mixed fleet: kind-aware routing at work
+}
 
 
 @contextlib.contextmanager
@@ -167,7 +173,7 @@ def counting_redis_calls() -> Iterator[dict[str, int]]:
         Pipeline.execute = real_pipeline  # type: ignore[method-assign]
 
 
-def make_runtime(args: argparse.Namespace, kind: str = KIND) -> Runtime:
+def make_runtime(args: argparse.Namespace, kinds: tuple[str, ...] = (KIND,)) -> Runtime:
     """A Runtime with the no-op handler, at ``--concurrency`` (and the batch sizes if given)."""
     option_args: dict[str, Any] = {"concurrency": args.concurrency}
     fields = inspect.signature(Options).parameters
@@ -181,9 +187,11 @@ def make_runtime(args: argparse.Namespace, kind: str = KIND) -> Runtime:
 
     returned: Any = {"ok": True, "n": 1} if getattr(args, "result", False) else None
 
-    @runtime.handler(kind)
     async def noop(task: Task) -> Any:
         return returned  # --result: a small JSON value, stored as the task's result
+
+    for kind in kinds:
+        runtime.register(kind, noop)
 
     return runtime
 
@@ -199,7 +207,7 @@ async def submit(services: Any, args: argparse.Namespace) -> float:
     started = time.perf_counter()
     for j in range(args.jobs):
         n = per_job if j < args.jobs - 1 else args.tasks - per_job * (args.jobs - 1)
-        kinds = (KIND, OTHER_KIND) if getattr(args, "mixed", False) else (KIND,)
+        kinds = (KIND,) if getattr(args, "fleet", "one") == "one" else (KIND, OTHER_KIND)
         specs = tuple(TaskSpec(name=f"t{i}", kind=kinds[i % len(kinds)]) for i in range(n))
         await _part(services, "api").submit.submit_job(SubmitJob(tasks=specs))
     return time.perf_counter() - started
@@ -209,8 +217,8 @@ async def run_until_drained(
     runtime: Runtime, services: Any, metrics: WorkerMetrics, args: argparse.Namespace
 ) -> float:
     """Run the runtime until ``--tasks`` successes are committed; return the seconds it took.
-    With ``--mixed``, a second runtime serving only ``OTHER_KIND`` runs beside it (its own
-    worker id, the same services and metrics): a mixed fleet, kind-aware routing at work."""
+    With ``--fleet pair`` or ``mixed`` a second runtime (``FLEETS``) runs beside it, with its
+    own worker id and the same services and metrics."""
 
     def succeeded() -> float:
         total = 0.0
@@ -221,8 +229,9 @@ async def run_until_drained(
             total += 0.0 if value is None else value
         return total
 
-    if getattr(args, "mixed", False):
-        other = make_runtime(args, OTHER_KIND)
+    fleet = FLEETS[getattr(args, "fleet", "one")]
+    if len(fleet) > 1:
+        other = make_runtime(args, fleet[1])
         config = dataclasses.replace(
             other.configure(services.settings), worker_id=f"{services.settings.worker_id}-other"
         )
@@ -286,7 +295,7 @@ async def drain_once(args: argparse.Namespace, dsn: str, prefix: str) -> dict[st
         worker_concurrency=args.concurrency,
         log_level=args.log_level,
     )
-    runtime = make_runtime(args)
+    runtime = make_runtime(args, FLEETS[args.fleet][0])
     metrics = WorkerMetrics(CollectorRegistry())
     retries: dict[str, int] = {}
 
@@ -342,9 +351,10 @@ def main(argv: list[str] | None = None) -> int:
         "--redis-calls", action="store_true", help="count the Redis round trips of the drain"
     )
     parser.add_argument(
-        "--mixed",
-        action="store_true",
-        help="half the tasks of a second kind, served by a second runtime (kind-aware routing)",
+        "--fleet",
+        choices=sorted(FLEETS),
+        default="one",
+        help="one runtime; two serving both kinds (pair); two of one kind each (mixed)",
     )
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per drain")
     args = parser.parse_args(argv)
@@ -375,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
             for text, count in sorted(redis_calls.items(), key=lambda kv: -kv[1]):
                 print(f"  {count:6d}  {text}")
     print(
-        f"drain, {2 if args.mixed else 1} in-process runtime(s), concurrency {args.concurrency}: "
+        f"drain, fleet {args.fleet}, concurrency {args.concurrency}: "
         f"median {statistics.median(rates):,.0f} tasks/s "
         f"(min {min(rates):,.0f}, max {max(rates):,.0f}, {len(rates)} runs)"
     )
