@@ -18,8 +18,9 @@ Usage::
 Each run also prints the hot-path store transactions (``claim_many`` / ``complete_many`` calls
 and their mean duration; ``claim`` / ``complete`` on code without the batch methods) and the
 store's transaction re-runs by reason (``40001`` = serialization failure); ``--statements`` adds
-the SQL statements the drain sent, by text (deterministic, so it compares revisions on a busy
-machine where the timings cannot). To measure another
+the SQL statements the drain sent, by text, and ``--redis-calls`` the Redis round trips (commands
+and pipelines, scripts by name), both deterministic up to batching, so they compare revisions on
+a busy machine where the timings cannot. To measure another
 revision, put its ``src`` first on ``PYTHONPATH`` (with ``migrations/`` next to it); the script
 uses only APIs that older revisions have too.
 
@@ -32,6 +33,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import inspect
 import os
 import statistics
@@ -55,6 +57,13 @@ from dtq.entrypoints.metrics import WorkerMetrics
 from dtq.worker import Options, Runtime, Task
 
 KIND = "noop"
+OTHER_KIND = "noop.other"  # --fleet pair/mixed: half the tasks are of this kind
+#: --fleet: the kinds each in-process runtime serves
+FLEETS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "one": ((KIND,),),
+    "pair": ((KIND, OTHER_KIND), (KIND, OTHER_KIND)),  # two runtimes serving every kind
+    "mixed": ((KIND,), (OTHER_KIND,)),  # a mixed fleet: kind-aware routing at work
+}
 
 
 @contextlib.contextmanager
@@ -121,7 +130,50 @@ def counting_statements() -> Iterator[dict[str, int]]:
         psycopg.AsyncConnection.execute = real  # type: ignore[method-assign]
 
 
-def make_runtime(args: argparse.Namespace) -> Runtime:
+def _script_names() -> dict[str, str]:
+    """SHA1 -> name of the Lua scripts in ``dtq.adapters.redis.scripts`` (EVALSHA's argument)."""
+    import hashlib
+
+    from dtq.adapters.redis import scripts
+
+    return {
+        hashlib.sha1(value.encode()).hexdigest(): name  # Redis's script id
+        for name, value in vars(scripts).items()
+        if name.isupper() and isinstance(value, str)
+    }
+
+
+@contextlib.contextmanager
+def counting_redis_calls() -> Iterator[dict[str, int]]:
+    """Count the Redis round trips while open: each command sent on its own (``EVALSHA`` keyed
+    by the script's name) and each pipeline (keyed ``pipeline``)."""
+    from redis.asyncio.client import Pipeline, Redis
+
+    counts: dict[str, int] = {}
+    names = _script_names()
+    real_command, real_pipeline = Redis.execute_command, Pipeline.execute
+
+    async def execute_command(self: Any, *args: Any, **kwargs: Any) -> Any:
+        name = str(args[0]).upper() if args else "?"
+        if name == "EVALSHA" and len(args) > 1:
+            name = f"EVALSHA {names.get(str(args[1]), args[1])}"
+        counts[name] = counts.get(name, 0) + 1
+        return await real_command(self, *args, **kwargs)
+
+    async def execute(self: Any, *args: Any, **kwargs: Any) -> Any:
+        counts["pipeline"] = counts.get("pipeline", 0) + 1
+        return await real_pipeline(self, *args, **kwargs)
+
+    Redis.execute_command = execute_command  # type: ignore[method-assign]
+    Pipeline.execute = execute  # type: ignore[method-assign]
+    try:
+        yield counts
+    finally:
+        Redis.execute_command = real_command  # type: ignore[method-assign]
+        Pipeline.execute = real_pipeline  # type: ignore[method-assign]
+
+
+def make_runtime(args: argparse.Namespace, kinds: tuple[str, ...] = (KIND,)) -> Runtime:
     """A Runtime with the no-op handler, at ``--concurrency`` (and the batch sizes if given)."""
     option_args: dict[str, Any] = {"concurrency": args.concurrency}
     fields = inspect.signature(Options).parameters
@@ -135,9 +187,11 @@ def make_runtime(args: argparse.Namespace) -> Runtime:
 
     returned: Any = {"ok": True, "n": 1} if getattr(args, "result", False) else None
 
-    @runtime.handler(KIND)
     async def noop(task: Task) -> Any:
         return returned  # --result: a small JSON value, stored as the task's result
+
+    for kind in kinds:
+        runtime.register(kind, noop)
 
     return runtime
 
@@ -153,7 +207,8 @@ async def submit(services: Any, args: argparse.Namespace) -> float:
     started = time.perf_counter()
     for j in range(args.jobs):
         n = per_job if j < args.jobs - 1 else args.tasks - per_job * (args.jobs - 1)
-        specs = tuple(TaskSpec(name=f"t{i}", kind=KIND) for i in range(n))
+        kinds = (KIND,) if getattr(args, "fleet", "one") == "one" else (KIND, OTHER_KIND)
+        specs = tuple(TaskSpec(name=f"t{i}", kind=kinds[i % len(kinds)]) for i in range(n))
         await _part(services, "api").submit.submit_job(SubmitJob(tasks=specs))
     return time.perf_counter() - started
 
@@ -161,11 +216,44 @@ async def submit(services: Any, args: argparse.Namespace) -> float:
 async def run_until_drained(
     runtime: Runtime, services: Any, metrics: WorkerMetrics, args: argparse.Namespace
 ) -> float:
-    """Run the runtime until ``--tasks`` successes are committed; return the seconds it took."""
+    """Run the runtime until ``--tasks`` successes are committed; return the seconds it took.
+    With ``--fleet pair`` or ``mixed`` a second runtime (``FLEETS``) runs beside it, with its
+    own worker id and the same services and metrics."""
 
     def succeeded() -> float:
-        value = metrics.registry.get_sample_value("worker_tasks_succeeded_total", {"kind": KIND})
-        return 0.0 if value is None else value
+        total = 0.0
+        for kind in (KIND, OTHER_KIND):
+            value = metrics.registry.get_sample_value(
+                "worker_tasks_succeeded_total", {"kind": kind}
+            )
+            total += 0.0 if value is None else value
+        return total
+
+    fleet = FLEETS[getattr(args, "fleet", "one")]
+    if len(fleet) > 1:
+        other = make_runtime(args, fleet[1])
+        config = dataclasses.replace(
+            other.configure(services.settings), worker_id=f"{services.settings.worker_id}-other"
+        )
+        stop_other = asyncio.Event()
+        running_other = asyncio.create_task(
+            other.run(_part(services, "worker"), config, stop=stop_other, metrics=metrics)
+        )
+        try:
+            return await _drain_one(runtime, services, metrics, args, succeeded)
+        finally:
+            stop_other.set()
+            await asyncio.wait_for(running_other, 30)
+    return await _drain_one(runtime, services, metrics, args, succeeded)
+
+
+async def _drain_one(
+    runtime: Runtime,
+    services: Any,
+    metrics: WorkerMetrics,
+    args: argparse.Namespace,
+    succeeded: Callable[[], float],
+) -> float:
 
     stop = asyncio.Event()
     started = time.perf_counter()
@@ -207,7 +295,7 @@ async def drain_once(args: argparse.Namespace, dsn: str, prefix: str) -> dict[st
         worker_concurrency=args.concurrency,
         log_level=args.log_level,
     )
-    runtime = make_runtime(args)
+    runtime = make_runtime(args, FLEETS[args.fleet][0])
     metrics = WorkerMetrics(CollectorRegistry())
     retries: dict[str, int] = {}
 
@@ -225,6 +313,7 @@ async def drain_once(args: argparse.Namespace, dsn: str, prefix: str) -> dict[st
         calls = count_calls(execution, names)
         with contextlib.ExitStack() as stack:
             statements = stack.enter_context(counting_statements()) if args.statements else {}
+            redis_calls = stack.enter_context(counting_redis_calls()) if args.redis_calls else {}
             elapsed = await run_until_drained(runtime, services, metrics, args)
 
     with psycopg.connect(dsn) as conn:
@@ -239,6 +328,7 @@ async def drain_once(args: argparse.Namespace, dsn: str, prefix: str) -> dict[st
         "calls": calls,
         "retries": dict(retries),
         "statements": dict(statements),
+        "redis_calls": dict(redis_calls),
     }
 
 
@@ -256,6 +346,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--statements", action="store_true", help="count the SQL statements the drain sends"
+    )
+    parser.add_argument(
+        "--redis-calls", action="store_true", help="count the Redis round trips of the drain"
+    )
+    parser.add_argument(
+        "--fleet",
+        choices=sorted(FLEETS),
+        default="one",
+        help="one runtime; two serving both kinds (pair); two of one kind each (mixed)",
     )
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per drain")
     args = parser.parse_args(argv)
@@ -279,8 +378,14 @@ def main(argv: list[str] | None = None) -> int:
             )
             for text, count in sorted(result["statements"].items(), key=lambda kv: -kv[1]):
                 print(f"  {count:6d}  {text}")
+            redis_calls = result["redis_calls"]
+            if redis_calls:
+                total = sum(redis_calls.values())
+                print(f"  redis round trips: {total} ({total / args.tasks:.3f} per task)")
+            for text, count in sorted(redis_calls.items(), key=lambda kv: -kv[1]):
+                print(f"  {count:6d}  {text}")
     print(
-        f"drain, 1 in-process runtime, concurrency {args.concurrency}: "
+        f"drain, fleet {args.fleet}, concurrency {args.concurrency}: "
         f"median {statistics.median(rates):,.0f} tasks/s "
         f"(min {min(rates):,.0f}, max {max(rates):,.0f}, {len(rates)} runs)"
     )

@@ -36,9 +36,9 @@ local pushed = 0
 local limit = tonumber(ARGV[2])
 for i = 1, #ARGV - 2 do
   local id = ARGV[i + 2]
-  if redis.call('SET', KEYS[2 * i - 1], '1', 'NX', 'PX', ARGV[1]) then
-    if not redis.call('LPOS', KEYS[2 * i], id, 'RANK', -1, 'MAXLEN', limit) then
-      redis.call('LPUSH', KEYS[2 * i], id)
+  if redis.call('SET', KEYS[3 * i - 2], '1', 'NX', 'PX', ARGV[1]) then
+    if not redis.call('LPOS', KEYS[3 * i - 1], id, 'RANK', -1, 'MAXLEN', limit) then
+      redis.call('LPUSH', KEYS[3 * i - 1], id)
       pushed = pushed + 1
     end
   end
@@ -62,7 +62,7 @@ async def _pass(queue: RedisQueue, ids: list[UUID]) -> tuple[float, float, int]:
         if not chunk:
             break
         started = time.perf_counter()
-        pushed += await queue.enqueue_unlisted([(task_id, "default") for task_id in chunk])
+        pushed += await queue.enqueue_unlisted([(task_id, "default", "k") for task_id in chunk])
         took = time.perf_counter() - started
         total, worst = total + took, max(worst, took)
     return total, worst, pushed
@@ -108,7 +108,7 @@ async def _sweep(client: Redis, backlog: int, limit: int) -> str:
             page_s, page_worst, page_pushed = await _pass(queue, ids[start : start + PAGE])
             total, worst, pushed = total + page_s, max(worst, page_worst), pushed + page_pushed
         started = time.perf_counter()
-        await queue.enqueue_unlisted([(uuid.uuid4(), "default")])
+        await queue.enqueue_unlisted([(uuid.uuid4(), "default", "k")])
         absent = time.perf_counter() - started
     finally:
         await _delete(client, prefix)

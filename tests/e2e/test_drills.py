@@ -93,16 +93,25 @@ def test_exhausted_task_fails_and_cascades_to_every_dependent(cluster: Cluster) 
     assert "always fails" in view["last_error"]
 
 
-def test_unknown_kind_and_permanent_error_fail_in_one_run(cluster: Cluster) -> None:
+def test_unknown_kind_stays_queued_and_permanent_error_fails_in_one_run(cluster: Cluster) -> None:
+    """A kind no live worker registers waits, queued and explained, instead of failing (kind-aware
+    routing, issue 15 item 2); a permanent error still fails in one run."""
     cluster.start_orchestrator()
     cluster.start_worker("w1")
     unknown = cluster.post("/v1/tasks", {"kind": "nobody.handles.this", "payload": {}})
     poison = cluster.post("/v1/tasks", {"kind": "poison", "payload": {}, "max_attempts": 5})
-    for submitted in (unknown, poison):
-        assert cluster.wait_job(submitted["job_id"])["status"] == "failed"
-        view = task_view(cluster, submitted["task_id"])
-        assert len(view["runs"]) == 1
-    assert "nobody.handles.this" in task_view(cluster, unknown["task_id"])["last_error"]
+    assert cluster.wait_job(poison["job_id"])["status"] == "failed"
+    assert len(task_view(cluster, poison["task_id"])["runs"]) == 1
+    deadline = time.monotonic() + 10
+    explained: dict[str, Any] = {}
+    while time.monotonic() < deadline:  # the worker's first registry heartbeat makes it live
+        explained = cluster.get(f"/v1/tasks/{unknown['task_id']}/explain")
+        if explained["reason"] == "queued_no_worker":
+            break
+        time.sleep(0.1)
+    assert explained["reason"] == "queued_no_worker", explained
+    view = task_view(cluster, unknown["task_id"])
+    assert (view["status"], view["runs"]) == ("queued", [])
 
 
 def test_sigkilled_worker_task_is_reclaimed_and_finished_elsewhere(cluster: Cluster) -> None:

@@ -153,3 +153,21 @@ async def test_memory_search_stops_after_scan_limit_entries(memory_queue: InMemo
     newest = await memory_queue.inspect(ids[2], "default", scan_limit=2)
 
     assert (newest.ready_position, newest.searched, newest.ready_depth) == (None, 2, 3)
+
+
+async def test_a_routed_task_is_found_on_the_routed_list_of_its_kind(
+    queue: Queue, inspector: QueueInspector
+) -> None:
+    """Kind-aware routing (issue 15 item 2): explain reads the list the task is in."""
+    on_tier, routed = uuid4(), [uuid4() for _ in range(2)]
+    await queue.enqueue_many([(on_tier, "default")])
+    await queue.route([(task_id, "default", "b") for task_id in routed])
+
+    snap = await inspector.inspect(routed[1], "default", "b")
+    assert (snap.routed, snap.ready_depth, snap.ready_position) == (True, 2, 1)
+    assert snap.marker_ttl == near(MARKER_TTL)
+
+    tier = await inspector.inspect(on_tier, "default", "b")  # on the tier, not routed
+    assert (tier.routed, tier.ready_depth, tier.ready_position) == (False, 1, 0)
+    without_kind = await inspector.inspect(routed[0], "default")
+    assert (without_kind.routed, without_kind.ready_position) == (False, None)

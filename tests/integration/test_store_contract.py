@@ -474,7 +474,7 @@ async def test_due_queued_filters_and_pages_by_scheduled_at_then_id(store: Store
     )
     await add(store, job, [*due, not_due, pending, running])
     expected = [
-        DueTask(id=t.id, priority=t.priority, scheduled_at=t.scheduled_at)
+        DueTask(id=t.id, priority=t.priority, scheduled_at=t.scheduled_at, kind=t.kind)
         for t in sorted(due, key=lambda t: (t.scheduled_at, t.id))
     ]
 

@@ -293,7 +293,7 @@ async def test_a_redis_outage_is_503_only_for_the_codes_that_read_redis(
     queued = await submit(api)
     delayed = await submit(api, delay="1h")
 
-    async def down(task_id: UUID, priority: str) -> QueueSnapshot:
+    async def down(task_id: UUID, priority: str, kind: str | None = None) -> QueueSnapshot:
         raise BackendUnavailable("redis inspect failed: ConnectionError")
 
     monkeypatch.setattr(api.queue, "inspect", down)  # the memory queue is its own inspector

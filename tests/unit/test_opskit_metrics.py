@@ -61,7 +61,7 @@ async def running_dev() -> AsyncIterator[DevProcess]:
         lease_duration=10.0,
         reconcile_interval=1.0,
         promote_interval=0.05,
-        api_auth="none",  # dtq dev's default
+        api_auth="none",  # as `dtq dev` runs it on loopback (the Settings default is "tokens")
     )
     server = asyncio.create_task(serve(settings, backend="memory", runtime=demo_runtime()))
     try:
@@ -87,13 +87,14 @@ async def wait_status(api: httpx.AsyncClient, task_id: str, status: str) -> None
 
 
 async def dev_after_work(dev: DevProcess) -> None:
-    """Run one task to completion and one of an unknown kind to failure, so the worker's
-    labelled series (counters by kind, the handler histogram) have samples."""
-    done = (await dev.api.post("/v1/tasks", json={"kind": "echo", "payload": {}})).json()
+    """Run one task to completion and submit one of a kind no worker serves (it stays queued:
+    kind-aware routing), so the worker's labelled series (counters by kind, the handler
+    histogram) have samples."""
     unknown = (await dev.api.post("/v1/tasks", json={"kind": "no.such.kind"})).json()
+    done = (await dev.api.post("/v1/tasks", json={"kind": "echo", "payload": {}})).json()
     async with asyncio.timeout(10.0):
         await wait_status(dev.api, done["task_id"], "completed")
-        await wait_status(dev.api, unknown["task_id"], "failed")
+        await wait_status(dev.api, unknown["task_id"], "queued")
 
 
 # --- dtq dev: one /metrics for the API, the reconciler and the worker ----------------------------
@@ -106,7 +107,7 @@ async def test_dev_metrics_carry_the_worker_series_beside_the_orchestrator_serie
 
     assert 'worker_tasks_succeeded_total{kind="echo"} 1.0' in text
     assert 'worker_handler_duration_seconds_count{kind="echo"} 1.0' in text
-    assert "worker_unknown_kind_total 1.0" in text
+    assert "worker_unknown_kind_total 0.0" in text  # routed, not failed (issue 15 item 2)
     assert "orchestrator_tasks_submitted_total 2.0" in text
     assert created_lines(text) == []
 

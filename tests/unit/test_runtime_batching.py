@@ -11,7 +11,7 @@ import collections
 import contextlib
 import logging
 import random
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 from uuid import UUID, uuid4
@@ -51,14 +51,19 @@ class CountingExecution(ExecutionService):
         self.in_flight = 0  # claim_many + complete_many calls running now
         self.most_in_flight = 0
 
-    async def claim_many(self, task_ids: Sequence[UUID], worker_id: str) -> list[Claim]:
+    async def claim_many(
+        self,
+        task_ids: Sequence[UUID],
+        worker_id: str,
+        kinds: Collection[str] | None = None,
+    ) -> list[Claim]:
         self.claim_sizes.append(len(task_ids))
         if len(task_ids) == 1:  # a lone id does not take turns (Fetcher._claim_many)
-            return await super().claim_many(task_ids, worker_id)
+            return await super().claim_many(task_ids, worker_id, kinds)
         with self._counted():
             if self.latency:
                 await asyncio.sleep(self.latency)
-            return await super().claim_many(task_ids, worker_id)
+            return await super().claim_many(task_ids, worker_id, kinds)
 
     async def complete_many(
         self,

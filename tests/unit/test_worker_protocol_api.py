@@ -254,7 +254,7 @@ async def test_bad_run_requests_are_400_naming_the_field(api: Api) -> None:
     assert (unknown.status_code, unknown.json()["error"]["field"]) == (400, "progres")
 
 
-async def test_a_task_of_a_kind_the_worker_did_not_list_is_put_back_not_failed(api: Api) -> None:
+async def test_a_task_of_a_kind_the_worker_did_not_list_is_routed_not_failed(api: Api) -> None:
     task_id = await submit(api, kind="resize")
 
     response = await claim(api, kinds=["echo"], wait="200ms")
@@ -262,7 +262,8 @@ async def test_a_task_of_a_kind_the_worker_did_not_list_is_put_back_not_failed(a
     assert response.status_code == 204
     stored = await task(api, task_id)
     assert (stored["status"], stored["runs"]) == ("queued", [])
-    assert api.queue.ready_ids("default") == [UUID(task_id)]
+    assert api.queue.ready_ids("default") == []
+    assert api.queue.routed_ids("default", "resize") == [UUID(task_id)]
     assert api.queue.has_marker(UUID(task_id))
     taken = await claim(api, kinds=["resize"])
     assert taken.json()["tasks"][0]["task_id"] == task_id

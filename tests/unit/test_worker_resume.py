@@ -9,7 +9,7 @@ whole pause the worker chose then.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from uuid import UUID
 
 import pytest
@@ -43,7 +43,11 @@ class Backlog:
         self.down = False
 
     async def pop_many(
-        self, priorities: Sequence[str], timeout: float, max_count: int
+        self,
+        priorities: Sequence[str],
+        timeout: float,
+        max_count: int,
+        kinds: Collection[str] | None = None,
     ) -> list[UUID]:
         if self.down:
             raise BackendUnavailable("injected: redis unreachable")

@@ -16,7 +16,7 @@ import contextlib
 import copy
 import dataclasses
 import random
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -127,7 +127,12 @@ class ExecutionService:
 
     # -- claim ---------------------------------------------------------------------------------
 
-    async def claim_many(self, task_ids: Sequence[UUID], worker_id: str) -> list[Claim]:
+    async def claim_many(
+        self,
+        task_ids: Sequence[UUID],
+        worker_id: str,
+        kinds: Collection[str] | None = None,
+    ) -> list[Claim]:
         """Claim task ids popped from the ready lists, in one transaction (spec §5 claim flow).
 
         Each claimable task goes ``queued -> running`` with a new run; then, whatever happened,
@@ -139,9 +144,17 @@ class ExecutionService:
         time, if positive), so a skew costs one wasted claim, not one per promotion interval.
         Unknown, finished or already claimed tasks are refused silently.
 
+        Kind-aware routing (issue 15 item 2): with ``kinds``, a ``queued`` task whose kind is
+        not among them is not claimed either; after the transaction it is moved to the routed
+        list of its (priority, kind) (``Queue.route``), keeping its pending marker, so that only
+        workers serving that kind receive it. The kind is read from the rows the claim reads
+        anyway: no statement is added.
+
         Args:
             task_ids: the popped ids (duplicates are claimed once).
             worker_id: this worker's identity.
+            kinds: the kinds this worker serves (the same as its ``Queue.pop_many``); None
+                claims every kind (the worker fails what it has no handler for).
 
         Returns:
             The claims, in the order of ``task_ids``; refused ids are left out.
@@ -158,10 +171,13 @@ class ExecutionService:
         ids = list(dict.fromkeys(task_ids))
         if not ids:
             return []
+        served = None if kinds is None else frozenset(kinds)
         run_ids = {task_id: uuid4() for task_id in ids}
         try:
             try:
-                batch = await self._store.run(lambda tx: _claim_tx(tx, ids, run_ids, worker_id))
+                batch = await self._store.run(
+                    lambda tx: _claim_tx(tx, ids, run_ids, worker_id, served)
+                )
             except CommitOutcomeUnknown:
                 try:
                     batch = await self._store.run(
@@ -192,19 +208,23 @@ class ExecutionService:
         return batch.claims
 
     async def _after_claim(self, ids: list[UUID], batch: _ClaimBatch) -> None:
-        """After a claim commit: release the markers, write the leases, schedule the not due.
+        """After a claim commit: release the markers, write the leases, route the tasks of
+        kinds this worker does not serve, schedule the not due.
 
         A Redis error (``BackendUnavailable``) here is swallowed: the claims are committed and
         the worker owns them (a missing lease is re-created by the next heartbeat, a marker
         expires, a due queued task is re-pushed by the reconciler).
         """
-        # Two independent round trips in parallel: the claim's latency is on the path to the
-        # handler's start.
+        # Independent round trips in parallel: the claim's latency is on the path to the
+        # handler's start. A routed id keeps its marker: it is listed again.
         leases = [self._lease(claim) for claim in batch.claims]
+        steps = [self._queue.set_leases(leases, self._policy.lease_ttl)]
+        if batch.misrouted:
+            routed = {task_id for task_id, _, _ in batch.misrouted}
+            ids = [task_id for task_id in ids if task_id not in routed]
+            steps.append(self._queue.route(batch.misrouted))
         results = await asyncio.gather(
-            self._queue.release_markers(ids),
-            self._queue.set_leases(leases, self._policy.lease_ttl),
-            return_exceptions=True,
+            self._queue.release_markers(ids), *steps, return_exceptions=True
         )
         for result in results:
             if isinstance(result, BaseException) and not isinstance(result, BackendUnavailable):
@@ -525,11 +545,16 @@ class _ClaimBatch:
 
     claims: list[Claim] = field(default_factory=list)
     not_due: list[tuple[UUID, str, datetime]] = field(default_factory=list)
+    misrouted: list[tuple[UUID, str, str]] = field(default_factory=list)  # id, priority, kind
     now: datetime = _EPOCH  # the transaction's time (database clock), when it listed not_due
 
 
 async def _claim_tx(
-    tx: Transaction, task_ids: list[UUID], run_ids: dict[UUID, UUID], worker_id: str
+    tx: Transaction,
+    task_ids: list[UUID],
+    run_ids: dict[UUID, UUID],
+    worker_id: str,
+    kinds: frozenset[str] | None = None,
 ) -> _ClaimBatch:
     tasks = {task.id: task for task in await tx.tasks.get_many(task_ids)}
     now = await tx.now()
@@ -538,6 +563,10 @@ async def _claim_tx(
     for task_id in task_ids:
         task = tasks.get(task_id)
         if task is None:
+            continue
+        if kinds is not None and task.kind not in kinds:
+            if task.status is TaskStatus.QUEUED:  # not ours to run: route it (issue 15 item 2)
+                batch.misrouted.append((task_id, task.priority, task.kind))
             continue
         if task.version == 0 and task.status is TaskStatus.QUEUED:
             roots.add(task_id)  # read before the claim: see _with_parents

@@ -134,7 +134,9 @@ class ExplainService:
             missing = read.fleet.missing(task.kind, task.priority)
             if missing:
                 return self._no_worker(read, read.fleet, missing)
-        snapshot = await self._inspector.inspect(task.id, task.priority)
+        # the task may wait on its priority's ready list or, kind-aware routing (issue 15
+        # item 2), on the routed list of its (priority, kind): the inspector reads both
+        snapshot = await self._inspector.inspect(task.id, task.priority, task.kind)
         if task.status is TaskStatus.RUNNING:
             return self._running(read, snapshot)
         return self._queued(read, snapshot)
@@ -269,7 +271,12 @@ class ExplainService:
                 marker_ttl=snap.marker_ttl,
                 ready_depth=snap.ready_depth,
             )
-        if listed:
+        if listed and snap.routed:
+            message = (
+                f"queued on priority {task.priority!r}, routed to the workers of kind"
+                f" {task.kind!r}: {snap.ready_position} ahead of it, {snap.ready_depth} waiting"
+            )
+        elif listed:
             message = (
                 f"queued on priority {task.priority!r}: {snap.ready_position} ahead of it,"
                 f" {snap.ready_depth} waiting"
@@ -291,6 +298,7 @@ class ExplainService:
             ready_depth=snap.ready_depth,
             position=snap.ready_position,
             on_ready_list=listed if listed or not unsearched else None,
+            routed=snap.routed,
             marker_ttl=snap.marker_ttl,
             scheduled_entry=snap.scheduled_at,
         )

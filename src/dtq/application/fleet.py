@@ -87,9 +87,9 @@ class Fleet:
 
         ``PRIORITY``: no live worker polls the tier. ``KIND``: no live worker polling the tier
         registered the kind (when nobody polls the tier, ``KIND`` is added only if no live
-        worker at all registered the kind). With today's routing a worker pops any kind from
-        its tiers, so a ``KIND`` task would be popped and fail as unknown; the warning says so
-        before that happens.
+        worker at all registered the kind). With kind-aware routing (issue 15 item 2) a
+        ``KIND`` task is routed away by the workers that pop it and waits ``queued`` on the
+        routed list of its kind until a worker that registered the kind is live.
         """
         polled = has_kind = False
         for kinds, priorities in self._served:

@@ -10,7 +10,7 @@ one file is the one place to read every contract the application depends on.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -51,6 +51,7 @@ class DueTask:
     id: UUID
     priority: str
     scheduled_at: datetime
+    kind: str  # where kind-aware routing may have put it (issue 15 item 2)
 
 
 @dataclass(frozen=True, slots=True)
@@ -484,7 +485,9 @@ class Lease:
 
 class Queue(Protocol):
     """The fast path (spec §5): one ready list per priority, a pending marker per delivered
-    task, a lease per running task, and the set of tasks scheduled for later (due).
+    task, a lease per running task, and the set of tasks scheduled for later (due); plus, for
+    kind-aware routing (issue 15 item 2), a routed list per (priority, kind) that a worker not
+    serving the kind moved the task to.
 
     Every operation takes a batch; a single item is a one-item list, and an empty batch costs
     nothing. Durations are in seconds (float). Nothing here is authoritative: the store wins.
@@ -502,14 +505,27 @@ class Queue(Protocol):
         """
         ...
 
-    async def enqueue_unlisted(self, items: Sequence[tuple[UUID, str]]) -> int:
-        """The reconciler's ``enqueue_many``: like it, set each marker first; but an id that is
-        still waiting in its ready list (its marker expired during a long backlog) only gets its
-        marker back and is not pushed a second time. The list is searched from its oldest entry,
-        up to a bounded number of entries (an adapter setting), in one round trip.
+    async def enqueue_unlisted(self, items: Sequence[tuple[UUID, str, str]]) -> int:
+        """The reconciler's ``enqueue_many`` over ``(task_id, priority, kind)``: like it, set
+        each marker first; but an id that is still waiting in its ready list or in the routed
+        list of its ``(priority, kind)`` (its marker expired during a long backlog, or while no
+        worker serves its kind) only gets its marker back and is not pushed a second time. Each
+        list is searched from its oldest entry, up to a bounded number of entries (an adapter
+        setting), in one round trip. An id on neither list is pushed onto its ready list.
 
         Returns:
             How many ids were pushed.
+        """
+        ...
+
+    async def route(self, items: Sequence[tuple[UUID, str, str]]) -> None:
+        """Kind-aware routing (issue 15 item 2): for each ``(task_id, priority, kind)`` popped
+        by a worker that does not serve ``kind``, append the id to the routed list of
+        ``(priority, kind)``, which only workers serving ``kind`` pop (``pop_many`` with
+        ``kinds``), and re-arm its pending marker for a full marker TTL (the delivery is still
+        pending: the id is listed again). Atomic per item, one round trip, never re-sent (a
+        re-sent push would list the id twice); a lost reply leaves the marker to expire and the
+        reconciler to re-push the task.
         """
         ...
 
@@ -519,22 +535,35 @@ class Queue(Protocol):
         ...
 
     async def pop_many(
-        self, priorities: Sequence[str], timeout: float, max_count: int
+        self,
+        priorities: Sequence[str],
+        timeout: float,
+        max_count: int,
+        kinds: Collection[str] | None = None,
     ) -> list[UUID]:
         """Take the oldest ids from the ready lists, first tier first: block up to ``timeout``
         for the first id, then take up to ``max_count - 1`` more that are already waiting,
         without blocking. A taken id keeps its marker until the claim releases it.
 
+        With ``kinds`` (kind-aware routing, issue 15 item 2), each tier is the tier's ready
+        list plus the routed list of each of ``kinds`` under that priority (``route``); within
+        a tier the lists are taken in an order that rotates from one call to the next, so no
+        kind's backlog starves another. The ready list still delivers every kind: the claim
+        (``ExecutionService.claim_many`` with the same ``kinds``) routes what the worker does
+        not serve. ``None`` pops the ready lists alone (the spec's path).
+
         Args:
             priorities: tier names, highest first (non-empty).
             timeout: seconds to block for the first id; ``<= 0`` means do not block.
             max_count: most ids to return (>= 1).
+            kinds: the kinds the popping worker serves, or None.
 
         Returns:
             Between 0 and ``max_count`` ids; empty when nothing arrived within ``timeout``.
 
         Raises:
-            ValueError: ``max_count < 1``, or ``priorities`` is empty or a bare string.
+            ValueError: ``max_count < 1``, ``priorities`` is empty or a bare string, or
+                ``kinds`` is a bare string.
         """
         ...
 
@@ -645,6 +674,9 @@ class QueueSnapshot:
         ready_position: how many ids would be popped from that list before this task (0: it
             is next); None when it was not found among the ``searched`` oldest entries.
         searched: how many of the list's oldest entries were searched for the task.
+        routed: True when ``ready_depth``, ``ready_position`` and ``searched`` are those of
+            the routed list of the task's (priority, kind), where the task was found (kind-aware
+            routing, issue 15 item 2); False: those of the priority's ready list.
     """
 
     server_time: datetime
@@ -655,16 +687,19 @@ class QueueSnapshot:
     ready_depth: int
     ready_position: int | None
     searched: int
+    routed: bool = False
 
 
 class QueueInspector(Protocol):
     """Read-only view of the queue for diagnostics (``GET /v1/tasks/{id}/explain``). Off the
     hot path on purpose: nothing in the claim flow calls it, and it changes nothing."""
 
-    async def inspect(self, task_id: UUID, priority: str) -> QueueSnapshot:
+    async def inspect(self, task_id: UUID, priority: str, kind: str | None = None) -> QueueSnapshot:
         """The queue's state for ``task_id`` on the ready list and scheduled entry of
         ``priority``, read at one instant in one round trip. An unknown task: an empty snapshot
-        (no marker, lease or entry; its list's depth). Idempotent, writes nothing.
+        (no marker, lease or entry; its list's depth). Idempotent, writes nothing. With
+        ``kind``, the routed list of ``(priority, kind)`` is read too, and the snapshot
+        describes that list when the task is found there (``routed``).
 
         Raises:
             BackendUnavailable: the queue server failed or is unreachable.

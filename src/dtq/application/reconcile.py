@@ -82,9 +82,12 @@ class ReconcileService:
         self._due_counts.update(task.priority for task in due)
         if self._due_cursor is None:  # the listing reached its end: a complete count
             self._due_cycle, self._due_counts = dict(self._due_counts), Counter()
-        # An id whose marker expired while it waited in a long ready list is found there and
-        # only gets its marker back: a backlog never fills Redis with duplicates.
-        return await self._queue.enqueue_unlisted([(task.id, task.priority) for task in due])
+        # An id whose marker expired while it waited in a long ready list, or in the routed list
+        # of its kind (issue 15 item 2: no live worker serves it), is found there and only gets
+        # its marker back: a backlog never fills Redis with duplicates.
+        return await self._queue.enqueue_unlisted(
+            [(task.id, task.priority, task.kind) for task in due]
+        )
 
     async def reclaim_stale(self, limit: int = 500) -> int:
         """Reclaim ``running`` tasks older than ``stale_running_after`` that have no lease.

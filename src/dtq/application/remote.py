@@ -4,8 +4,8 @@ reports on behalf of a worker that holds no database or Redis credentials.
 Every step goes through :class:`~dtq.application.execution.ExecutionService`, the native
 runtime's own use cases, so markers, leases and fencing are exactly the native worker's; this
 service only adds what a remote worker cannot do itself: hold a claim request on the blocking
-pop, keep tasks of kinds the worker did not list away from it, and rebuild a ``Claim`` from a
-run id. Design notes: ARCHITECTURE.md, "Workers over HTTP (issue 15 item 1)".
+pop (over the routed lists of the worker's kinds, as a native worker's) and rebuild a
+``Claim`` from a run id. Design notes: ARCHITECTURE.md, "Workers over HTTP (issue 15 item 1)".
 """
 
 from __future__ import annotations
@@ -30,13 +30,6 @@ from dtq.domain.status import RunStatus, TaskStatus
 
 #: Reason written to a run handed back because its claim response had no one to go to.
 UNDELIVERED_REASON = "claim not delivered: the worker disconnected"
-
-#: Pauses (seconds) of a held claim that keeps popping only tasks of kinds its worker did not
-#: list: doubled from the first to the last, so such a queue costs a few pops per second per
-#: waiting worker, never a busy loop (the interim cost of kind-blind ready lists).
-FOREIGN_PAUSE_START = 0.05
-FOREIGN_PAUSE_MAX = 1.0
-
 
 #: Largest registry ``metadata`` of an HTTP worker, in bytes of JSON.
 MAX_METADATA_BYTES = 64 * 1024
@@ -135,11 +128,11 @@ class RemoteWorkerService:
         """Hold until up to ``max_count`` tasks of ``kinds`` are claimed for ``worker_id``, or
         ``wait`` seconds pass (then none).
 
-        The wait is one blocking ``Queue.pop_many`` (never a poll of the database or Redis); its
-        ids go through ``ExecutionService.claim_many``, the native claim. Popped ids of tasks
-        whose kind is not in ``kinds`` are put back unclaimed (``ExecutionService.put_back``)
-        and the hold goes on; a hold that pops a foreign task it already put back pauses first
-        (``FOREIGN_PAUSE_START`` doubling to ``FOREIGN_PAUSE_MAX``).
+        The wait is one blocking ``Queue.pop_many`` over the worker's priorities and the routed
+        lists of its kinds (never a poll of the database or Redis); its ids go through
+        ``ExecutionService.claim_many`` with ``kinds``, the native claim, which routes a task of
+        another kind to its kind's list instead of claiming it (issue 15 item 2); the hold
+        goes on until a claim or the end of ``wait``.
 
         When ``gone`` is set (the client disconnected), a pop in flight is let finish (a
         cancelled blocking pop would lose the ids the server already took) and what it brought
@@ -164,38 +157,23 @@ class RemoteWorkerService:
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
-        wanted_kinds = frozenset(kinds)
-        put_back: set[UUID] = set()
-        pause = FOREIGN_PAUSE_START
+        wanted = frozenset(kinds)
         while True:
             remaining = max(0.0, deadline - loop.time())
-            ids = await self._pop(priorities, remaining, max_count, gone)
+            ids = await self._pop(priorities, remaining, max_count, gone, wanted)
             if gone is not None and gone.is_set():
                 await self._put_back(ids)
                 return []
             if not ids:
                 return []
-            try:
-                ours, foreign = await self._split_by_kind(ids, wanted_kinds)
-            except BaseException:
-                # nothing claimed: free the deliveries for the reconciler's next pass
-                with contextlib.suppress(BackendUnavailable):
-                    await self._queue.release_markers(ids)
-                raise
-            await self._put_back(foreign)
-            if ours:
-                claims = await self._execution.claim_many(ours, worker_id)
-                if claims and gone is not None and gone.is_set():
-                    await self._hand_back(claims)
-                    return []
-                if claims:
-                    return claims
-            if remaining <= 0:
+            # The native claim: a popped task of a kind not in ``wanted`` is not claimed but
+            # moved to its kind's routed list (kind-aware routing, issue 15 item 2).
+            claims = await self._execution.claim_many(ids, worker_id, wanted)
+            if claims and gone is not None and gone.is_set():
+                await self._hand_back(claims)
                 return []
-            if put_back.intersection(foreign):
-                await _sleep_unless(gone, min(pause, max(0.0, deadline - loop.time())))
-                pause = min(pause * 2, FOREIGN_PAUSE_MAX)
-            put_back.update(foreign)
+            if claims or remaining <= 0:
+                return claims
 
     async def _pop(
         self,
@@ -203,8 +181,11 @@ class RemoteWorkerService:
         timeout: float,
         max_count: int,
         gone: asyncio.Event | None,
+        kinds: frozenset[str],
     ) -> list[UUID]:
-        pop = asyncio.ensure_future(self._queue.pop_many(priorities, timeout, max_count))
+        pop = asyncio.ensure_future(
+            self._queue.pop_many(priorities, timeout, max_count, kinds=kinds)
+        )
         if gone is not None:
             watcher = asyncio.ensure_future(gone.wait())
             try:
@@ -212,20 +193,6 @@ class RemoteWorkerService:
             finally:
                 watcher.cancel()
         return await pop  # never cancelled early: the ids the server took would be lost
-
-    async def _split_by_kind(
-        self, ids: list[UUID], kinds: frozenset[str]
-    ) -> tuple[list[UUID], list[UUID]]:
-        """``(ours, foreign)``: ids of unknown tasks stay in ``ours`` (the claim refuses them
-        and releases their markers)."""
-
-        async def read(tx: Transaction) -> list[Task]:
-            return await tx.tasks.get_many(ids)
-
-        kind_of = {task.id: task.kind for task in await self._store.run(read)}
-        foreign = [i for i in ids if i in kind_of and kind_of[i] not in kinds]
-        gone = set(foreign)
-        return [i for i in ids if i not in gone], foreign
 
     async def _put_back(self, task_ids: Sequence[UUID]) -> None:
         for task_id in task_ids:
@@ -491,14 +458,3 @@ def _checked_progress(value: Any) -> Any:
 def _final(claim: Claim, progress: Any) -> dict[UUID, Any] | None:
     """The ``progress`` argument of a report that ends the claim's run."""
     return None if progress is None else {claim.task.id: progress}
-
-
-async def _sleep_unless(gone: asyncio.Event | None, seconds: float) -> None:
-    """Sleep ``seconds``, or less if ``gone`` is set meanwhile."""
-    if seconds <= 0:
-        return
-    if gone is None:
-        await asyncio.sleep(seconds)
-        return
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(gone.wait(), timeout=seconds)

@@ -532,7 +532,10 @@ class PgTaskRepository:
             cur = await self._conn.execute(
                 sql.DUE_QUEUED_AFTER, (queued, now, after[0], after[1], limit)
             )
-        return [DueTask(id=r[0], priority=r[1], scheduled_at=r[2]) for r in await cur.fetchall()]
+        return [
+            DueTask(id=r[0], priority=r[1], scheduled_at=r[2], kind=r[3])
+            for r in await cur.fetchall()
+        ]
 
     async def stale_running(
         self, *, started_before: datetime, after: UUID | None, limit: int

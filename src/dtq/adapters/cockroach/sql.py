@@ -287,12 +287,12 @@ JOB_HAS_STATUS: Final = (
 
 # Served by idx_tasks_status_scheduled (status, scheduled_at, id): range scan, no sort.
 DUE_QUEUED_FIRST: Final = (
-    "SELECT id, priority, scheduled_at FROM tasks"
+    "SELECT id, priority, scheduled_at, kind FROM tasks"
     " WHERE status = %s AND scheduled_at <= %s"
     " ORDER BY scheduled_at, id LIMIT %s"
 )
 DUE_QUEUED_AFTER: Final = (
-    "SELECT id, priority, scheduled_at FROM tasks"
+    "SELECT id, priority, scheduled_at, kind FROM tasks"
     " WHERE status = %s AND scheduled_at <= %s"
     " AND (scheduled_at, id) > (%s::timestamptz, %s::uuid)"
     " ORDER BY scheduled_at, id LIMIT %s"

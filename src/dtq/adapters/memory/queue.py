@@ -5,6 +5,9 @@ What it mirrors, key by key of spec §5:
 * ``queue:ready:{priority}`` (LIST, LPUSH + BRPOP): one FIFO per tier; ``pop_many`` takes the
   oldest ids of the first non-empty tier in the order given, and a blocked pop is served directly by
   the next push to any of its tiers, longest-waiting popper first, as Redis serves blocked clients.
+* ``queue:routed:{priority}:{kind}`` (LIST, kind-aware routing, issue 15 item 2): one FIFO per
+  ``(priority, kind)``, filled by ``route``; ``pop_many`` with ``kinds`` takes, per tier, from its
+  ready list and the routed lists of those kinds, in an order rotated by one place per call.
 * ``queue:pending:{task_id}`` (SET NX PX): a marker with an expiry time read from the clock port.
 * ``lease:task:{task_id}`` (HASH + PEXPIRE): the ``Lease`` plus an expiry time read from the clock.
 * ``queue:scheduled`` (ZSET): one entry per ``(priority, task_id)`` member, scored by the due
@@ -25,7 +28,7 @@ import asyncio
 import dataclasses
 import itertools
 from collections import defaultdict, deque
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
@@ -34,8 +37,11 @@ from dtq.application.ports import Clock, Lease, LeaseState, QueueEpoch, QueueSna
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_MS = timedelta(milliseconds=1)
 
-# A blocked popper: the future a push resolves with ``(priority, task_id)``.
-_Waiter = asyncio.Future[tuple[str, UUID]]
+# A list: a priority (its ready list) or a ``(priority, kind)`` (its routed list).
+_List = str | tuple[str, str]
+
+# A blocked popper: the future a push resolves with ``(list, task_id)``.
+_Waiter = asyncio.Future[tuple[_List, UUID]]
 
 
 def _epoch_ms(moment: datetime) -> int:
@@ -77,8 +83,9 @@ class InMemoryQueue:
         self._listed_scan_limit = listed_scan_limit
         self._clock = clock
         self._marker_ttl = timedelta(seconds=marker_ttl)
-        self._ready: defaultdict[str, deque[UUID]] = defaultdict(deque)  # oldest at the left
-        self._waiters: defaultdict[str, deque[_Waiter]] = defaultdict(deque)  # longest first
+        self._ready: defaultdict[_List, deque[UUID]] = defaultdict(deque)  # oldest at the left
+        self._waiters: defaultdict[_List, deque[_Waiter]] = defaultdict(deque)  # longest first
+        self._rotation = 0  # where each tier's lists start, when popping with kinds
         self._markers: dict[UUID, datetime] = {}  # task id -> expiry
         self._leases: dict[UUID, tuple[Lease, datetime]] = {}  # task id -> (lease, expiry)
         self._scheduled: dict[tuple[str, UUID], int] = {}  # (priority, task id) -> due epoch ms
@@ -111,18 +118,29 @@ class InMemoryQueue:
                 pushed += 1
         return pushed
 
-    async def enqueue_unlisted(self, items: Sequence[tuple[UUID, str]]) -> int:
-        """Set each marker; push the id unless it already waits among the oldest
-        ``listed_scan_limit`` entries of its ready list. Returns how many were pushed."""
+    async def enqueue_unlisted(self, items: Sequence[tuple[UUID, str, str]]) -> int:
+        """Set each marker; push the ``(task_id, priority, kind)`` id onto its ready list unless
+        it already waits among the oldest ``listed_scan_limit`` entries of that list or of the
+        routed list of ``(priority, kind)``. Returns how many were pushed."""
         pushed = 0
-        for task_id, priority in items:
+        for task_id, priority, kind in items:
             if not self._reserve(task_id):
                 continue
-            oldest = itertools.islice(self._ready.get(priority, ()), self._listed_scan_limit)
-            if task_id not in oldest:
+            if not self._listed(priority, task_id) and not self._listed((priority, kind), task_id):
                 self._push(priority, task_id)
                 pushed += 1
         return pushed
+
+    def _listed(self, name: _List, task_id: UUID) -> bool:
+        oldest = itertools.islice(self._ready.get(name, ()), self._listed_scan_limit)
+        return task_id in oldest
+
+    async def route(self, items: Sequence[tuple[UUID, str, str]]) -> None:
+        """For each ``(task_id, priority, kind)``: re-arm the marker for a full TTL and push the
+        id onto the routed list of ``(priority, kind)``."""
+        for task_id, priority, kind in items:
+            self._markers[task_id] = self._clock.now() + self._marker_ttl
+            self._push((priority, kind), task_id)
 
     async def release_markers(self, task_ids: Sequence[UUID]) -> None:
         """Delete several pending markers; idempotent."""
@@ -131,30 +149,46 @@ class InMemoryQueue:
 
     # --- ready lists --------------------------------------------------------------------------
 
-    def _push(self, priority: str, task_id: UUID, *, front: bool = False) -> None:
-        """LPUSH: hand the id to the longest-waiting popper of the tier, else append it.
+    def _push(self, name: _List, task_id: UUID, *, front: bool = False) -> None:
+        """LPUSH: hand the id to the longest-waiting popper of the list, else append it.
 
         ``front`` puts it where the next pop takes it (used to give back an undelivered id).
         """
-        waiters = self._waiters[priority]
+        waiters = self._waiters[name]
         while waiters:
             waiter = waiters.popleft()
             if not waiter.done():
-                waiter.set_result((priority, task_id))
+                waiter.set_result((name, task_id))
                 return
         if front:
-            self._ready[priority].appendleft(task_id)
+            self._ready[name].appendleft(task_id)
         else:
-            self._ready[priority].append(task_id)
+            self._ready[name].append(task_id)
 
-    def _take(self, priorities: Sequence[str]) -> UUID | None:
-        for priority in priorities:
-            ready = self._ready.get(priority)
+    def _take(self, names: Sequence[_List]) -> UUID | None:
+        for name in names:
+            ready = self._ready.get(name)
             if ready:
                 return ready.popleft()
         return None
 
-    async def _pop_one(self, tiers: list[str], timeout: float) -> UUID | None:
+    def _lists(self, tiers: list[str], kinds: Collection[str] | None) -> list[_List]:
+        """The lists a pop takes from, in order (as ``RedisQueue``): per tier its ready list
+        and, with ``kinds``, each kind's routed list, rotated by one place per call."""
+        if kinds is None:
+            return list(tiers)
+        if isinstance(kinds, str):
+            raise ValueError("kinds must be a collection of kind names, not a string")
+        served = sorted(set(kinds))
+        self._rotation += 1
+        names: list[_List] = []
+        for priority in tiers:
+            tier: list[_List] = [priority, *((priority, kind) for kind in served)]
+            start = self._rotation % len(tier)
+            names += tier[start:] + tier[:start]
+        return names
+
+    async def _pop_one(self, tiers: list[_List], timeout: float) -> UUID | None:
         """Take the oldest id of the first non-empty tier, blocking up to ``timeout`` real
         seconds (``<= 0`` returns at once); None when nothing arrived in time."""
         found = self._take(tiers)
@@ -181,18 +215,24 @@ class InMemoryQueue:
                     waiters.remove(waiter)
 
     async def pop_many(
-        self, priorities: Sequence[str], timeout: float, max_count: int
+        self,
+        priorities: Sequence[str],
+        timeout: float,
+        max_count: int,
+        kinds: Collection[str] | None = None,
     ) -> list[UUID]:
         """Take the oldest id of the first non-empty tier, blocking up to ``timeout`` real
         seconds (``<= 0`` returns at once; a blocked pop is served by the next push to any of
         its tiers), then up to ``max_count - 1`` more that are already waiting, without blocking.
+        With ``kinds``, a tier is its ready list and the routed lists of those kinds.
 
         Raises:
-            ValueError: ``priorities`` is empty or a bare string, or ``max_count < 1``.
+            ValueError: ``priorities`` is empty or a bare string, ``kinds`` is a bare string,
+                or ``max_count < 1``.
         """
         if max_count < 1:
             raise ValueError("max_count must be at least 1")
-        tiers = _check_priorities(priorities)
+        tiers = self._lists(_check_priorities(priorities), kinds)
         first = await self._pop_one(tiers, timeout)
         if first is None:
             return []
@@ -339,6 +379,10 @@ class InMemoryQueue:
         """The ids on the ``priority`` tier, oldest first (the order ``pop_many`` takes them)."""
         return list(self._ready.get(priority, ()))
 
+    def routed_ids(self, priority: str, kind: str) -> list[UUID]:
+        """The ids on the routed list of ``(priority, kind)``, oldest first."""
+        return list(self._ready.get((priority, kind), ()))
+
     def scheduled_ids(self) -> list[UUID]:
         """The ids in the scheduled set, due or not, soonest first (ties by member text)."""
         entries = sorted(
@@ -354,11 +398,12 @@ class InMemoryQueue:
         return self
 
     async def inspect(
-        self, task_id: UUID, priority: str, *, scan_limit: int = 10_000
+        self, task_id: UUID, priority: str, kind: str | None = None, *, scan_limit: int = 10_000
     ) -> QueueSnapshot:
         """The marker, lease, scheduled entry and ready-list place of ``task_id`` under
         ``priority``, as ``RedisQueueInspector`` reads them; the list is searched from its
-        oldest entry, ``scan_limit`` entries at most. Expiry is by the clock port."""
+        oldest entry, ``scan_limit`` entries at most; with ``kind``, the routed list of
+        ``(priority, kind)`` when the task is found there. Expiry is by the clock port."""
         now = self._clock.now()
         marker_ttl = lease_ttl = None
         if self._marker_live(task_id):
@@ -369,6 +414,12 @@ class InMemoryQueue:
         score = self._scheduled.get((priority, task_id))
         ready = self._ready.get(priority, deque())
         oldest = list(itertools.islice(ready, scan_limit))
+        routed = False
+        if kind is not None:
+            other = self._ready.get((priority, kind), deque())
+            other_oldest = list(itertools.islice(other, scan_limit))
+            if task_id in other_oldest:
+                ready, oldest, routed = other, other_oldest, True
         return QueueSnapshot(
             server_time=now,
             marker_ttl=marker_ttl,
@@ -378,6 +429,7 @@ class InMemoryQueue:
             ready_depth=len(ready),
             ready_position=oldest.index(task_id) if task_id in oldest else None,
             searched=len(oldest),
+            routed=routed,
         )
 
     # --- reconciler safety (issue 12 bugs 3 and 7) --------------------------------------------

@@ -455,13 +455,13 @@ class _Tasks:
         self, *, now: datetime, after: tuple[datetime, UUID] | None, limit: int
     ) -> list[DueTask]:
         due = sorted(
-            (t.scheduled_at, t.id, t.priority)
+            (t.scheduled_at, t.id, t.priority, t.kind)
             for t in self._all()
             if t.status is TaskStatus.QUEUED and t.scheduled_at <= now
         )
         if after is not None:
             due = [d for d in due if (d[0], d[1]) > after]
-        return [DueTask(id=i, priority=p, scheduled_at=at) for at, i, p in due[:limit]]
+        return [DueTask(id=i, priority=p, scheduled_at=at, kind=k) for at, i, p, k in due[:limit]]
 
     async def stale_running(
         self, *, started_before: datetime, after: UUID | None, limit: int

@@ -4,9 +4,10 @@ Reads, in one MULTI/EXEC (one round trip, one instant), the keys ``RedisQueue`` 
 (key layout in ``dtq.adapters.redis.keys``): PTTL of ``queue:pending:{id}``, HGETALL and PTTL of
 ``lease:task:{id}``, ZSCORE of ``"{priority}|{id}"`` in ``queue:scheduled``, LLEN of
 ``queue:ready:{priority}``, LPOS of the id searched from the list's oldest end (RANK -1, MAXLEN
-``scan_limit``: O(scan_limit) on the server at most) and TIME. Read-only, so it is re-sent after
-a lost reply (``connection.idempotent``). Never on the claim path. Every key shares the
-deployment's hash tag, so the MULTI is one slot on Redis Cluster too.
+``scan_limit``: O(scan_limit) on the server at most) and TIME; given the task's kind, also LLEN
+and LPOS of the routed list of its (priority, kind) (kind-aware routing). Read-only, so it is
+re-sent after a lost reply (``connection.idempotent``). Never on the claim path. Every key shares
+the deployment's hash tag, so the MULTI is one slot on Redis Cluster too.
 """
 
 from __future__ import annotations
@@ -61,8 +62,8 @@ class RedisQueueInspector:
         self._keys = KeyLayout(prefix)
         self._scan_limit = scan_limit
 
-    async def inspect(self, task_id: UUID, priority: str) -> QueueSnapshot:
-        """One MULTI/EXEC of seven reads (see the module docstring).
+    async def inspect(self, task_id: UUID, priority: str, kind: str | None = None) -> QueueSnapshot:
+        """One MULTI/EXEC of seven reads, nine with ``kind`` (see the module docstring).
 
         Raises:
             BackendUnavailable: Redis failed or is unreachable.
@@ -80,11 +81,17 @@ class RedisQueueInspector:
                 pipe.llen(ready_key)
                 pipe.lpos(ready_key, str(task_id), rank=-1, maxlen=self._scan_limit)
                 pipe.time()
+                if kind is not None:
+                    routed_key = keys.routed(priority, kind)
+                    pipe.llen(routed_key)
+                    pipe.lpos(routed_key, str(task_id), rank=-1, maxlen=self._scan_limit)
                 return list(await pipe.execute())
 
-        marker_pttl, lease_raw, lease_pttl, score, depth, index, (secs, micros) = await idempotent(
-            "inspect", read
-        )
+        replies = await idempotent("inspect", read)
+        marker_pttl, lease_raw, lease_pttl, score, depth, index, (secs, micros) = replies[:7]
+        routed = len(replies) > 7 and replies[8] is not None
+        if routed:
+            depth, index = replies[7], replies[8]
         lease = _lease(task_id, lease_raw)
         depth = int(depth)
         return QueueSnapshot(
@@ -96,4 +103,5 @@ class RedisQueueInspector:
             ready_depth=depth,
             ready_position=None if index is None else depth - 1 - int(index),
             searched=min(depth, self._scan_limit),
+            routed=routed,
         )

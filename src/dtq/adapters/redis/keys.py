@@ -17,6 +17,12 @@ multi-key commands (BRPOP over tiers, DEL of markers) are never cross-slot.
 ``{tag}`` is ``tagged_prefix(REDIS_KEY_PREFIX)``: the default ``dto:`` becomes ``{dto}:``, so the
 ready list of the default tier is ``{dto}:queue:ready:default``. A prefix that already holds a
 hash tag (``{dto}:``, ``app:{dto}:``) is used as given.
+
+``{tag}queue:routed:{priority}:{kind}`` (LIST, LPUSH by ``ROUTE``, popped with the tiers by the
+workers that serve ``kind``) holds the ids a worker that does not serve their kind took off the
+tier (kind-aware routing, issue 15 item 2). The routed lists have their own ``queue:routed:``
+namespace, so no priority name can make one collide with a ready list. Priority names of the API
+(``[a-z0-9_-]``) hold no ``:``, so ``(priority, kind)`` maps to one routed list.
 """
 
 from __future__ import annotations
@@ -64,12 +70,13 @@ class KeyLayout:
         ValueError: ``prefix`` cannot be made a hash tag (see ``tagged_prefix``).
     """
 
-    __slots__ = ("_lease", "_marker", "_ready", "epoch", "prefix", "scheduled")
+    __slots__ = ("_lease", "_marker", "_ready", "_routed", "epoch", "prefix", "scheduled")
 
     def __init__(self, prefix: str) -> None:
         #: the tagged prefix every key starts with (also the ARGV of ``PROMOTE_DUE``)
         self.prefix = tagged_prefix(prefix)
         self._ready = f"{self.prefix}queue:ready:"
+        self._routed = f"{self.prefix}queue:routed:"
         self._marker = f"{self.prefix}queue:pending:"
         self._lease = f"{self.prefix}lease:task:"
         #: the scheduled ZSET (delays and retry backoff)
@@ -80,6 +87,11 @@ class KeyLayout:
     def ready(self, priority: str) -> str:
         """The ready LIST of tier ``priority``."""
         return f"{self._ready}{priority}"
+
+    def routed(self, priority: str, kind: str) -> str:
+        """The routed LIST of tier ``priority`` and ``kind``: the ids of that kind a worker
+        that does not serve it popped from the tier (kind-aware routing, issue 15 item 2)."""
+        return f"{self._routed}{priority}:{kind}"
 
     def marker(self, task_id: UUID) -> str:
         """The pending-marker STRING of ``task_id``."""

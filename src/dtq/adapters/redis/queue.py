@@ -12,6 +12,10 @@ Cluster hash slot:
 ``{tag}epoch``                         STRING  the reconciler's queue epoch (``epoch``)
 =====================================  ======  ==================================================
 
+Kind-aware routing (issue 15 item 2) adds ``{tag}queue:routed:{priority}:{kind}`` (LIST): ids a
+worker that does not serve their kind popped from a tier, pushed there by ``route`` and popped,
+with the tier, only by workers serving the kind (``pop_many`` with ``kinds``).
+
 Scheduled-set member encoding: ``"{priority}|{task_id}"`` (task id in canonical lowercase
 hyphenated UUID form). It is split at the *last* ``|``, so a priority name may itself contain
 ``|``. The same task scheduled under two priorities is two members; re-scheduling under the same
@@ -44,7 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
@@ -111,6 +115,8 @@ class RedisQueue(RedisLeases):
         self._enqueue_many = client.register_script(scripts.ENQUEUE_MANY)
         self._enqueue_unlisted = client.register_script(scripts.ENQUEUE_UNLISTED)
         self._pop_now = client.register_script(scripts.POP_MANY)
+        self._route = client.register_script(scripts.ROUTE)
+        self._rotation = 0  # where each tier's lists start, when popping with kinds
         self._promote = client.register_script(scripts.PROMOTE_DUE)
         self._time = client.register_script(scripts.SERVER_TIME)
         # BRPOP must return before the client's socket read timeout, or redis-py raises a
@@ -123,10 +129,26 @@ class RedisQueue(RedisLeases):
     def _ready_key(self, priority: str) -> str:
         return self._keys.ready(priority)
 
-    def _ready_keys(self, priorities: Sequence[str]) -> list[str]:
+    def _ready_keys(
+        self, priorities: Sequence[str], kinds: Collection[str] | None = None
+    ) -> list[str]:
+        """The lists a pop takes from, in order: per tier its ready list, and with ``kinds``
+        the routed list of each kind too, the tier's lists rotated by one place per call."""
         if isinstance(priorities, str) or not priorities:
             raise ValueError("priorities must be a non-empty sequence of tier names")
-        return [self._ready_key(priority) for priority in priorities]
+        if kinds is None:
+            return [self._ready_key(priority) for priority in priorities]
+        if isinstance(kinds, str):
+            raise ValueError("kinds must be a collection of kind names, not a string")
+        served = sorted(set(kinds))
+        self._rotation += 1
+        keys: list[str] = []
+        for priority in priorities:
+            tier = [self._ready_key(priority)]
+            tier += [self._keys.routed(priority, kind) for kind in served]
+            start = self._rotation % len(tier)
+            keys += tier[start:] + tier[:start]
+        return keys
 
     def _marker_key(self, task_id: UUID) -> str:
         return self._keys.marker(task_id)
@@ -147,11 +169,13 @@ class RedisQueue(RedisLeases):
         """
         return await self._push(self._enqueue_many, "enqueue_many", items)
 
-    async def enqueue_unlisted(self, items: Sequence[tuple[UUID, str]]) -> int:
-        """``enqueue_many`` that does not push an id still waiting in its ready list (searched
-        from the oldest entry, ``listed_scan_limit`` entries at most); one script, one round
-        trip. Each list is read once per call and only as deep as needed: O(ids + d) on the
-        Redis server for ids found within depth d, O(ids + limit) when one is not listed.
+    async def enqueue_unlisted(self, items: Sequence[tuple[UUID, str, str]]) -> int:
+        """``enqueue_many`` over ``(task_id, priority, kind)`` that does not push an id still
+        waiting in its ready list or in the routed list of its ``(priority, kind)`` (each
+        searched from the oldest entry, ``listed_scan_limit`` entries at most); one script, one
+        round trip. Each list is read once per call and only as deep as needed: O(ids + d) on
+        the Redis server for ids found within depth d, O(ids + limit) when one is not listed
+        (an empty routed list costs one LRANGE per call).
 
         Returns:
             How many ids were pushed.
@@ -159,9 +183,38 @@ class RedisQueue(RedisLeases):
         Raises:
             BackendUnavailable: Redis failed or is unreachable.
         """
-        return await self._push(
-            self._enqueue_unlisted, "enqueue_unlisted", items, self._listed_scan_limit
-        )
+        if not items:
+            return 0
+        keys: list[str] = []
+        args: list[str | int] = [self._marker_ttl_ms, self._listed_scan_limit]
+        for task_id, priority, kind in items:
+            keys += (
+                self._marker_key(task_id),
+                self._ready_key(priority),
+                self._keys.routed(priority, kind),
+            )
+            args.append(str(task_id))
+        script = self._enqueue_unlisted
+        pushed = await idempotent("enqueue_unlisted", lambda: script(keys=keys, args=args))
+        return int(pushed)
+
+    async def route(self, items: Sequence[tuple[UUID, str, str]]) -> None:
+        """For each ``(task_id, priority, kind)``: SET its pending marker (a full TTL) and
+        LPUSH the id onto the routed list of ``(priority, kind)``, in one script (``ROUTE``),
+        one round trip, none for no items. Never re-sent (see the module docstring).
+
+        Raises:
+            BackendUnavailable: Redis failed or is unreachable.
+        """
+        if not items:
+            return
+        keys: list[str] = []
+        args: list[str | int] = [self._marker_ttl_ms]
+        for task_id, priority, kind in items:
+            keys += (self._marker_key(task_id), self._keys.routed(priority, kind))
+            args.append(str(task_id))
+        with wrap_errors("route"):
+            await self._route(keys=keys, args=args)
 
     async def _push(
         self,
@@ -223,11 +276,17 @@ class RedisQueue(RedisLeases):
                 return None
 
     async def pop_many(
-        self, priorities: Sequence[str], timeout: float, max_count: int
+        self,
+        priorities: Sequence[str],
+        timeout: float,
+        max_count: int,
+        kinds: Collection[str] | None = None,
     ) -> list[UUID]:
         """Up to ``max_count`` ids over the tiers in order (first non-empty tier wins, oldest id
         first): the first blocking, the rest only if waiting. A malformed list entry (not a
-        UUID) is discarded.
+        UUID) is discarded. With ``kinds`` each tier is its ready list and the routed list of
+        each kind under it, rotated by one place per call (fairness across kinds): the same
+        round trips, over ``len(priorities) * (len(kinds) + 1)`` keys.
 
         Round trips: when ids are waiting, one script pops up to ``max_count`` over the tiers in
         order and that is all. Otherwise (and only if ``timeout`` allows blocking) a BRPOP loop
@@ -241,17 +300,19 @@ class RedisQueue(RedisLeases):
             priorities: tier names, highest first (non-empty).
             timeout: seconds to block for the first id; ``<= 0`` does not block.
             max_count: most ids to return (>= 1).
+            kinds: the kinds the popping worker serves; None pops the ready lists alone.
 
         Returns:
             Between 0 and ``max_count`` ids, in pop order (tier by tier, oldest first).
 
         Raises:
-            ValueError: ``max_count < 1``, or ``priorities`` is empty or a bare string.
+            ValueError: ``max_count < 1``, ``priorities`` is empty or a bare string, or
+                ``kinds`` is a bare string.
             BackendUnavailable: Redis failed or is unreachable.
         """
         if max_count < 1:
             raise ValueError("max_count must be at least 1")
-        keys = self._ready_keys(priorities)
+        keys = self._ready_keys(priorities, kinds)
         deadline = asyncio.get_running_loop().time() + timeout
         with wrap_errors("pop_many"):
             found = await self._take(keys, max_count)

@@ -22,9 +22,11 @@ end
 return pushed
 """
 
-#: enqueue_unlisted: KEYS = (marker, ready list) pairs; ARGV = marker TTL ms, scan limit, ids.
-#: After SET NX of the marker, the id is pushed only if it is not among the oldest ``scan limit``
-#: entries of its list (the tail, where the oldest ids wait). A list is read from the tail in
+#: enqueue_unlisted: KEYS = (marker, ready list, routed list) triples; ARGV = marker TTL ms, scan
+#: limit, ids. After SET NX of the marker, the id is pushed onto its ready list only if it is not
+#: among the oldest ``scan limit`` entries of its ready list nor of the routed list of its
+#: (priority, kind) (the tail, where the oldest ids wait; kind-aware routing, issue 15 item 2: an
+#: id routed to a kind no worker serves waits there). A list is read from the tail in
 #: chunks of 1,000 (LRANGE), each chunk once per call into a Lua set, and only as deep as the
 #: ids looked up require: a page of n ids found within depth d costs O(n + d) instead of one
 #: LPOS scan per id, and an id absent from the list costs one scan to ``scan limit``.
@@ -50,15 +52,27 @@ local function listed(ready, id)
 end
 for i = 1, #ARGV - 2 do
   local id = ARGV[i + 2]
-  local ready = KEYS[2 * i]
-  if redis.call('SET', KEYS[2 * i - 1], '1', 'NX', 'PX', ARGV[1]) then
-    if not listed(ready, id) then
+  local ready = KEYS[3 * i - 1]
+  if redis.call('SET', KEYS[3 * i - 2], '1', 'NX', 'PX', ARGV[1]) then
+    if not listed(ready, id) and not listed(KEYS[3 * i], id) then
       redis.call('LPUSH', ready, id)
       pushed = pushed + 1
     end
   end
 end
 return pushed
+"""
+
+# KEYS[2i-1] marker of the i-th id, KEYS[2i] the routed list of its (priority, kind); ARGV[1]
+# marker ttl ms, ARGV[i+1] the i-th task id. For each id: SET the marker (re-armed for a full TTL,
+# the delivery is pending again) and LPUSH the id onto the routed list (kind-aware routing,
+# issue 15 item 2). Returns how many ids were routed.
+ROUTE = """
+for i = 1, #ARGV - 1 do
+  redis.call('SET', KEYS[2 * i - 1], '1', 'PX', ARGV[1])
+  redis.call('LPUSH', KEYS[2 * i], ARGV[i + 1])
+end
+return #ARGV - 1
 """
 
 # KEYS = ready lists, highest tier first; ARGV[1] most ids to take (>= 1). Never blocks.

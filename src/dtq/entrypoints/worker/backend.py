@@ -9,7 +9,7 @@ loops see only these protocols, so the same handler code runs in both modes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Protocol
 from uuid import UUID
 
@@ -27,7 +27,12 @@ class WorkerExecution(Protocol):
     @property
     def policy(self) -> ExecutionPolicy: ...
 
-    async def claim_many(self, task_ids: Sequence[UUID], worker_id: str) -> list[Claim]: ...
+    async def claim_many(
+        self,
+        task_ids: Sequence[UUID],
+        worker_id: str,
+        kinds: Collection[str] | None = None,
+    ) -> list[Claim]: ...
 
     async def recover_claims(self, run_ids: Mapping[UUID, UUID], worker_id: str) -> list[Claim]: ...
 
@@ -63,7 +68,11 @@ class ReadyLists(Protocol):
     """What the fetch loop pops from (``Queue.pop_many``'s contract)."""
 
     async def pop_many(
-        self, priorities: Sequence[str], timeout: float, max_count: int
+        self,
+        priorities: Sequence[str],
+        timeout: float,
+        max_count: int,
+        kinds: Collection[str] | None = None,
     ) -> list[UUID]: ...
 
 

@@ -69,6 +69,9 @@ class Fetcher:
         deliver: starts one committed claim (runs it, or hands it back when stopping), with
             the parent of its handler span (``tracing.claim_span``; None while tracing is off).
         hand_back: hands claims back at once (used when this loop is cancelled).
+        kinds: the kinds this worker has handlers for: it pops their routed lists besides the
+            tiers and routes the tasks of other kinds at claim (issue 15 item 2); None pops and
+            claims every kind.
     """
 
     def __init__(
@@ -80,8 +83,10 @@ class Fetcher:
         room: asyncio.Event,
         deliver: Callable[[Claim, tracing.TraceHandle | None], None],
         hand_back: Callable[[Sequence[Claim]], Awaitable[None]],
+        kinds: frozenset[str] | None = None,
     ) -> None:
         config = shared.config
+        self._kinds = kinds
         self._config, self._execution, self._log = config, shared.execution, shared.log
         self._refusals = shared.meters.metrics.claim_refusals
         self._queue, self._turn, self._room = queue, turn, room
@@ -111,6 +116,7 @@ class Fetcher:
                     config.priorities,
                     timeout=config.poll_timeout,
                     max_count=min(free, config.claim_batch),
+                    kinds=self._kinds,
                 )
                 if task_ids and self._stopping.is_set():
                     # popped by a wait that began before the stop: give them to another worker
@@ -163,10 +169,11 @@ class Fetcher:
 
     async def _claim_many(self, task_ids: Sequence[UUID]) -> list[Claim]:
         worker_id = self._config.worker_id
+        kinds = self._kinds
         if len(task_ids) == 1:
-            return await self._execution.claim_many(task_ids, worker_id)
+            return await self._execution.claim_many(task_ids, worker_id, kinds)
         async with self._turn:
-            return await self._execution.claim_many(task_ids, worker_id)
+            return await self._execution.claim_many(task_ids, worker_id, kinds)
 
     async def _settle(self, claiming: asyncio.Future[list[Claim]]) -> list[Claim]:
         """The claims of a claim call that outlived a cancel (recovered a bounded number of

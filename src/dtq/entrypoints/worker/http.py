@@ -15,7 +15,7 @@ heartbeat ``LOST``. Artifacts (``task.artifacts``) go through ``/v1/artifacts``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -153,7 +153,11 @@ class HttpReadyLists:
         self._claimed = claimed
 
     async def pop_many(
-        self, priorities: Sequence[str], timeout: float, max_count: int
+        self,
+        priorities: Sequence[str],
+        timeout: float,
+        max_count: int,
+        kinds: Collection[str] | None = None,
     ) -> list[UUID]:
         """Claim up to ``max_count`` (at most 100) tasks, holding up to ``timeout`` seconds
         (at most 30); their ids (the claims wait in ``claimed``).
@@ -215,8 +219,14 @@ class HttpExecution:
         """The lease duration and result size limit this worker runs with."""
         return self._policy
 
-    async def claim_many(self, task_ids: Sequence[UUID], worker_id: str) -> list[Claim]:
-        """The claims the last pops brought for ``task_ids`` (already committed)."""
+    async def claim_many(
+        self,
+        task_ids: Sequence[UUID],
+        worker_id: str,
+        kinds: Collection[str] | None = None,
+    ) -> list[Claim]:
+        """The claims the last pops brought for ``task_ids`` (already committed; the
+        orchestrator routed other kinds away, so ``kinds`` needs no check here)."""
         return [c for i in dict.fromkeys(task_ids) if (c := self._claimed.pop(i, None))]
 
     async def recover_claims(self, run_ids: Mapping[UUID, UUID], worker_id: str) -> list[Claim]:

@@ -102,6 +102,7 @@ class Session:
             room=self._completions.room,
             deliver=self.start,
             hand_back=self._hand_back_claims,
+            kinds=frozenset(self._handlers),
         )
         self._release_slot = self._fetch.slots.release
 
