@@ -14,6 +14,7 @@ import pytest
 
 from dtq.application.commands import SubmitJob, TaskSpec
 from dtq.domain.errors import InvalidPayload
+from dtq.entrypoints.worker.http import claim_from_wire
 from tests.unit.api_harness import Api, running_api
 
 W1 = {"X-Worker-Id": "w1"}
@@ -445,3 +446,19 @@ async def test_a_cancelled_running_task_answers_cancel_true_and_refuses_its_repo
     assert (beat.status_code, beat.json()["cancel"]) == (200, True)
     assert (result.status_code, result.json()["error"]["code"]) == (409, "stale_run")
     assert (await task(api, task_id))["status"] == "cancelled"
+
+
+async def test_a_claimed_task_carries_its_jobs_trace_context_to_the_http_worker(api: Api) -> None:
+    traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    traced = await api.services.api.submit.submit_job(
+        SubmitJob(tasks=(TaskSpec(name="t", kind="echo"),), trace_context=traceparent)
+    )
+    untraced = await submit_direct(api)
+
+    response = await claim(api, max=10)
+
+    by_id = {item["task_id"]: item for item in response.json()["tasks"]}
+    assert by_id[str(traced.task_ids["t"])]["traceparent"] == traceparent
+    assert by_id[untraced]["traceparent"] is None
+    rebuilt = claim_from_wire(by_id[str(traced.task_ids["t"])], "w1")
+    assert rebuilt.trace_context == traceparent

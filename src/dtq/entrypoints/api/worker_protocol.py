@@ -177,6 +177,13 @@ class ClaimedTaskBody(msgspec.Struct, kw_only=True):
     checkpoint: Any
     lease_expires_at: datetime
     timeout: str | None
+    traceparent: Annotated[
+        str | None,
+        msgspec.Meta(
+            description="The job's W3C trace context (issue 16 item 5): continue the trace in"
+            " the handler's spans; null when the job was submitted untraced"
+        ),
+    ] = None
 
 
 class ClaimBody(msgspec.Struct, kw_only=True):
@@ -252,6 +259,7 @@ def claimed_task_body(claim: Claim, remote: RemoteWorkerService) -> ClaimedTaskB
         checkpoint=task.progress,
         lease_expires_at=remote.lease_expires_at(claim),
         timeout=None if task.timeout is None else format_duration(task.timeout),
+        traceparent=claim.trace_context,
     )
 
 

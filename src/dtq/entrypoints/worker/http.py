@@ -104,7 +104,8 @@ def _refused(response: httpx.Response) -> ReportRefused:
 
 def claim_from_wire(item: Mapping[str, Any], worker_id: str) -> Claim:
     """A ``Claim`` built from one task of a claim response (what the runtime's loops read:
-    ids, kind, payload, attempt, checkpoint, timeout, parents)."""
+    ids, kind, payload, attempt, checkpoint, timeout, parents, and the job's trace context, so
+    the worker's claim, handler and complete spans join the submit's trace)."""
     now = datetime.now(UTC)
     task_id, run_id = UUID(item["task_id"]), UUID(item["run_id"])
     timeout = item.get("timeout")
@@ -133,7 +134,13 @@ def claim_from_wire(item: Mapping[str, Any], worker_id: str) -> Claim:
         status=RunStatus.RUNNING,
         started_at=now,
     )
-    return Claim(task=task, run=run, worker_id=worker_id, parents=item.get("parents") or {})
+    return Claim(
+        task=task,
+        run=run,
+        worker_id=worker_id,
+        parents=item.get("parents") or {},
+        trace_context=item.get("traceparent"),
+    )
 
 
 class HttpReadyLists:
