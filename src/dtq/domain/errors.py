@@ -48,6 +48,12 @@ class JobNotFound(NotFound):
     code = "job_not_found"
 
 
+class OperationNotFound(NotFound):
+    """No bulk operation has this id (here: on this orchestrator, since its start)."""
+
+    code = "operation_not_found"
+
+
 # --- invalid input (400) ----------------------------------------------------------------------
 
 

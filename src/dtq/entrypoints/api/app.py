@@ -16,6 +16,7 @@ from litestar.openapi.spec import Components
 from prometheus_client import CollectorRegistry
 
 from dtq.application.artifacts import ArtifactService
+from dtq.application.bulk import BulkService
 from dtq.application.control import ControlService
 from dtq.application.explain import ExplainService
 from dtq.application.fleet import FleetService
@@ -23,6 +24,7 @@ from dtq.application.health import HealthService
 from dtq.application.queries import QueryService
 from dtq.entrypoints.api.artifacts import ArtifactController
 from dtq.entrypoints.api.auth import auth_guard, document_security, security_components
+from dtq.entrypoints.api.bulk import BulkController, OperationController
 from dtq.entrypoints.api.errors import EXCEPTION_HANDLERS
 from dtq.entrypoints.api.health import HealthController, MetricsController
 from dtq.entrypoints.api.jobs import JobController
@@ -64,6 +66,9 @@ def _dependencies(
     def provide_control() -> ControlService:
         return services.control
 
+    def provide_bulk() -> BulkService:
+        return services.bulk
+
     def provide_artifacts() -> ArtifactService:
         return services.artifacts
 
@@ -84,6 +89,7 @@ def _dependencies(
         "queries": provide_queries,
         "health": provide_health,
         "control": provide_control,
+        "bulk": provide_bulk,
         "artifacts": provide_artifacts,
         "explain": provide_explain,
         "fleet": provide_fleet,
@@ -108,7 +114,8 @@ def create_app(
     Routes: ``GET /healthz``, ``GET /metrics``, ``POST /v1/tasks``, ``GET /v1/tasks/{id}``,
     ``POST /v1/jobs``, ``GET /v1/jobs/{id}``, ``GET /v1/workers`` (spec §7), ``POST /v1/artifacts``,
     ``GET``/``HEAD /v1/artifacts/{id}`` (issue 13), ``GET /v1/tasks/{id}/explain`` (issue 14
-    item 7), and the OpenAPI
+    item 7), ``POST /v1/tasks/cancel|retry`` and ``GET /v1/operations/{id}`` (issue 14 item 6),
+    and the OpenAPI
     document under ``/schema`` (``/schema/openapi.json``).
 
     Args:
@@ -138,7 +145,10 @@ def create_app(
             JobController,
             WorkerController,
             ArtifactController,
+            BulkController,
+            OperationController,
         ],
+        on_shutdown=[services.bulk.aclose],
         dependencies=_dependencies(services, settings, metrics, registry),
         exception_handlers=EXCEPTION_HANDLERS,
         guards=guards,
