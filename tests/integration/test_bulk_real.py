@@ -160,8 +160,12 @@ async def test_bulk_cancel_of_100000_tasks_runs_in_the_background(
     progress = [s["matched"] for s in seen]
     assert progress == sorted(progress)  # the counts only grow
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        counts = dict(conn.execute("SELECT status, count(*) FROM tasks GROUP BY status").fetchall())
-        jobs = dict(conn.execute("SELECT status, count(*) FROM jobs GROUP BY status").fetchall())
+        counts: dict[Any, Any] = dict(
+            conn.execute("SELECT status, count(*) FROM tasks GROUP BY status").fetchall()
+        )
+        jobs: dict[Any, Any] = dict(
+            conn.execute("SELECT status, count(*) FROM jobs GROUP BY status").fetchall()
+        )
     assert counts == {"cancelled": 100_000}
     assert jobs == {"cancelled": 100}
     print(f"\n100,000-task bulk cancel: accepted in {answered:.3f} s, done in {took:.1f} s")

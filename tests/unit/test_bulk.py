@@ -198,7 +198,7 @@ async def test_a_background_operation_that_meets_an_outage_ends_failed_with_its_
         async def ping(self) -> None:
             raise BackendUnavailable("database unavailable")
 
-    service = bulk(app, store=Down())  # type: ignore[arg-type]
+    service = bulk(app, store=Down())
     done = await service.wait((await service.start(BulkAction.CANCEL, QUEUED)).id)
 
     assert done.status is OperationStatus.FAILED
@@ -227,7 +227,7 @@ async def test_aclose_stops_a_running_operation_and_records_it_failed(app: App) 
         async def ping(self) -> None:
             await self._inner.ping()
 
-    service = bulk(app, store=Slow(app.store))  # type: ignore[arg-type]
+    service = bulk(app, store=Slow(app.store))
     started = await service.start(BulkAction.RETRY, FAILED)
     while not gate:
         await asyncio.sleep(0)
