@@ -23,7 +23,12 @@ from dtq.application.commands import TaskSpec
 from dtq.application.control import ControlService
 from dtq.application.filters import TaskFilter
 from dtq.application.ports import Store, Transaction
-from dtq.domain.errors import BackendUnavailable, OperationNotFound, ValidationError
+from dtq.domain.errors import (
+    BackendUnavailable,
+    OperationNotFound,
+    TooManyOperations,
+    ValidationError,
+)
 from dtq.domain.status import JobStatus, RunStatus, TaskStatus
 from tests.single import complete_one
 from tests.unit.conftest import App
@@ -251,3 +256,29 @@ async def test_finished_operations_beyond_the_limit_are_forgotten_oldest_first(a
     with pytest.raises(OperationNotFound):
         await service.get(ops[0].id)
     assert [(await service.get(op.id)).status for op in ops[1:]] == [OperationStatus.SUCCEEDED] * 2
+
+
+async def test_a_start_beyond_max_running_is_refused_until_one_ends(app: App) -> None:
+    await failed_tasks(app, 1)
+    release = asyncio.Event()
+
+    class Held:
+        async def run(self, fn: Any) -> Any:
+            await release.wait()
+            return await app.store.run(fn)
+
+        async def ping(self) -> None:
+            await app.store.ping()
+
+    control = ControlService(store=Held(), queue=app.queue)
+    service = BulkService(store=Held(), control=control, clock=app.clock, max_running=1)
+    first = await service.start(BulkAction.RETRY, FAILED)
+
+    with pytest.raises(TooManyOperations) as refused:
+        await service.start(BulkAction.CANCEL, QUEUED)
+    release.set()
+    assert (await service.wait(first.id)).status is OperationStatus.SUCCEEDED
+    again = await service.start(BulkAction.CANCEL, QUEUED)
+
+    assert refused.value.code == "too_many_operations"
+    assert (await service.wait(again.id)).status is OperationStatus.SUCCEEDED

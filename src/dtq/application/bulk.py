@@ -32,10 +32,13 @@ from uuid import UUID, uuid4
 from dtq.application.control import DEFAULT_BATCH_SIZE, BatchOutcome, ControlService
 from dtq.application.filters import MAX_LIST_LIMIT, TaskFilter, TaskKeyset
 from dtq.application.ports import Clock, Store, Transaction
-from dtq.domain.errors import DtqError, OperationNotFound, ValidationError
+from dtq.domain.errors import DtqError, OperationNotFound, TooManyOperations, ValidationError
 
 logger = logging.getLogger("dtq.bulk")
 
+#: Bulk operations one process runs at once: each holds one pool connection at a time, so a
+#: burst of them cannot starve the API and the workers of connections.
+DEFAULT_MAX_RUNNING = 4
 #: Finished operations kept for ``GET /v1/operations/{id}``; the oldest are forgotten first.
 DEFAULT_KEEP_FINISHED = 1000
 
@@ -135,6 +138,7 @@ class BulkService:
         clock: stamps the operations' ``created_at``/``finished_at``.
         batch_size: matching ids per page, and so per transaction (``1..MAX_LIST_LIMIT``).
         keep_finished: finished operations remembered (>= 1), the oldest forgotten first.
+        max_running: background operations running at once (>= 1); one more is refused.
 
     One instance per process: it holds the background operations it started (a singleton of
     the container); :meth:`aclose` stops them at shutdown.
@@ -148,16 +152,18 @@ class BulkService:
         clock: Clock,
         batch_size: int = DEFAULT_BATCH_SIZE,
         keep_finished: int = DEFAULT_KEEP_FINISHED,
+        max_running: int = DEFAULT_MAX_RUNNING,
     ) -> None:
         if not 1 <= batch_size <= MAX_LIST_LIMIT:
             raise ValueError(f"batch_size must be in 1..{MAX_LIST_LIMIT}")
-        if keep_finished < 1:
-            raise ValueError("keep_finished must be at least 1")
+        if keep_finished < 1 or max_running < 1:
+            raise ValueError("keep_finished and max_running must be at least 1")
         self._store = store
         self._control = control
         self._clock = clock
         self._batch_size = batch_size
         self._keep_finished = keep_finished
+        self._max_running = max_running
         self._operations: OrderedDict[UUID, Operation] = OrderedDict()
         self._running: dict[UUID, asyncio.Task[None]] = {}
 
@@ -169,8 +175,13 @@ class BulkService:
         Raises:
             ValidationError: ``where`` has no criterion (field ``body``), checked before
                 anything starts.
+            TooManyOperations: ``max_running`` operations are running already.
         """
         require_criterion(where)
+        if len(self._running) >= self._max_running:
+            raise TooManyOperations(
+                f"{len(self._running)} bulk operations are running; wait for one to end"
+            )
         op = Operation(
             id=uuid4(), kind=action, status=OperationStatus.RUNNING, created_at=self._clock.now()
         )

@@ -152,6 +152,13 @@ class StaleRun(Conflict):
     code = "stale_run"
 
 
+class TooManyOperations(Conflict):
+    """This orchestrator already runs as many bulk operations as it allows; wait for one to end
+    (issue 14 item 6)."""
+
+    code = "too_many_operations"
+
+
 class NotCancellable(Conflict):
     """The task (or job) has already completed or failed, so it cannot be cancelled (issue 14
     item 1)."""

@@ -65,6 +65,7 @@ BULK = {
         "No filter given (`field`: `body`), or an unknown field, status or malformed value"
         " (`field` names it)"
     ),
+    409: _error("This orchestrator already runs 4 bulk operations (`too_many_operations`)"),
     415: UNSUPPORTED,
     413: TOO_LARGE,
     **COMMON,
