@@ -33,6 +33,7 @@ from dtq.adapters.clock import SystemClock  # noqa: E402
 from dtq.adapters.memory.queue import InMemoryQueue  # noqa: E402
 from dtq.adapters.memory.store import InMemoryStore  # noqa: E402
 from dtq.application.artifacts import ArtifactService  # noqa: E402
+from dtq.application.bulk import BulkService  # noqa: E402
 from dtq.application.commands import Claim, ExecutionPolicy  # noqa: E402
 from dtq.application.control import ControlService  # noqa: E402
 from dtq.application.execution import ExecutionService  # noqa: E402
@@ -69,11 +70,13 @@ def memory_services() -> tuple[ApiServices, str]:
     fleet = FleetService(store=store, clock=clock, alive_within=120.0)
     tokens = TokenService(store=store, clock=clock)
     created = asyncio.run(tokens.create("fuzz", frozenset(Scope)))
+    control = ControlService(store=store, queue=queue)
     services = ApiServices(
         submit=SubmitService(store=store, queue=queue),
         queries=QueryService(store=store),
         health=HealthService(store=store, queue=queue),
-        control=ControlService(store=store, queue=queue),
+        control=control,
+        bulk=BulkService(store=store, control=control, clock=clock),
         artifacts=ArtifactService(
             store=FsArtifactStore(Path(tempfile.gettempdir()) / "dtq-fuzz-artifacts" / uuid4().hex)
         ),

@@ -263,6 +263,10 @@ async def test_openapi_document_lists_every_route_with_its_error_responses(api: 
         ("POST", "/v1/worker/results"): {"200", "400", "413", "415", "500", "503"},
         ("HEAD", "/v1/artifacts/{id}"): {"200", "400", "404", "500", "503"},
         ("GET", "/v1/tasks/{id}/explain"): {"200", "400", "404", "500", "503"},
+        # bulk operations (issue 14 item 6): 202 the operation, 200 a dry run
+        ("POST", "/v1/tasks/cancel"): {"202", "200", "400", "409", "413", "415", "500", "503"},
+        ("POST", "/v1/tasks/retry"): {"202", "200", "400", "409", "413", "415", "500", "503"},
+        ("GET", "/v1/operations/{id}"): {"200", "400", "404", "500", "503"},
     }
     error_ref = document["paths"]["/v1/jobs"]["post"]["responses"]["400"]["content"][
         "application/json"

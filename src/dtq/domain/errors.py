@@ -48,6 +48,12 @@ class JobNotFound(NotFound):
     code = "job_not_found"
 
 
+class OperationNotFound(NotFound):
+    """No bulk operation has this id (here: on this orchestrator, since its start)."""
+
+    code = "operation_not_found"
+
+
 # --- invalid input (400) ----------------------------------------------------------------------
 
 
@@ -144,6 +150,13 @@ class StaleRun(Conflict):
     """The reporting run is no longer the task's live run (it was reclaimed); nothing changed."""
 
     code = "stale_run"
+
+
+class TooManyOperations(Conflict):
+    """This orchestrator already runs as many bulk operations as it allows; wait for one to end
+    (issue 14 item 6)."""
+
+    code = "too_many_operations"
 
 
 class NotCancellable(Conflict):

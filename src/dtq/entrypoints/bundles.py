@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dtq.application.artifacts import ArtifactService
+from dtq.application.bulk import BulkService
 from dtq.application.control import ControlService
 from dtq.application.execution import ExecutionService
 from dtq.application.explain import ExplainService
@@ -48,6 +49,8 @@ class ApiServices:
         control: cancel and manual retry (``/v1/tasks/{id}/cancel|retry``,
             ``/v1/jobs/{id}/cancel``; issue 14 items 1 and 4).
         remote: the HTTP worker protocol (``/v1/worker``, issue 15 item 1).
+        bulk: bulk cancel and retry by filter and their background operations
+            (``/v1/tasks/cancel|retry``, ``/v1/operations/{id}``; issue 14 item 6).
     """
 
     submit: SubmitService
@@ -59,6 +62,7 @@ class ApiServices:
     tokens: TokenService
     control: ControlService
     remote: RemoteWorkerService
+    bulk: BulkService
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,6 +31,7 @@ from dtq.adapters.clock import SystemClock
 from dtq.adapters.memory.queue import InMemoryQueue
 from dtq.adapters.memory.store import InMemoryStore
 from dtq.application.artifacts import ArtifactService, ArtifactStore
+from dtq.application.bulk import BulkService
 from dtq.application.commands import ExecutionPolicy
 from dtq.application.control import ControlService
 from dtq.application.execution import ExecutionService
@@ -181,6 +182,7 @@ class Container(containers.DeclarativeContainer):
         policy: the ``ExecutionPolicy`` derived from the settings.
         store, queue: selected by ``backend``; memory ones are singletons, real ones resources.
         submit, queries, health, execution, registry, control: stateless services (factories).
+        bulk: bulk cancel and retry; a singleton, since it holds its background operations.
         inspector, explain: the queue's ``QueueInspector`` and the explain service on it.
         fleet: the worker-registry view (a singleton: it caches the submit warnings' read);
             its live window is ``FLEET_ALIVE_WITHIN``.
@@ -230,6 +232,7 @@ class Container(containers.DeclarativeContainer):
     submit = providers.Factory(SubmitService, store=store, queue=queue)
     queries = providers.Factory(QueryService, store=store)
     control = providers.Factory(ControlService, store=store, queue=queue)
+    bulk = providers.Singleton(BulkService, store=store, control=control, clock=clock)
     health = providers.Factory(HealthService, store=store, queue=queue)
     execution = providers.Factory(
         ExecutionService, store=store, queue=queue, policy=policy, clock=clock
@@ -278,6 +281,7 @@ class Container(containers.DeclarativeContainer):
         tokens=tokens,
         control=control,
         remote=remote,
+        bulk=bulk,
     )
     worker_services = providers.Factory(
         WorkerServices, execution=execution, registry=registry, queue=queue, artifacts=artifacts

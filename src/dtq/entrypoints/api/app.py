@@ -16,6 +16,7 @@ from litestar.openapi.spec import Components
 from prometheus_client import CollectorRegistry
 
 from dtq.application.artifacts import ArtifactService
+from dtq.application.bulk import BulkService
 from dtq.application.control import ControlService
 from dtq.application.explain import ExplainService
 from dtq.application.fleet import FleetService
@@ -24,6 +25,7 @@ from dtq.application.queries import QueryService
 from dtq.application.remote import RemoteWorkerService
 from dtq.entrypoints.api.artifacts import ArtifactController
 from dtq.entrypoints.api.auth import auth_guard, document_security, security_components
+from dtq.entrypoints.api.bulk import BulkController, OperationController
 from dtq.entrypoints.api.errors import EXCEPTION_HANDLERS
 from dtq.entrypoints.api.health import HealthController, MetricsController
 from dtq.entrypoints.api.jobs import JobController
@@ -66,6 +68,9 @@ def _dependencies(
     def provide_control() -> ControlService:
         return services.control
 
+    def provide_bulk() -> BulkService:
+        return services.bulk
+
     def provide_artifacts() -> ArtifactService:
         return services.artifacts
 
@@ -89,6 +94,7 @@ def _dependencies(
         "queries": provide_queries,
         "health": provide_health,
         "control": provide_control,
+        "bulk": provide_bulk,
         "artifacts": provide_artifacts,
         "explain": provide_explain,
         "fleet": provide_fleet,
@@ -115,7 +121,8 @@ def create_app(
     ``POST /v1/jobs``, ``GET /v1/jobs/{id}``, ``GET /v1/workers`` (spec §7), ``POST /v1/artifacts``,
     ``GET``/``HEAD /v1/artifacts/{id}`` (issue 13), ``GET /v1/tasks/{id}/explain`` (issue 14
     item 7), the HTTP worker protocol under ``/v1/worker`` (issue 15 item 1: claim, run
-    heartbeat/result/failure/release, batched results, registry), and the OpenAPI
+    heartbeat/result/failure/release, batched results, registry), ``POST /v1/tasks/cancel|retry``
+    and ``GET /v1/operations/{id}`` (issue 14 item 6), and the OpenAPI
     document under ``/schema`` (``/schema/openapi.json``).
 
     Args:
@@ -146,7 +153,10 @@ def create_app(
             WorkerController,
             ArtifactController,
             WorkerProtocolController,
+            BulkController,
+            OperationController,
         ],
+        on_shutdown=[services.bulk.aclose],
         dependencies=_dependencies(services, settings, metrics, registry),
         exception_handlers=EXCEPTION_HANDLERS,
         guards=guards,

@@ -71,3 +71,14 @@ RETRY = {
     409: _error("The task is not failed or cancelled, or a dependency of it is (`not_retryable`)"),
     **COMMON,
 }
+#: ``POST /v1/tasks/cancel`` and ``POST /v1/tasks/retry`` (issue 14 item 6).
+BULK = {
+    400: _error(
+        "No filter given (`field`: `body`), or an unknown field, status or malformed value"
+        " (`field` names it)"
+    ),
+    409: _error("This orchestrator already runs 4 bulk operations (`too_many_operations`)"),
+    415: UNSUPPORTED,
+    413: TOO_LARGE,
+    **COMMON,
+}

@@ -481,3 +481,71 @@ class TaskRetryResponse(msgspec.Struct, kw_only=True):
         int,
         msgspec.Meta(description="Dependents failed or cancelled by the cascade, now pending"),
     ]
+
+
+# --- bulk operations (issue 14 item 6) ----------------------------------------------------------
+
+
+class BulkRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``POST /v1/tasks/cancel`` and ``POST /v1/tasks/retry``: the ``GET /v1/tasks`` filters as a
+    JSON body (all must hold; at least one given), and ``dry_run``."""
+
+    status: Annotated[
+        list[str] | str | None,
+        msgspec.Meta(
+            description="Any of these statuses: a list, or one string (comma-separated allowed)"
+        ),
+    ] = None
+    kind: Annotated[str | None, msgspec.Meta(description="Exactly this kind")] = None
+    job_id: Annotated[str | None, msgspec.Meta(description="Tasks of this job (UUID)")] = None
+    priority: Annotated[str | None, msgspec.Meta(description="Exactly this priority tier")] = None
+    since: Annotated[
+        str | None, msgspec.Meta(description="created_at at or after this RFC 3339 time (offset)")
+    ] = None
+    until: Annotated[
+        str | None, msgspec.Meta(description="created_at before this RFC 3339 time (offset)")
+    ] = None
+    dry_run: Annotated[
+        bool, msgspec.Meta(description="Only count the matching tasks; change nothing")
+    ] = False
+
+
+class BulkDryRunBody(msgspec.Struct, kw_only=True):
+    """A dry run's answer (200): how many tasks match now; nothing changed."""
+
+    matched: Annotated[int, msgspec.Meta(description="Tasks the filter selects")]
+    changed: Annotated[int, msgspec.Meta(description="Always 0 for a dry run")]
+    dry_run: bool = True
+
+
+class OperationBody(msgspec.Struct, kw_only=True):
+    """A background bulk operation (202 from ``POST /v1/tasks/cancel|retry``, and
+    ``GET /v1/operations/{id}``); the counts grow after each page of up to 500 tasks."""
+
+    id: UUID
+    kind: Annotated[str, msgspec.Meta(description="The action: cancel or retry")]
+    status: Annotated[
+        str,
+        msgspec.Meta(
+            description="running, succeeded or failed (stopped at `error`; the pages done"
+            " before it stay done)"
+        ),
+    ]
+    matched: Annotated[int, msgspec.Meta(description="Matching tasks walked so far")]
+    changed: Annotated[int, msgspec.Meta(description="Of those, tasks changed")]
+    skipped: Annotated[
+        int,
+        msgspec.Meta(
+            description="Of those, tasks left as they were (status not applicable, changed"
+            " meanwhile, or blocked by a failed/cancelled dependency)"
+        ),
+    ]
+    cascaded: Annotated[
+        int,
+        msgspec.Meta(
+            description="Other tasks changed with them (dependents cancelled, or reopened)"
+        ),
+    ]
+    error: str | None
+    created_at: datetime
+    finished_at: datetime | None
