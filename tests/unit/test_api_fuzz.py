@@ -34,6 +34,7 @@ from dtq.adapters.memory.queue import InMemoryQueue  # noqa: E402
 from dtq.adapters.memory.store import InMemoryStore  # noqa: E402
 from dtq.application.artifacts import ArtifactService  # noqa: E402
 from dtq.application.control import ControlService  # noqa: E402
+from dtq.application.events import EventService  # noqa: E402
 from dtq.application.explain import ExplainService  # noqa: E402
 from dtq.application.fleet import FleetService  # noqa: E402
 from dtq.application.health import HealthService  # noqa: E402
@@ -74,6 +75,7 @@ def memory_services() -> tuple[ApiServices, str]:
         ),
         fleet=fleet,
         tokens=tokens,
+        events=EventService(store=store),
     )
     return services, created.secret
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from dtq.application.artifacts import ArtifactService
 from dtq.application.control import ControlService
+from dtq.application.events import EventService
 from dtq.application.execution import ExecutionService
 from dtq.application.explain import ExplainService
 from dtq.application.fleet import FleetService
@@ -46,6 +47,7 @@ class ApiServices:
         tokens: API tokens; the auth guard authenticates requests with it (``API_AUTH``).
         control: cancel and manual retry (``/v1/tasks/{id}/cancel|retry``,
             ``/v1/jobs/{id}/cancel``; issue 14 items 1 and 4).
+        events: the transition outbox's stream (``GET /v1/events``, issue 16 item 1).
     """
 
     submit: SubmitService
@@ -56,6 +58,7 @@ class ApiServices:
     fleet: FleetService
     tokens: TokenService
     control: ControlService
+    events: EventService
 
 
 @dataclass(frozen=True, slots=True)

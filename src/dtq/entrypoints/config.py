@@ -26,6 +26,7 @@ from dotenv import dotenv_values
 from psycopg.conninfo import conninfo_to_dict
 
 from dtq.application.commands import ExecutionPolicy
+from dtq.application.events import EventStreamPolicy
 from dtq.application.retention import RetentionPolicy
 from dtq.entrypoints.config_values import (
     ConfigError,
@@ -203,6 +204,12 @@ class Settings:
             default 30 days).
         idempotency_key_ttl: seconds a pruned job's ``Idempotency-Key`` still answers its
             original ids; 0 = not at all (``IDEMPOTENCY_KEY_TTL``, default 7 days).
+        events_settle: seconds an outbox event must be old before ``GET /v1/events`` serves it
+            (``EVENTS_SETTLE``, default 1s, at most 1m; issue 16 item 1): more than the time
+            from a transaction's outbox insert to its COMMIT plus the database nodes' clock
+            offset.
+        events_poll_interval: seconds between outbox reads of a caught-up stream
+            (``EVENTS_POLL_INTERVAL``, default 250ms, 10ms..10s).
     """
 
     crdb_dsn: str | None = None
@@ -240,6 +247,12 @@ class Settings:
     retention_completed: float = 7 * _DAY
     retention_failed: float = 30 * _DAY
     idempotency_key_ttl: float = 7 * _DAY
+    events_settle: float = 1.0
+    events_poll_interval: float = 0.25
+
+    def event_stream_policy(self) -> EventStreamPolicy:
+        """The event stream's timings (issue 16 item 1)."""
+        return EventStreamPolicy(settle=self.events_settle, poll_interval=self.events_poll_interval)
 
     def retention_policy(self) -> RetentionPolicy:
         """The retention periods of the reconciler's retention pass (issue 14 item 8)."""
@@ -462,6 +475,8 @@ def load_settings(environ: Mapping[str, str]) -> Settings:
         api_auth=env.choice("API_AUTH", "tokens", _API_AUTHS, {}),
         metrics_auth=env.choice("METRICS_AUTH", "false", _BOOLEANS, _BOOLEAN_ALIASES) == "true",
         **_retention_settings(env),
+        events_settle=env.duration("EVENTS_SETTLE", 1.0, maximum=60.0),
+        events_poll_interval=env.duration("EVENTS_POLL_INTERVAL", 0.25, minimum=0.01, maximum=10.0),
     )
 
 

@@ -33,6 +33,7 @@ from dtq.adapters.memory.store import InMemoryStore
 from dtq.application.artifacts import ArtifactService, ArtifactStore
 from dtq.application.commands import ExecutionPolicy
 from dtq.application.control import ControlService
+from dtq.application.events import EventService
 from dtq.application.execution import ExecutionService
 from dtq.application.explain import ExplainService
 from dtq.application.fleet import FleetService
@@ -256,6 +257,10 @@ class Container(containers.DeclarativeContainer):
         RetentionService, store=store, policy=providers.Callable(_retention_policy, settings)
     )
 
+    events = providers.Singleton(
+        EventService, store=store, policy=settings.provided.event_stream_policy.call()
+    )
+
     api_services = providers.Factory(
         ApiServices,
         submit=submit,
@@ -266,6 +271,7 @@ class Container(containers.DeclarativeContainer):
         fleet=fleet,
         tokens=tokens,
         control=control,
+        events=events,
     )
     worker_services = providers.Factory(
         WorkerServices, execution=execution, registry=registry, queue=queue, artifacts=artifacts

@@ -30,7 +30,6 @@ from dtq.application.filters import (
 )
 from dtq.application.ports import Clock, DueTask, RunningTask, Tombstone
 from dtq.domain.entities import Job, Task, TaskRun, Worker
-from dtq.domain.events import created_events, job_events, task_events
 from dtq.domain.errors import (
     BackendUnavailable,
     CommitOutcomeUnknown,
@@ -38,6 +37,7 @@ from dtq.domain.errors import (
     DuplicateIdempotencyKey,
     StaleRun,
 )
+from dtq.domain.events import created_events, job_events, task_events
 from dtq.domain.status import RunStatus, TaskStatus
 from dtq.domain.tokens import ApiToken, TokenNameTaken
 

@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 
 from dtq.application.artifacts import ArtifactService
 from dtq.application.control import ControlService
+from dtq.application.events import EventService
 from dtq.application.explain import ExplainService
 from dtq.application.fleet import FleetService
 from dtq.application.health import HealthService
@@ -24,6 +25,7 @@ from dtq.application.queries import QueryService
 from dtq.entrypoints.api.artifacts import ArtifactController
 from dtq.entrypoints.api.auth import auth_guard, document_security, security_components
 from dtq.entrypoints.api.errors import EXCEPTION_HANDLERS
+from dtq.entrypoints.api.events import EventController
 from dtq.entrypoints.api.health import HealthController, MetricsController
 from dtq.entrypoints.api.jobs import JobController
 from dtq.entrypoints.api.middleware import BODY_TIMEOUT, CountingSubmit, install_middleware
@@ -73,6 +75,9 @@ def _dependencies(
     def provide_fleet() -> FleetService:
         return services.fleet
 
+    def provide_events() -> EventService:
+        return services.events
+
     def provide_settings() -> Settings:
         return settings
 
@@ -87,6 +92,7 @@ def _dependencies(
         "artifacts": provide_artifacts,
         "explain": provide_explain,
         "fleet": provide_fleet,
+        "events": provide_events,
         "settings": provide_settings,
         "registry": provide_registry,
     }
@@ -108,7 +114,7 @@ def create_app(
     Routes: ``GET /healthz``, ``GET /metrics``, ``POST /v1/tasks``, ``GET /v1/tasks/{id}``,
     ``POST /v1/jobs``, ``GET /v1/jobs/{id}``, ``GET /v1/workers`` (spec §7), ``POST /v1/artifacts``,
     ``GET``/``HEAD /v1/artifacts/{id}`` (issue 13), ``GET /v1/tasks/{id}/explain`` (issue 14
-    item 7), and the OpenAPI
+    item 7), ``GET /v1/events`` (issue 16 item 1: Server-Sent Events), and the OpenAPI
     document under ``/schema`` (``/schema/openapi.json``).
 
     Args:
@@ -138,6 +144,7 @@ def create_app(
             JobController,
             WorkerController,
             ArtifactController,
+            EventController,
         ],
         dependencies=_dependencies(services, settings, metrics, registry),
         exception_handlers=EXCEPTION_HANDLERS,
