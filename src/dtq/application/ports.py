@@ -419,9 +419,10 @@ class Event:
         return EventCursor(self.created_at, self.id)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, order=True)
 class EventCursor:
-    """A position in the event order: strictly after the event ``(created_at, id)``."""
+    """A position in the event order: strictly after the event ``(created_at, id)``; cursors
+    compare in that order."""
 
     created_at: datetime
     id: UUID
