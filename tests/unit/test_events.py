@@ -11,7 +11,12 @@ import pytest
 
 from dtq.application.commands import Claim, TaskSpec
 from dtq.application.control import ControlService
-from dtq.application.events import EventService, format_event_id, parse_event_id
+from dtq.application.events import (
+    EventService,
+    EventStreamPolicy,
+    format_event_id,
+    parse_event_id,
+)
 from dtq.application.ports import Event, EventCursor
 from dtq.application.retention import RetentionPolicy, RetentionService
 from dtq.domain.errors import ValidationError
@@ -190,3 +195,14 @@ def test_an_event_id_round_trips_and_anything_else_is_refused_naming_the_field()
         with pytest.raises(ValidationError) as caught:
             parse_event_id(bad, field="Last-Event-ID")
         assert caught.value.field == "Last-Event-ID"
+
+
+def test_the_stream_settings_load_and_bad_values_name_the_variable() -> None:
+    from dtq.entrypoints.config import ConfigError, load_settings
+
+    settings = load_settings({"EVENTS_SETTLE": "2s", "EVENTS_POLL_INTERVAL": "50ms"})
+    assert settings.event_stream_policy() == EventStreamPolicy(settle=2.0, poll_interval=0.05)
+    for name, value in (("EVENTS_SETTLE", "2m"), ("EVENTS_POLL_INTERVAL", "1ms")):
+        with pytest.raises(ConfigError) as caught:
+            load_settings({name: value})
+        assert caught.value.variable == name

@@ -100,6 +100,8 @@ ENV_VARS: tuple[str, ...] = (
     "RETENTION_COMPLETED",
     "RETENTION_FAILED",
     "IDEMPOTENCY_KEY_TTL",
+    "EVENTS_SETTLE",
+    "EVENTS_POLL_INTERVAL",
 )
 
 _LOG_FORMATS: tuple[LogFormat, ...] = ("auto", "json", "console")
