@@ -83,7 +83,7 @@ async def test_the_filters_narrow_the_stream_to_one_job_and_some_types() -> None
 
 async def test_a_quiet_stream_sends_keep_alive_comments() -> None:
     async with serving(FAST) as server, httpx.AsyncClient(base_url=server.url) as client:
-        server.services.api.events.policy = replace(  # type: ignore[misc]
+        server.services.api.events.policy = replace(
             server.services.api.events.policy, heartbeat=0.05
         )
         comments: list[str] = []
@@ -118,3 +118,25 @@ async def test_an_unknown_job_is_404() -> None:
         response = await client.get("/v1/events", params={"job_id": str(uuid4())})
     assert response.status_code == 404
     assert response.json()["error"]["code"] == "job_not_found"
+
+
+async def test_a_database_outage_ends_the_stream_with_a_comment_not_a_traceback() -> None:
+    async with serving(FAST) as server, httpx.AsyncClient(base_url=server.url) as client:
+        await submit_pair(client)
+        seen: list[str] = []
+        async with asyncio.timeout(5), client.stream("GET", "/v1/events") as response:
+            async for message in messages(response):
+                if message.event is not None:
+                    seen.append(message.event)
+                    if len(seen) == 3:
+                        server.services.store.available = False  # type: ignore[attr-defined]
+                seen.extend(message.comments)
+        server.services.store.available = True  # type: ignore[attr-defined]
+
+    assert seen == [
+        "dtq events",
+        "job.submitted",
+        "task.queued",
+        "task.pending",
+        "database unavailable: reconnect",
+    ]

@@ -130,19 +130,25 @@ class EventService:
         """Every event after ``after``, for ever, in order, each exactly once per follower.
 
         Reads a page; when it is full reads the next at once, else sleeps ``poll_interval``.
-        Yields each non-empty page, and an empty list after ``heartbeat`` seconds of silence.
-        Store errors propagate (the caller's stream ends; the client resumes from its last id).
+        Yields each non-empty batch, and an empty list after ``heartbeat`` seconds of silence.
+        ``types`` is applied to the pages read, not in the query, so the cursor moves over the
+        events it leaves out and each read costs only the events committed since the last one,
+        however rare the wanted types are. Store errors propagate (the caller's stream ends;
+        the client resumes from its last id).
         """
         cursor = after
         quiet = 0.0
+        wanted = None if types is None else frozenset(types)
         loop = asyncio.get_running_loop()
         while True:
             began = loop.time()
-            events = await self.page(after=cursor, job_id=job_id, types=types)
+            events = await self.page(after=cursor, job_id=job_id)
             if events:
                 cursor = events[-1].cursor
-                quiet = 0.0
-                yield events
+                chosen = events if wanted is None else [e for e in events if e.type in wanted]
+                if chosen:
+                    quiet = 0.0
+                    yield chosen
                 if len(events) >= self.policy.page_size:
                     continue
             await asyncio.sleep(self.policy.poll_interval)

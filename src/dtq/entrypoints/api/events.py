@@ -15,6 +15,7 @@ from typing import Annotated
 from uuid import UUID
 
 import msgspec
+import structlog
 from litestar import Controller, get
 from litestar.di import NamedDependency
 from litestar.params import HeaderParameter, QueryParameter
@@ -23,10 +24,11 @@ from litestar.response.sse import ServerSentEventMessage
 
 from dtq.application.events import EventService, check_types, format_event_id, parse_event_id
 from dtq.application.ports import Event, EventCursor
-from dtq.domain.errors import ValidationError
+from dtq.domain.errors import BackendUnavailable, ValidationError
 from dtq.entrypoints.api import responses
 
 _ENCODER = msgspec.json.Encoder()
+_log = structlog.get_logger("dtq.api.events")
 
 #: Milliseconds a browser's EventSource waits before it reconnects (``retry:``).
 RECONNECT_MS = 1000
@@ -54,11 +56,16 @@ async def _messages(
     types: Sequence[str] | None,
 ) -> AsyncIterator[ServerSentEventMessage]:
     yield ServerSentEventMessage(data=None, comment="dtq events", retry=RECONNECT_MS)
-    async for batch in events.follow(after=after, job_id=job_id, types=types):
-        if not batch:
-            yield ServerSentEventMessage(data=None, comment="keep-alive")
-        for event in batch:
-            yield event_message(event)
+    try:
+        async for batch in events.follow(after=after, job_id=job_id, types=types):
+            if not batch:
+                yield ServerSentEventMessage(data=None, comment="keep-alive")
+            for event in batch:
+                yield event_message(event)
+    except BackendUnavailable as exc:
+        # The headers are sent: end the stream; the client reconnects with its last id.
+        _log.warning("event stream ended", reason=str(exc))
+        yield ServerSentEventMessage(data=None, comment="database unavailable: reconnect")
 
 
 class EventController(Controller):
