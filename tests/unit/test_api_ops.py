@@ -220,6 +220,7 @@ async def test_openapi_document_lists_every_route_with_its_error_responses(api: 
         ("GET", "/v1/artifacts/{id}"): {"200", "400", "404", "416", "500", "503"},
         ("HEAD", "/v1/artifacts/{id}"): {"200", "400", "404", "500", "503"},
         ("GET", "/v1/tasks/{id}/explain"): {"200", "400", "404", "500", "503"},
+        ("GET", "/v1/events"): {"200", "400", "404", "500", "503"},  # issue 16 item 1
     }
     error_ref = document["paths"]["/v1/jobs"]["post"]["responses"]["400"]["content"][
         "application/json"
