@@ -249,6 +249,7 @@ PG_TABLES = (
     "workers",
     "api_tokens",
     "idempotency_tombstones",
+    "events",
 )
 
 

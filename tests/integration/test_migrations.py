@@ -26,6 +26,7 @@ OUR_TABLES = (
     "workers",
     "api_tokens",
     "idempotency_tombstones",
+    "events",
 )
 YOYO_TABLES = ("_yoyo_log", "_yoyo_migration", "_yoyo_version", "yoyo_lock")
 
@@ -106,6 +107,14 @@ REFERENCE_COLUMNS: dict[str, list[tuple[str, str, bool]]] = {  # (name, type, nu
         ("task_ids", "jsonb", False),
         ("pruned_at", TS, False),
     ],
+    "events": [
+        ("created_at", TS, False),
+        ("id", "uuid", False),
+        ("job_id", "uuid", False),
+        ("task_id", "uuid", True),
+        ("type", "text", False),
+        ("data", "jsonb", False),
+    ],
 }
 
 REFERENCE_INDEXES: dict[str, tuple[str, str, bool]] = {  # name -> (table, columns, unique)
@@ -137,6 +146,8 @@ REFERENCE_INDEXES: dict[str, tuple[str, str, bool]] = {  # name -> (table, colum
         "pruned_at, idempotency_key",
         False,
     ),
+    "events_pkey": ("events", "created_at, id", True),
+    "idx_events_job_created": ("events", "job_id, created_at, id", False),
 }
 
 REFERENCE_CONSTRAINTS: dict[str, tuple[str, str]] = {  # name -> (table, type)
@@ -158,6 +169,7 @@ REFERENCE_CONSTRAINTS: dict[str, tuple[str, str]] = {  # name -> (table, type)
     "api_tokens_name_key": ("api_tokens", "UNIQUE"),
     "api_tokens_secret_hash_key": ("api_tokens", "UNIQUE"),
     "idempotency_tombstones_pkey": ("idempotency_tombstones", "PRIMARY KEY"),
+    "events_pkey": ("events", "PRIMARY KEY"),
 }
 
 FORBIDDEN = re.compile(

@@ -5,6 +5,7 @@ held by another job, or twice in the group, refuses the whole group."""
 from __future__ import annotations
 
 from typing import Any
+from uuid import UUID
 
 import pytest
 
@@ -75,3 +76,26 @@ async def test_one_key_twice_in_the_group_is_refused(store: Store) -> None:  # n
 
     with pytest.raises(DuplicateIdempotencyKey):
         await store.run(write)
+
+
+async def test_the_group_writes_the_created_events_of_every_job(store: Store) -> None:  # noqa: F811
+    now = await db_now(store)
+    one, two = new_job(now), new_job(now)
+    a, b = new_task(one, "a", now), new_task(two, "b", now)
+
+    async def write(tx: Transaction) -> None:
+        await tx.jobs.add_many([(one, [a], []), (two, [b], [])])
+
+    await store.run(write)
+
+    async def events_of(tx: Transaction) -> dict[UUID, list[str]]:
+        found = await tx.events.page(after=None, job_id=None, types=None, settle=0.0, limit=100)
+        by_job: dict[UUID, list[str]] = {}
+        for event in found:
+            by_job.setdefault(event.job_id, []).append(event.type)
+        return by_job
+
+    by_job = await store.run(events_of)
+    assert set(by_job) == {one.id, two.id}
+    assert by_job[one.id] == by_job[two.id]
+    assert "job.submitted" in by_job[one.id]

@@ -36,6 +36,7 @@ from dtq.application.artifacts import ArtifactService  # noqa: E402
 from dtq.application.bulk import BulkService  # noqa: E402
 from dtq.application.commands import Claim, ExecutionPolicy  # noqa: E402
 from dtq.application.control import ControlService  # noqa: E402
+from dtq.application.events import EventService  # noqa: E402
 from dtq.application.execution import ExecutionService  # noqa: E402
 from dtq.application.explain import ExplainService  # noqa: E402
 from dtq.application.fleet import FleetService  # noqa: E402
@@ -95,6 +96,7 @@ def memory_services() -> tuple[ApiServices, str]:
             queue=queue,
             registry=WorkerRegistryService(store=store),
         ),
+        events=EventService(store=store),
     )
     return services, created.secret
 

@@ -267,6 +267,7 @@ async def test_openapi_document_lists_every_route_with_its_error_responses(api: 
         ("POST", "/v1/tasks/cancel"): {"202", "200", "400", "409", "413", "415", "500", "503"},
         ("POST", "/v1/tasks/retry"): {"202", "200", "400", "409", "413", "415", "500", "503"},
         ("GET", "/v1/operations/{id}"): {"200", "400", "404", "500", "503"},
+        ("GET", "/v1/events"): {"200", "400", "404", "500", "503"},  # issue 16 item 1
     }
     error_ref = document["paths"]["/v1/jobs"]["post"]["responses"]["400"]["content"][
         "application/json"

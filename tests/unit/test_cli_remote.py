@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from uuid import UUID
 
@@ -205,3 +206,20 @@ async def test_tasks_list_refuses_an_unknown_status(
 ) -> None:
     assert await dtq("tasks", "list", "--status", "broken") == 2
     assert capsys.readouterr().err.startswith("dtq: validation_error: ")
+
+
+async def test_watch_follows_the_event_stream_instead_of_waiting_out_its_interval(
+    server: Server, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With ``--interval 1h`` only the job's event stream can make ``dtq watch`` look again
+    before the test's timeout: it does, and the watch ends as soon as the task completed."""
+    assert await dtq("submit", "echo", "--json") == 0
+    created = json.loads(capsys.readouterr().out)
+    server.services.api.events.policy = replace(server.services.api.events.policy, settle=0.01)
+    watching = asyncio.ensure_future(dtq("watch", created["job_id"], "--interval", "1h", "--json"))
+    await asyncio.sleep(0.3)
+    await server.complete(UUID(created["task_id"]), None)
+
+    async with asyncio.timeout(15):
+        assert await watching == 0
+    assert json.loads(capsys.readouterr().out)["status"] == "completed"

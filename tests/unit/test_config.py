@@ -103,6 +103,8 @@ def test_every_variable_is_parsed() -> None:
         "RETENTION_FAILED": "0",
         "IDEMPOTENCY_KEY_TTL": "1h30m",
         "DTQ_TOKEN": "secret",
+        "EVENTS_SETTLE": "2s",
+        "EVENTS_POLL_INTERVAL": "100ms",
     }
     assert set(env) == set(ENV_VARS)
 
@@ -144,6 +146,8 @@ def test_every_variable_is_parsed() -> None:
         retention_failed=0.0,
         idempotency_key_ttl=5400.0,
         dtq_token="secret",
+        events_settle=2.0,
+        events_poll_interval=0.1,
     )
 
 

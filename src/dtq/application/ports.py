@@ -19,6 +19,7 @@ from uuid import UUID
 
 from dtq.application.filters import JobFilter, JobKeyset, TaskFilter, TaskKeyset
 from dtq.domain.entities import Job, Task, TaskRun, Worker
+from dtq.domain.events import NewEvent
 from dtq.domain.status import JobStatus, TaskStatus
 from dtq.domain.tokens import ApiToken
 
@@ -384,8 +385,8 @@ class RetentionRepository(Protocol):
         finished_before: datetime,
         tombstone_at: datetime | None,
     ) -> PrunedJobs:
-        """Delete each of ``job_ids`` that still qualifies, with its tasks, dependency edges and
-        runs, in a constant number of statements.
+        """Delete each of ``job_ids`` that still qualifies, with its tasks, dependency edges,
+        runs and events (issue 16 item 1), in a constant number of statements.
 
         A job qualifies when its status is still ``status``, its ``updated_at`` is before
         ``finished_before``, and every one of its tasks is terminal and finished (``finished_at``)
@@ -405,6 +406,71 @@ class RetentionRepository(Protocol):
 
         Returns:
             How many were deleted.
+        """
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """An outbox row as read back (issue 16 item 1): a ``NewEvent`` with the id and the
+    ordering time the store gave it when it wrote it.
+
+    Events are ordered by ``(created_at, id)``; that pair is the stream's cursor
+    (:class:`EventCursor`).
+    """
+
+    id: UUID
+    job_id: UUID
+    task_id: UUID | None
+    type: str
+    data: dict[str, Any]
+    created_at: datetime
+
+    @property
+    def cursor(self) -> EventCursor:
+        """The position just after this event."""
+        return EventCursor(self.created_at, self.id)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class EventCursor:
+    """A position in the event order: strictly after the event ``(created_at, id)``; cursors
+    compare in that order."""
+
+    created_at: datetime
+    id: UUID
+
+
+class EventRepository(Protocol):
+    """The transition outbox (``events``, issue 16 item 1).
+
+    Writes are buffered: ``add_many`` costs no statement; the store writes everything the try
+    buffered in ONE statement just before COMMIT (none when nothing was buffered), and gives
+    each event its id and its ordering time then (the database clock at that statement, plus
+    the event's position in the buffer in microseconds). The task and job repositories buffer
+    the events of the transitions they write (``domain.events``); services never need to.
+    """
+
+    def add_many(self, events: Sequence[NewEvent]) -> None:
+        """Buffer ``events`` to be written with this transaction, in order."""
+        ...
+
+    async def page(
+        self,
+        *,
+        after: EventCursor | None,
+        job_id: UUID | None,
+        types: Sequence[str] | None,
+        settle: float,
+        limit: int,
+    ) -> list[Event]:
+        """Committed events strictly after ``after`` in ``(created_at, id)`` order, at most
+        ``limit``, of ``job_id`` (all jobs when None) and of ``types`` (all when None).
+
+        Only events older than ``settle`` seconds by the database clock are returned (the
+        visibility horizon: an event written by a transaction still committing is never
+        skipped, see ARCHITECTURE.md "Outbox and event stream"). An adapter whose commits are
+        serialised (the memory fake) may ignore ``settle``.
         """
         ...
 
@@ -429,6 +495,9 @@ class Transaction(Protocol):
 
     @property
     def retention(self) -> RetentionRepository: ...
+
+    @property
+    def events(self) -> EventRepository: ...
 
     async def now(self) -> datetime:
         """The transaction's timestamp (database clock, aware UTC; fixed within one try)."""

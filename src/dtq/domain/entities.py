@@ -20,6 +20,7 @@ from dtq.domain.errors import (
     StaleRun,
     TaskNotClaimable,
 )
+from dtq.domain.events import Transition
 from dtq.domain.policy import RetryDecision, RetryPolicy, decide_retry
 from dtq.domain.status import RUN_TRANSITIONS, TASK_TRANSITIONS, JobStatus, RunStatus, TaskStatus
 
@@ -106,12 +107,16 @@ class Task:
     progress: Any = None
     retry_policy: RetryPolicy | None = None
     timeout: timedelta | None = None
+    # status moves not yet written to the outbox (issue 16 item 1); drained by the repository
+    # that saves the task, never stored as a column
+    transitions: tuple[Transition, ...] = field(default=(), compare=False, repr=False)
 
     # -- guard -----------------------------------------------------------------------------
 
-    def _move(self, target: TaskStatus, *, at: datetime) -> None:
+    def _move(self, target: TaskStatus, *, at: datetime, cause: str) -> None:
         if target not in TASK_TRANSITIONS[self.status]:
             raise InvalidTransition(f"task {self.id} cannot go from {self.status} to {target}")
+        self.transitions = (*self.transitions, Transition(str(self.status), str(target), cause))
         self.status = target
         self.updated_at = at
 
@@ -178,7 +183,7 @@ class Task:
             )
         if self.attempt >= self.max_attempts:
             raise TaskNotClaimable(f"task {self.id} has no attempts left")
-        self._move(TaskStatus.RUNNING, at=at)
+        self._move(TaskStatus.RUNNING, at=at, cause="claimed")
         self.attempt += 1
         self.started_at = at
         self.finished_at = None
@@ -212,7 +217,7 @@ class Task:
             return False
         self._live_run(run)
         run._end(RunStatus.SUCCEEDED, at=at)
-        self._move(TaskStatus.COMPLETED, at=at)
+        self._move(TaskStatus.COMPLETED, at=at, cause="succeeded")
         self.finished_at = at
         self.current_run_id = None
         self.last_error = None
@@ -255,10 +260,10 @@ class Task:
         self.current_run_id = None
         if decision.retry:
             assert decision.next_attempt_at is not None
-            self._move(TaskStatus.QUEUED, at=at)
+            self._move(TaskStatus.QUEUED, at=at, cause="retry")
             self.scheduled_at = decision.next_attempt_at
         else:
-            self._move(TaskStatus.FAILED, at=at)
+            self._move(TaskStatus.FAILED, at=at, cause="failed")
             self.finished_at = at
         return decision
 
@@ -292,12 +297,12 @@ class Task:
             self.reclaims += 1
         if self.reclaims > max_reclaims:
             self.last_error = f"{WORKER_LOST}: {self.reclaims} runs abandoned ({reason})"
-            self._move(TaskStatus.FAILED, at=at)
+            self._move(TaskStatus.FAILED, at=at, cause="reclaimed")
             self.finished_at = at
             return False
         self.attempt -= 1
         self.last_error = reason
-        self._move(TaskStatus.QUEUED, at=at)
+        self._move(TaskStatus.QUEUED, at=at, cause="reclaimed" if worker_lost else "handed_back")
         self.scheduled_at = at
         return True
 
@@ -310,7 +315,7 @@ class Task:
         Raises:
             InvalidTransition: the task is not ``pending``.
         """
-        self._move(TaskStatus.QUEUED, at=at)
+        self._move(TaskStatus.QUEUED, at=at, cause="promoted")
         self.scheduled_at = max(self.scheduled_at, at)
 
     @property
@@ -326,7 +331,7 @@ class Task:
         Raises:
             InvalidTransition: the task is not ``pending``.
         """
-        self._move(TaskStatus.FAILED, at=at)
+        self._move(TaskStatus.FAILED, at=at, cause="cascade")
         self.finished_at = at
         self.last_error = f"dependency {failed_dependency!r} failed"
 
@@ -358,7 +363,7 @@ class Task:
             self._live_run(run)
             run._end(RunStatus.CANCELLED, at=at, error=CANCELLED_ERROR)
             self.current_run_id = None
-        self._move(TaskStatus.CANCELLED, at=at)
+        self._move(TaskStatus.CANCELLED, at=at, cause="cancelled")
         self.finished_at = at
         return True
 
@@ -370,7 +375,7 @@ class Task:
         """
         if self.status is not TaskStatus.PENDING:
             raise InvalidTransition(f"task {self.id} is {self.status}, not pending")
-        self._move(TaskStatus.CANCELLED, at=at)
+        self._move(TaskStatus.CANCELLED, at=at, cause="cascade")
         self.finished_at = at
         self.last_error = f"dependency {cancelled_dependency!r} cancelled"
 
@@ -399,7 +404,11 @@ class Task:
         """
         if self.status not in (TaskStatus.FAILED, TaskStatus.CANCELLED):
             raise NotRetryable(f"task {self.id} is {self.status}", field="id")
-        self._move(TaskStatus.QUEUED if dependencies_completed else TaskStatus.PENDING, at=at)
+        self._move(
+            TaskStatus.QUEUED if dependencies_completed else TaskStatus.PENDING,
+            at=at,
+            cause="retried",
+        )
         self.attempt = 0
         self.reclaims = 0
         self.scheduled_at = at
@@ -429,6 +438,8 @@ class Job:
     request_hash: str | None = None
     version: int = 0
     trace_context: str | None = None
+    # status moves not yet written to the outbox (issue 16 item 1), as on ``Task``
+    transitions: tuple[Transition, ...] = field(default=(), compare=False, repr=False)
 
     def set_status(self, status: JobStatus, *, at: datetime) -> bool:
         """Move to ``status`` if it differs; a terminal ``failed`` job stays failed.
@@ -438,6 +449,7 @@ class Job:
         """
         if status is self.status or self.status is JobStatus.FAILED:
             return False
+        self.transitions = (*self.transitions, Transition(str(self.status), str(status), "settled"))
         self.status = status
         self.updated_at = at
         return True
@@ -451,6 +463,10 @@ class Job:
         """
         if status is self.status:
             return False
+        self.transitions = (
+            *self.transitions,
+            Transition(str(self.status), str(status), "reopened"),
+        )
         self.status = status
         self.updated_at = at
         return True

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from dtq.application.artifacts import ArtifactService
 from dtq.application.bulk import BulkService
 from dtq.application.control import ControlService
+from dtq.application.events import EventService
 from dtq.application.execution import ExecutionService
 from dtq.application.explain import ExplainService
 from dtq.application.fleet import FleetService
@@ -51,6 +52,7 @@ class ApiServices:
         remote: the HTTP worker protocol (``/v1/worker``, issue 15 item 1).
         bulk: bulk cancel and retry by filter and their background operations
             (``/v1/tasks/cancel|retry``, ``/v1/operations/{id}``; issue 14 item 6).
+        events: the transition outbox's stream (``GET /v1/events``, issue 16 item 1).
     """
 
     submit: SubmitService
@@ -63,6 +65,7 @@ class ApiServices:
     control: ControlService
     remote: RemoteWorkerService
     bulk: BulkService
+    events: EventService
 
 
 @dataclass(frozen=True, slots=True)

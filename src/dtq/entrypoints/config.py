@@ -26,6 +26,7 @@ from dotenv import dotenv_values
 from psycopg.conninfo import conninfo_to_dict
 
 from dtq.application.commands import ExecutionPolicy
+from dtq.application.events import EventStreamPolicy
 from dtq.application.retention import RetentionPolicy
 from dtq.entrypoints.config_values import (
     ConfigError,
@@ -100,6 +101,8 @@ ENV_VARS: tuple[str, ...] = (
     "RETENTION_FAILED",
     "IDEMPOTENCY_KEY_TTL",
     "DTQ_TOKEN",
+    "EVENTS_SETTLE",
+    "EVENTS_POLL_INTERVAL",
 )
 
 _LOG_FORMATS: tuple[LogFormat, ...] = ("auto", "json", "console")
@@ -206,6 +209,12 @@ class Settings:
             original ids; 0 = not at all (``IDEMPOTENCY_KEY_TTL``, default 7 days).
         dtq_token: ``DTQ_TOKEN``, the bearer token an HTTP worker sends to the orchestrator
             (issue 15 item 1); None when unset. Not shown in ``repr``.
+        events_settle: seconds an outbox event must be old before ``GET /v1/events`` serves it
+            (``EVENTS_SETTLE``, default 1s, at most 1m; issue 16 item 1): more than the time
+            from a transaction's outbox insert to its COMMIT plus the database nodes' clock
+            offset.
+        events_poll_interval: seconds between outbox reads of a caught-up stream
+            (``EVENTS_POLL_INTERVAL``, default 250ms, 10ms..10s).
     """
 
     crdb_dsn: str | None = None
@@ -244,6 +253,12 @@ class Settings:
     retention_failed: float = 30 * _DAY
     idempotency_key_ttl: float = 7 * _DAY
     dtq_token: str | None = field(default=None, repr=False)
+    events_settle: float = 1.0
+    events_poll_interval: float = 0.25
+
+    def event_stream_policy(self) -> EventStreamPolicy:
+        """The event stream's timings (issue 16 item 1)."""
+        return EventStreamPolicy(settle=self.events_settle, poll_interval=self.events_poll_interval)
 
     def retention_policy(self) -> RetentionPolicy:
         """The retention periods of the reconciler's retention pass (issue 14 item 8)."""
@@ -467,6 +482,8 @@ def load_settings(environ: Mapping[str, str]) -> Settings:
         metrics_auth=env.choice("METRICS_AUTH", "false", _BOOLEANS, _BOOLEAN_ALIASES) == "true",
         **_retention_settings(env),
         dtq_token=env.raw("DTQ_TOKEN"),
+        events_settle=env.duration("EVENTS_SETTLE", 1.0, maximum=60.0),
+        events_poll_interval=env.duration("EVENTS_POLL_INTERVAL", 0.25, minimum=0.01, maximum=10.0),
     )
 
 

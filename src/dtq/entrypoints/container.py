@@ -34,6 +34,7 @@ from dtq.application.artifacts import ArtifactService, ArtifactStore
 from dtq.application.bulk import BulkService
 from dtq.application.commands import ExecutionPolicy
 from dtq.application.control import ControlService
+from dtq.application.events import EventService
 from dtq.application.execution import ExecutionService
 from dtq.application.explain import ExplainService
 from dtq.application.fleet import FleetService
@@ -270,6 +271,10 @@ class Container(containers.DeclarativeContainer):
         RetentionService, store=store, policy=providers.Callable(_retention_policy, settings)
     )
 
+    events = providers.Singleton(
+        EventService, store=store, policy=settings.provided.event_stream_policy.call()
+    )
+
     api_services = providers.Factory(
         ApiServices,
         submit=submit,
@@ -282,6 +287,7 @@ class Container(containers.DeclarativeContainer):
         control=control,
         remote=remote,
         bulk=bulk,
+        events=events,
     )
     worker_services = providers.Factory(
         WorkerServices, execution=execution, registry=registry, queue=queue, artifacts=artifacts

@@ -28,6 +28,7 @@ from psycopg.rows import TupleRow
 from psycopg.types.numeric import Int8
 
 from dtq.adapters.cockroach import listing_sql, sql
+from dtq.adapters.cockroach.events import PgEventRepository
 from dtq.adapters.cockroach.retention import PgRetentionRepository
 from dtq.adapters.cockroach.rows import (
     decode_json,
@@ -42,6 +43,7 @@ from dtq.application.filters import JobFilter, JobKeyset, TaskFilter, TaskKeyset
 from dtq.application.ports import DueTask, RunningTask
 from dtq.domain.entities import Job, Task, TaskRun, Worker
 from dtq.domain.errors import ConcurrentUpdate, DuplicateIdempotencyKey
+from dtq.domain.events import created_events, job_events, task_events
 from dtq.domain.status import RunStatus, TaskStatus
 from dtq.domain.tokens import ApiToken, TokenNameTaken
 
@@ -137,10 +139,11 @@ async def _write_guarded(
 
 
 class PgJobRepository:
-    """``JobRepository`` on one transaction."""
+    """``JobRepository`` on one transaction; buffers the events of what it writes."""
 
-    def __init__(self, conn: Conn) -> None:
+    def __init__(self, conn: Conn, events: PgEventRepository) -> None:
         self._conn = conn
+        self._events = events
 
     async def add(
         self, job: Job, tasks: Sequence[Task], edges: Sequence[tuple[UUID, UUID]]
@@ -178,11 +181,13 @@ class PgJobRepository:
             await self._conn.execute(
                 sql.INSERT_EDGES, ([e[0] for e in edges], [e[1] for e in edges])
             )
+        self._events.add_many(created_events(job, tasks))
 
     async def add_many(
         self, jobs: Sequence[tuple[Job, Sequence[Task], Sequence[tuple[UUID, UUID]]]]
     ) -> None:
-        """Insert several jobs with their tasks and edges in at most three statements.
+        """Insert several jobs with their tasks and edges in at most three statements, and
+        buffer their created events (written with the transaction's one outbox insert).
 
         Raises:
             DuplicateIdempotencyKey: another job already holds the key of one of ``jobs``
@@ -220,6 +225,8 @@ class PgJobRepository:
             await self._conn.execute(
                 sql.INSERT_EDGES, ([e[0] for e in edges], [e[1] for e in edges])
             )
+        for job, tasks, _ in jobs:
+            self._events.add_many(created_events(job, tasks))
 
     async def get(self, job_id: UUID) -> Job | None:
         """The job, or None for an unknown id."""
@@ -259,6 +266,8 @@ class PgJobRepository:
         if cur.rowcount != 1:
             raise ConcurrentUpdate(f"job {job.id} changed since version {job.version}")
         job.version += 1
+        self._events.add_many(job_events(job))
+        job.transitions = ()
 
     async def save_many(self, jobs: Sequence[Job]) -> None:
         """Compare-and-set of every job on its ``version`` in one statement; all or nothing.
@@ -289,6 +298,8 @@ class PgJobRepository:
         if written:
             for job in jobs:
                 job.version += 1
+                self._events.add_many(job_events(job))
+                job.transitions = ()
 
     async def list_page(
         self, where: JobFilter, *, after: JobKeyset | None, limit: int
@@ -363,9 +374,10 @@ def _task_changes(t: Task) -> tuple[Any, ...]:
 class PgTaskRepository:
     """``TaskRepository`` on one transaction."""
 
-    def __init__(self, conn: Conn, clock: _TxClock) -> None:
+    def __init__(self, conn: Conn, clock: _TxClock, events: PgEventRepository) -> None:
         self._conn = conn
         self._clock = clock
+        self._events = events
 
     async def get(self, task_id: UUID) -> Task | None:
         """The task, or None for an unknown id (the row also brings the transaction time)."""
@@ -403,6 +415,8 @@ class PgTaskRepository:
         if cur.rowcount != 1:
             raise ConcurrentUpdate(f"task {task.id} changed since version {task.version}")
         task.version += 1
+        self._events.add_many(task_events(task))
+        task.transitions = ()
 
     async def save_many(self, tasks: Sequence[Task]) -> None:
         """Compare-and-set of every task on its ``version`` in one statement; all or nothing.
@@ -430,6 +444,8 @@ class PgTaskRepository:
         if written:
             for task in tasks:
                 task.version += 1
+                self._events.add_many(task_events(task))
+                task.transitions = ()
 
     async def save_progress(self, updates: Sequence[tuple[UUID, UUID, Any]]) -> set[UUID]:
         """Write each ``(task_id, run_id, progress)`` whose run is still the task's live run,
@@ -753,8 +769,9 @@ class PgTransaction:
     def __init__(self, conn: Conn) -> None:
         self.conn = conn
         self._clock = _TxClock(conn)
-        self.jobs = PgJobRepository(conn)
-        self.tasks = PgTaskRepository(conn, self._clock)
+        self.events = PgEventRepository(conn)
+        self.jobs = PgJobRepository(conn, self.events)
+        self.tasks = PgTaskRepository(conn, self._clock, self.events)
         self.runs = PgRunRepository(conn)
         self.workers = PgWorkerRepository(conn)
         self.tokens = PgApiTokenRepository(conn)

@@ -85,6 +85,7 @@ class PgRetentionRepository:
             cur = await conn.execute(sql.TASK_NAMES_OF_JOBS, (list(keyed),))
             for job_id, name, task_id in await cur.fetchall():
                 names[job_id][name] = str(task_id)
+        await conn.execute(sql.DELETE_EVENTS_OF_JOBS, (ids,))
         runs = (await conn.execute(sql.DELETE_RUNS_OF_JOBS, (ids,))).rowcount
         await conn.execute(sql.DELETE_EDGES_OF_JOBS, (ids,))
         tasks = (await conn.execute(sql.DELETE_TASKS_OF_JOBS, (ids,))).rowcount

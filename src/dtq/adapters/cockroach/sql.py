@@ -481,3 +481,34 @@ DELETE_TOMBSTONES: Final = (
     " (SELECT idempotency_key FROM idempotency_tombstones WHERE pruned_at < %s"
     " ORDER BY pruned_at LIMIT %s)"
 )
+
+# --- events (the transition outbox, issue 16 item 1) ------------------------------------------
+
+# The try's whole buffer in one statement, sent last before COMMIT. created_at is the database
+# clock at this statement (clock_timestamp(), read once: a CTE holding a volatile function is
+# evaluated once on both databases) plus the event's position in the buffer in microseconds,
+# so one transaction's events keep their order and differ in time.
+INSERT_EVENTS: Final = (
+    "WITH c AS (SELECT clock_timestamp() AS ts)"
+    " INSERT INTO events (created_at, id, job_id, task_id, type, data)"
+    " SELECT c.ts + u.n * INTERVAL '1 microsecond', u.id, u.job_id, u.task_id, u.type,"
+    " u.data::jsonb"
+    " FROM c, unnest(%b::uuid[], %b::uuid[], %b::uuid[], %b::text[], %b::text[])"
+    " WITH ORDINALITY AS u(id, job_id, task_id, type, data, n)"
+)
+
+# A page of the stream: the keyset after (created_at, id), below the visibility horizon (the
+# database clock minus the settle margin, in seconds). The primary key serves the whole-table
+# order, idx_events_job_created one job's. {where} adds the optional filters (constant
+# fragments, parameters bound).
+EVENTS_PAGE: Final = (
+    "SELECT created_at, id, job_id, task_id, type, data::text FROM events"
+    " WHERE created_at < clock_timestamp() - %s::float8 * INTERVAL '1 second'"
+    " AND (created_at, id) > (%s::timestamptz, %s::uuid){where}"
+    " ORDER BY created_at, id LIMIT %s"
+)
+EVENTS_PAGE_JOB: Final = " AND job_id = %s::uuid"
+EVENTS_PAGE_TYPES: Final = " AND type = ANY(%b::text[])"
+
+# Retention: the events of the jobs it deletes (idx_events_job_created).
+DELETE_EVENTS_OF_JOBS: Final = "DELETE FROM events WHERE job_id = ANY(%b::uuid[])"

@@ -168,7 +168,9 @@ class CockroachStore:
         try:
             async with self._pool.connection() as conn:
                 async with conn.transaction():
-                    result = await fn(PgTransaction(conn))
+                    tx = PgTransaction(conn)
+                    result = await fn(tx)
+                    await tx.events.flush()  # the outbox: one statement, the last before COMMIT
                     committing = True  # leaving this block sends COMMIT
                     if self._commit_hook is not None:
                         self._commit_hook.at_commit()

@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 from uuid import UUID
 
+from dtq.adapters.memory.events import EventLog, MemoryEvents
 from dtq.adapters.memory.retention import MemoryRetention
 from dtq.application.filters import (
     JobFilter,
@@ -36,6 +37,7 @@ from dtq.domain.errors import (
     DuplicateIdempotencyKey,
     StaleRun,
 )
+from dtq.domain.events import created_events, job_events, task_events
 from dtq.domain.status import RunStatus, TaskStatus
 from dtq.domain.tokens import ApiToken, TokenNameTaken
 
@@ -57,6 +59,7 @@ class _Tables:
         self.dependents: dict[UUID, list[UUID]] = defaultdict(list)
         self.dependencies: dict[UUID, list[UUID]] = defaultdict(list)
         self.tombstones: dict[str, Tombstone] = {}
+        self.events = EventLog()
 
     def delete_job(self, job_id: UUID) -> None:
         """Drop a job with its tasks, their runs and edges, and its idempotency key."""
@@ -70,6 +73,7 @@ class _Tables:
                 self.runs.pop(run_id, None)
             self.dependents.pop(task_id, None)  # edges stay inside one job
             self.dependencies.pop(task_id, None)
+        self.events.delete_jobs({job_id})
 
 
 class InMemoryStore:
@@ -160,6 +164,7 @@ class _MemoryTransaction:
         self.workers = _Workers(self)
         self.tokens = _Tokens(self)
         self.retention = MemoryRetention(self)
+        self.events = MemoryEvents(tables.events)
 
     async def now(self) -> datetime:
         """The transaction's fixed timestamp."""
@@ -225,6 +230,7 @@ class _MemoryTransaction:
                 t.tombstones.pop(key, None)
             else:
                 t.tombstones[key] = tombstone
+        t.events.append(self.events.buffer, self._now)
 
 
 class _Jobs:
@@ -243,6 +249,7 @@ class _Jobs:
         for task in tasks:
             tx._tasks[task.id] = replace(task)
         tx._new_jobs.append((replace(job), list(tasks), list(edges)))
+        tx.events.add_many(created_events(job, tasks))
 
     async def add_many(
         self, jobs: Sequence[tuple[Job, Sequence[Task], Sequence[tuple[UUID, UUID]]]]
@@ -279,6 +286,8 @@ class _Jobs:
                 raise ConcurrentUpdate(f"job {job.id} changed since it was read")
         for job in jobs:
             job.version += 1
+            self._tx.events.add_many(job_events(job))
+            job.transitions = ()
             self._tx._jobs[job.id] = replace(job)
 
     async def list_page(
@@ -339,6 +348,8 @@ class _Tasks:
                 raise ConcurrentUpdate(f"task {task.id} changed since it was read")
         for task in tasks:
             task.version += 1
+            self._tx.events.add_many(task_events(task))
+            task.transitions = ()
             # a result is the handler's own object: store a copy, as a database would
             self._tx._tasks[task.id] = replace(
                 task, result=copy.deepcopy(task.result), progress=copy.deepcopy(task.progress)

@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry
 from dtq.application.artifacts import ArtifactService
 from dtq.application.bulk import BulkService
 from dtq.application.control import ControlService
+from dtq.application.events import EventService
 from dtq.application.explain import ExplainService
 from dtq.application.fleet import FleetService
 from dtq.application.health import HealthService
@@ -27,6 +28,7 @@ from dtq.entrypoints.api.artifacts import ArtifactController
 from dtq.entrypoints.api.auth import auth_guard, document_security, security_components
 from dtq.entrypoints.api.bulk import BulkController, OperationController
 from dtq.entrypoints.api.errors import EXCEPTION_HANDLERS
+from dtq.entrypoints.api.events import EventController
 from dtq.entrypoints.api.health import HealthController, MetricsController
 from dtq.entrypoints.api.jobs import JobController
 from dtq.entrypoints.api.middleware import BODY_TIMEOUT, CountingSubmit, install_middleware
@@ -46,7 +48,7 @@ def _package_version() -> str:
         return "0.0.0"
 
 
-def _dependencies(
+def _dependencies(  # noqa: C901  (one typed provider per service: flat, not complex)
     services: ApiServices,
     settings: Settings,
     metrics: OrchestratorMetrics,
@@ -83,6 +85,9 @@ def _dependencies(
     def provide_remote() -> RemoteWorkerService:
         return services.remote
 
+    def provide_events() -> EventService:
+        return services.events
+
     def provide_settings() -> Settings:
         return settings
 
@@ -99,6 +104,7 @@ def _dependencies(
         "explain": provide_explain,
         "fleet": provide_fleet,
         "remote": provide_remote,
+        "events": provide_events,
         "settings": provide_settings,
         "registry": provide_registry,
     }
@@ -122,7 +128,8 @@ def create_app(
     ``GET``/``HEAD /v1/artifacts/{id}`` (issue 13), ``GET /v1/tasks/{id}/explain`` (issue 14
     item 7), the HTTP worker protocol under ``/v1/worker`` (issue 15 item 1: claim, run
     heartbeat/result/failure/release, batched results, registry), ``POST /v1/tasks/cancel|retry``
-    and ``GET /v1/operations/{id}`` (issue 14 item 6), and the OpenAPI
+    and ``GET /v1/operations/{id}`` (issue 14 item 6), ``GET /v1/events``
+    (issue 16 item 1: Server-Sent Events), and the OpenAPI
     document under ``/schema`` (``/schema/openapi.json``).
 
     Args:
@@ -155,6 +162,7 @@ def create_app(
             WorkerProtocolController,
             BulkController,
             OperationController,
+            EventController,
         ],
         on_shutdown=[services.bulk.aclose],
         dependencies=_dependencies(services, settings, metrics, registry),

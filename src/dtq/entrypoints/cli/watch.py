@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import msgspec
 from rich.console import Group, RenderableType
 from rich.live import Live
@@ -36,6 +38,64 @@ from dtq.entrypoints.cli.remote import (
 
 #: How many of the latest failed tasks the view lists.
 FAILURES_SHOWN = 5
+
+#: Seconds the event stream's reader waits for a line before it reconnects (and checks whether
+#: it should stop): the stream sends at least a keep-alive comment every 15 s.
+STREAM_READ_TIMEOUT = 2.0
+
+
+class EventWake:
+    """Wakes ``follow`` early when the job's event stream (``GET /v1/events?job_id=``, issue
+    16 item 1) delivers an event, so the view is redrawn at once instead of at the next
+    ``--interval``. Best effort: a thread reads the stream and reconnects after the last event
+    it saw; when the orchestrator has no stream (or refuses it) the thread ends and ``follow``
+    keeps looking every ``--interval``, as it always does.
+    """
+
+    def __init__(self, client: Client, job_id: str) -> None:
+        self._url = f"{client.config.url}/v1/events"
+        self._headers = client.config.headers()
+        self._job_id = job_id
+        self._event = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._read, name="dtq-watch-events", daemon=True)
+        self._thread.start()
+
+    def wait(self, seconds: float) -> None:
+        """Sleep up to ``seconds``, less when an event arrives."""
+        self._event.wait(seconds)
+        self._event.clear()
+
+    def close(self) -> None:
+        """Stop reading (within ``STREAM_READ_TIMEOUT``)."""
+        self._stop.set()
+        self._thread.join(STREAM_READ_TIMEOUT + 1.0)
+
+    def _read(self) -> None:
+        last_id: str | None = None
+        timeout = httpx.Timeout(10.0, read=STREAM_READ_TIMEOUT)
+        while not self._stop.is_set():
+            headers = dict(self._headers, **({"Last-Event-ID": last_id} if last_id else {}))
+            try:
+                with httpx.stream(
+                    "GET",
+                    self._url,
+                    params={"job_id": self._job_id},
+                    headers=headers,
+                    timeout=timeout,
+                ) as response:
+                    if response.status_code != 200:
+                        return  # no stream here: interval polling only
+                    for line in response.iter_lines():
+                        if line.startswith("id: "):
+                            last_id = line[4:]
+                            self._event.set()
+                        if self._stop.is_set():
+                            return
+            except httpx.TimeoutException:
+                continue  # quiet: reconnect after the last event seen
+            except httpx.HTTPError:
+                return
 
 
 def add_parser(commands: Any, parents: Sequence[argparse.ArgumentParser]) -> None:
@@ -160,6 +220,7 @@ def follow(
 ) -> int:
     """Look at the job every ``interval`` seconds until it is done (:attr:`Snapshot.done`),
     showing the live view (or, with ``as_json``, printing only the final snapshot as JSON).
+    Each event of the job's event stream brings the next look forward (:class:`EventWake`).
 
     Returns:
         0 completed, :data:`EXIT_JOB_FAILED` failed or cancelled, :data:`EXIT_WAIT_TIMEOUT`
@@ -168,6 +229,7 @@ def follow(
     deadline = None if timeout is None else time.monotonic() + timeout
     snap = look(client, job_id)
     live = None if as_json else Live(render(snap), console=console(), refresh_per_second=4)
+    wake = None if snap.done else EventWake(client, job_id)
     try:
         if live is not None:
             live.start()
@@ -176,11 +238,14 @@ def follow(
             if left <= 0:
                 fail(f"job {job_id} still {snap.status} after {timeout:g}s")
                 return EXIT_WAIT_TIMEOUT
-            time.sleep(min(interval, left))
+            assert wake is not None
+            wake.wait(min(interval, left))
             snap = look(client, job_id)
             if live is not None:
                 live.update(render(snap))
     finally:
+        if wake is not None:
+            wake.close()
         if live is not None:
             live.stop()
     if as_json:

@@ -1,0 +1,95 @@
+"""``PgEventRepository``: the transition outbox on one transaction (issue 16 item 1).
+
+``add_many`` only buffers; ``CockroachStore`` calls :meth:`PgEventRepository.flush` as the try's
+last statement before COMMIT, so a transaction gains exactly one statement (``INSERT_EVENTS``)
+when it changed any status, and none otherwise. A try that is re-run starts with a new, empty
+buffer (the rolled-back try's events are gone with it).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from uuid import UUID
+
+from psycopg import AsyncConnection
+from psycopg.rows import TupleRow
+from psycopg.types.numeric import Int8
+
+from dtq.adapters.cockroach import sql
+from dtq.adapters.cockroach.rows import decode_json, encode_json
+from dtq.application.ports import Event, EventCursor
+from dtq.domain.events import NewEvent
+
+#: The cursor before every event.
+_START = EventCursor(datetime(1970, 1, 1, tzinfo=UTC), UUID(int=0))
+
+
+class PgEventRepository:
+    """``EventRepository`` on one transaction: a write buffer plus the stream's page read."""
+
+    def __init__(self, conn: AsyncConnection[TupleRow]) -> None:
+        self._conn = conn
+        self._buffer: list[NewEvent] = []
+
+    def add_many(self, events: Sequence[NewEvent]) -> None:
+        """Buffer ``events``; written by :meth:`flush` (no statement now)."""
+        self._buffer.extend(events)
+
+    async def flush(self) -> int:
+        """Write the buffer in one statement (none when empty) and empty it.
+
+        Returns:
+            How many events were written.
+
+        Raises:
+            InvalidPayload: some event data is not JSON-encodable.
+        """
+        events, self._buffer = self._buffer, []
+        if not events:
+            return 0
+        await self._conn.execute(
+            sql.INSERT_EVENTS,
+            (
+                [uuid.uuid4() for _ in events],
+                [e.job_id for e in events],
+                [e.task_id for e in events],
+                [e.type for e in events],
+                [encode_json(e.data) for e in events],
+            ),
+        )
+        return len(events)
+
+    async def page(
+        self,
+        *,
+        after: EventCursor | None,
+        job_id: UUID | None,
+        types: Sequence[str] | None,
+        settle: float,
+        limit: int,
+    ) -> list[Event]:
+        """See the port: one keyset range scan below the visibility horizon."""
+        start = after or _START
+        where = ""
+        params: list[object] = [float(settle), start.created_at, start.id]
+        if job_id is not None:
+            where += sql.EVENTS_PAGE_JOB
+            params.append(job_id)
+        if types is not None:
+            where += sql.EVENTS_PAGE_TYPES
+            params.append(list(types))
+        params.append(Int8(limit))
+        cur = await self._conn.execute(sql.EVENTS_PAGE.format(where=where), params)
+        return [
+            Event(
+                id=row[1],
+                job_id=row[2],
+                task_id=row[3],
+                type=row[4],
+                data=decode_json(row[5]) or {},
+                created_at=row[0].astimezone(UTC),
+            )
+            for row in await cur.fetchall()
+        ]

@@ -1,0 +1,125 @@
+"""``GET /v1/events``: the transition outbox as a Server-Sent Events stream (issue 16 item 1).
+
+Each event is sent as ``id: <cursor>``, ``event: <type>`` and ``data: <JSON>`` (the event's
+``id``, ``type``, ``job_id``, ``task_id``, ``data`` and ``created_at``). A client resumes after
+the last event it received by sending its id back as ``Last-Event-ID`` (browsers' EventSource
+does so on reconnect) or ``?after=``; the header wins. A comment line (``: keep-alive``) is sent
+after ``heartbeat`` seconds without events so proxies keep the connection open. The query is
+checked before the stream starts (400 naming the parameter, 404 for an unknown ``job_id``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import Annotated
+from uuid import UUID
+
+import msgspec
+import structlog
+from litestar import Controller, get
+from litestar.di import NamedDependency
+from litestar.params import HeaderParameter, QueryParameter
+from litestar.response import ServerSentEvent
+from litestar.response.sse import ServerSentEventMessage
+
+from dtq.application.events import EventService, check_types, format_event_id, parse_event_id
+from dtq.application.ports import Event, EventCursor
+from dtq.domain.errors import BackendUnavailable, ValidationError
+from dtq.entrypoints.api import responses
+
+_ENCODER = msgspec.json.Encoder()
+_log = structlog.get_logger("dtq.api.events")
+
+#: Milliseconds a browser's EventSource waits before it reconnects (``retry:``).
+RECONNECT_MS = 1000
+
+
+def event_message(event: Event) -> ServerSentEventMessage:
+    """One event as an SSE message."""
+    data = {
+        "id": format_event_id(event.cursor),
+        "type": event.type,
+        "job_id": str(event.job_id),
+        "task_id": None if event.task_id is None else str(event.task_id),
+        "data": event.data,
+        "created_at": event.created_at.isoformat(),
+    }
+    return ServerSentEventMessage(
+        data=_ENCODER.encode(data).decode(), event=event.type, id=format_event_id(event.cursor)
+    )
+
+
+async def _messages(
+    events: EventService,
+    after: EventCursor | None,
+    job_id: UUID | None,
+    types: Sequence[str] | None,
+) -> AsyncIterator[ServerSentEventMessage]:
+    yield ServerSentEventMessage(data=None, comment="dtq events", retry=RECONNECT_MS)
+    try:
+        async for batch in events.follow(after=after, job_id=job_id, types=types):
+            if not batch:
+                yield ServerSentEventMessage(data=None, comment="keep-alive")
+            for event in batch:
+                yield event_message(event)
+    except BackendUnavailable as exc:
+        # The headers are sent: end the stream; the client reconnects with its last id.
+        _log.warning("event stream ended", reason=str(exc))
+        yield ServerSentEventMessage(data=None, comment="database unavailable: reconnect")
+
+
+class EventController(Controller):
+    """The event stream: ``GET /v1/events``."""
+
+    path = "/v1/events"
+    tags = ["events"]
+
+    @get(
+        "/",
+        summary="Stream task and job transitions (Server-Sent Events)",
+        responses={400: responses.BAD_REQUEST, 404: responses.NOT_FOUND, **responses.COMMON},
+    )
+    async def stream(
+        self,
+        events: NamedDependency[EventService],
+        job_id: Annotated[
+            str | None,
+            QueryParameter(description="Only this job's events (a UUID)", required=False),
+        ] = None,
+        kinds: Annotated[
+            str | None,
+            QueryParameter(
+                description="Comma-separated event types, e.g. task.failed,job.completed",
+                required=False,
+            ),
+        ] = None,
+        after: Annotated[
+            str | None,
+            QueryParameter(description="Resume after this event id", required=False),
+        ] = None,
+        last_event_id: Annotated[
+            str | None,
+            HeaderParameter(
+                name="Last-Event-ID", required=False, description="Resume after this event id"
+            ),
+        ] = None,
+    ) -> ServerSentEvent:
+        """Every transition after the given position, in order, for as long as the client
+        stays connected. 400 for a malformed ``job_id``, ``kinds`` or event id; 404 for an
+        unknown job."""
+        cursor: EventCursor | None = None
+        if last_event_id:
+            cursor = parse_event_id(last_event_id, field="Last-Event-ID")
+        elif after:
+            cursor = parse_event_id(after, field="after")
+        job: UUID | None = None
+        if job_id is not None:
+            try:
+                job = UUID(job_id)
+            except ValueError:
+                raise ValidationError(f"{job_id!r} is not a UUID", field="job_id") from None
+            await events.check_job(job)
+        types = None
+        if kinds is not None:
+            types = check_types([k.strip() for k in kinds.split(",") if k.strip()], field="kinds")
+        return ServerSentEvent(_messages(events, cursor, job, types))
