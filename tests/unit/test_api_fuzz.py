@@ -74,6 +74,7 @@ def memory_services() -> tuple[ApiServices, str]:
         ),
         fleet=fleet,
         tokens=tokens,
+        inspector=queue.inspector(),
     )
     return services, created.secret
 

@@ -22,7 +22,7 @@ from dtq.application.execution import ExecutionService
 from dtq.application.explain import ExplainService
 from dtq.application.fleet import FleetService
 from dtq.application.health import HealthService
-from dtq.application.ports import Queue, Store
+from dtq.application.ports import Queue, QueueInspector, Store
 from dtq.application.queries import QueryService
 from dtq.application.reconcile import ReconcileService
 from dtq.application.registry import WorkerRegistryService
@@ -46,6 +46,8 @@ class ApiServices:
         tokens: API tokens; the auth guard authenticates requests with it (``API_AUTH``).
         control: cancel and manual retry (``/v1/tasks/{id}/cancel|retry``,
             ``/v1/jobs/{id}/cancel``; issue 14 items 1 and 4).
+        inspector: the read-only queue view; the dashboard reads the ready lists' depths with it
+            (issue 16 item 3).
     """
 
     submit: SubmitService
@@ -56,6 +58,7 @@ class ApiServices:
     fleet: FleetService
     tokens: TokenService
     control: ControlService
+    inspector: QueueInspector
 
 
 @dataclass(frozen=True, slots=True)

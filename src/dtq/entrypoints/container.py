@@ -266,6 +266,7 @@ class Container(containers.DeclarativeContainer):
         fleet=fleet,
         tokens=tokens,
         control=control,
+        inspector=inspector,
     )
     worker_services = providers.Factory(
         WorkerServices, execution=execution, registry=registry, queue=queue, artifacts=artifacts

@@ -32,6 +32,7 @@ from dtq.entrypoints.api.tasks import TaskController
 from dtq.entrypoints.api.workers import WorkerController
 from dtq.entrypoints.bundles import ApiServices
 from dtq.entrypoints.config import Settings
+from dtq.entrypoints.dashboard import dashboard_routes, template_config
 from dtq.entrypoints.metrics import OrchestratorMetrics
 
 
@@ -108,8 +109,9 @@ def create_app(
     Routes: ``GET /healthz``, ``GET /metrics``, ``POST /v1/tasks``, ``GET /v1/tasks/{id}``,
     ``POST /v1/jobs``, ``GET /v1/jobs/{id}``, ``GET /v1/workers`` (spec §7), ``POST /v1/artifacts``,
     ``GET``/``HEAD /v1/artifacts/{id}`` (issue 13), ``GET /v1/tasks/{id}/explain`` (issue 14
-    item 7), and the OpenAPI
-    document under ``/schema`` (``/schema/openapi.json``).
+    item 7), the OpenAPI
+    document under ``/schema`` (``/schema/openapi.json``) and the dashboard under ``/ui``
+    (:mod:`dtq.entrypoints.dashboard`, issue 16 item 3; not in ``/schema``).
 
     Args:
         services: the API's bundle (``submit``, ``queries``, ``health``).
@@ -138,7 +140,9 @@ def create_app(
             JobController,
             WorkerController,
             ArtifactController,
+            *dashboard_routes(services, tokens_on=tokens_on),
         ],
+        template_config=template_config(),
         dependencies=_dependencies(services, settings, metrics, registry),
         exception_handlers=EXCEPTION_HANDLERS,
         guards=guards,
