@@ -95,11 +95,17 @@ def dashboard_routes(services: ApiServices, *, tokens_on: bool) -> list[Controll
         "sessions": sessions,
     }
     dependencies = {name: _provider(value) for name, value in values.items()}
+
+    async def before_request(request: Request[Any, Any, Any]) -> Response[Any] | None:
+        # a function, not the Gate itself: Litestar deep-copies a router's attributes, and
+        # functions are copied by reference (the services hold locks and tasks)
+        return await gate(request)
+
     handlers: ExceptionHandlersMap = {DtqError: _html_error}
     protected = Router(
         path="/",
         route_handlers=[PagesController, ActionsController],
-        before_request=gate,
+        before_request=before_request,
         dependencies=dependencies,
         exception_handlers=handlers,
         include_in_schema=False,
