@@ -171,7 +171,7 @@ def test_retry_on_a_failed_task_makes_it_complete(cluster: Cluster, browser: Any
 
         def completed() -> bool:
             tab.page.reload(wait_until="networkidle")
-            return tab.page.inner_text("#task-status") == "completed"
+            return bool(tab.page.inner_text("#task-status") == "completed")
 
         wait_until(completed, what="the retried task to complete")
         runs = tab.page.locator("main table tbody tr")

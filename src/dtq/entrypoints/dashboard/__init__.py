@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from litestar import Request, Response, Router
-from litestar.contrib.jinja import JinjaTemplateEngine
 from litestar.di import Provide
+from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.static_files import create_static_files_router
 from litestar.template.config import TemplateConfig
 from litestar.types import ControllerRouterHandler, ExceptionHandlersMap
@@ -43,6 +43,7 @@ from dtq.entrypoints.dashboard.actions import ActionsController, LoginController
 from dtq.entrypoints.dashboard.filters import install_filters
 from dtq.entrypoints.dashboard.gate import Gate, error_page
 from dtq.entrypoints.dashboard.pages import PagesController
+from dtq.entrypoints.dashboard.reads import OverviewReader
 from dtq.entrypoints.dashboard.sessions import SessionStore
 
 __all__ = ["dashboard_routes", "template_config"]
@@ -91,7 +92,7 @@ def dashboard_routes(services: ApiServices, *, tokens_on: bool) -> list[Controll
         "explain": services.explain,
         "control": services.control,
         "tokens": services.tokens,
-        "inspector": services.inspector,
+        "overviews": OverviewReader(queries=services.queries, inspector=services.inspector),
         "sessions": sessions,
     }
     dependencies = {name: _provider(value) for name, value in values.items()}

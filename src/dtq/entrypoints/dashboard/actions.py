@@ -13,12 +13,13 @@ from typing import Any
 
 from litestar import Controller, Request, Response, get, post
 from litestar.di import NamedDependency
+from litestar.params import FromQuery as Query
 from litestar.response import Redirect, Template
 
 from dtq.application.control import ControlService
 from dtq.application.tokens import TokenService
 from dtq.domain.tokens import Scope, Unauthenticated
-from dtq.entrypoints.api.params import parse_id
+from dtq.entrypoints.api.params import ResourceId, parse_id
 from dtq.entrypoints.dashboard.gate import LOGIN_PATH, safe_next
 from dtq.entrypoints.dashboard.sessions import COOKIE, SessionStore
 
@@ -36,7 +37,10 @@ class ActionsController(Controller):
 
     @post("/tasks/{id:str}/retry", status_code=303)
     async def retry_task(
-        self, request: Request[Any, Any, Any], control: NamedDependency[ControlService], id: str
+        self,
+        request: Request[Any, Any, Any],
+        control: NamedDependency[ControlService],
+        id: ResourceId,
     ) -> Redirect:
         """Retry a failed task with a fresh budget (``ControlService.retry_task``)."""
         task_id = parse_id(id)
@@ -45,7 +49,10 @@ class ActionsController(Controller):
 
     @post("/tasks/{id:str}/cancel", status_code=303)
     async def cancel_task(
-        self, request: Request[Any, Any, Any], control: NamedDependency[ControlService], id: str
+        self,
+        request: Request[Any, Any, Any],
+        control: NamedDependency[ControlService],
+        id: ResourceId,
     ) -> Redirect:
         """Cancel a task (``ControlService.cancel_task``)."""
         task_id = parse_id(id)
@@ -54,7 +61,10 @@ class ActionsController(Controller):
 
     @post("/jobs/{id:str}/cancel", status_code=303)
     async def cancel_job(
-        self, request: Request[Any, Any, Any], control: NamedDependency[ControlService], id: str
+        self,
+        request: Request[Any, Any, Any],
+        control: NamedDependency[ControlService],
+        id: ResourceId,
     ) -> Redirect:
         """Cancel every unfinished task of a job (``ControlService.cancel_job``)."""
         job_id = parse_id(id)
@@ -79,7 +89,7 @@ class LoginController(Controller):
     include_in_schema = False
 
     @get("/")
-    async def form(self, next: str | None = None) -> Template:
+    async def form(self, next: Query[str | None] = None) -> Template:
         """The login form."""
         return Template(
             template_name="login.html", context={"next": safe_next(next), "error": None}

@@ -8,16 +8,15 @@ HTML error page).
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
 from litestar import Controller, Request, get
 from litestar.di import NamedDependency
-from litestar.params import Dependency
+from litestar.params import FromQuery as Query
 from litestar.response import Template
 
 from dtq.application.explain import ExplainService, Explanation
 from dtq.application.filters import JobKeyset, TaskFilter
-from dtq.application.ports import QueueInspector
 from dtq.application.queries import QueryService
 from dtq.domain.errors import DtqError
 from dtq.domain.status import JobStatus, TaskStatus
@@ -28,12 +27,9 @@ from dtq.entrypoints.api.filters import (
     parse_job_cursor,
     parse_task_cursor,
 )
-from dtq.entrypoints.api.params import format_cursor, parse_cursor, parse_id
+from dtq.entrypoints.api.params import ResourceId, format_cursor, parse_cursor, parse_id
 from dtq.entrypoints.dashboard.graph import NODE_H, NODE_W, draw
-from dtq.entrypoints.dashboard.reads import LIVE_WITHIN, WINDOW, read_overview
-
-#: The queue inspector, a Protocol: injected by name, not checked with isinstance.
-Inspector = Annotated[QueueInspector, Dependency(skip_validation=True)]
+from dtq.entrypoints.dashboard.reads import LIVE_WITHIN, WINDOW, OverviewReader
 
 #: Jobs and failed tasks per page.
 PAGE_SIZE = 25
@@ -68,22 +64,20 @@ class PagesController(Controller):
     async def overview(
         self,
         request: Request[Any, Any, Any],
-        queries: NamedDependency[QueryService],
-        inspector: Inspector,
+        overviews: NamedDependency[OverviewReader],
     ) -> Template:
         """The overview: tasks per status, ready depths, live workers, throughput."""
-        data = await read_overview(queries, inspector)
+        data = await overviews.read()
         return _page(request, "overview.html", view=data, window=WINDOW, nav="overview")
 
     @get("/overview/panel")
     async def overview_panel(
         self,
         request: Request[Any, Any, Any],
-        queries: NamedDependency[QueryService],
-        inspector: Inspector,
+        overviews: NamedDependency[OverviewReader],
     ) -> Template:
         """The overview's polled part."""
-        data = await read_overview(queries, inspector)
+        data = await overviews.read()
         return _page(request, "overview_panel.html", view=data, window=WINDOW)
 
     @get("/jobs")
@@ -91,9 +85,9 @@ class PagesController(Controller):
         self,
         request: Request[Any, Any, Any],
         queries: NamedDependency[QueryService],
-        status: list[str] | None = None,
-        name: str | None = None,
-        cursor: str | None = None,
+        status: Query[list[str] | None] = None,
+        name: Query[str | None] = None,
+        cursor: Query[str | None] = None,
     ) -> Template:
         """Jobs newest first, filtered by ``status`` (repeatable) and ``name``, keyset-paged."""
         where = job_filter(status=status, name=name or None)
@@ -112,7 +106,10 @@ class PagesController(Controller):
 
     @get("/jobs/{id:str}")
     async def job(
-        self, request: Request[Any, Any, Any], queries: NamedDependency[QueryService], id: str
+        self,
+        request: Request[Any, Any, Any],
+        queries: NamedDependency[QueryService],
+        id: ResourceId,
     ) -> Template:
         """A job: its counts and DAG (or a page of its tasks when it is large)."""
         return _page(request, "job.html", nav="jobs", **await _job_view(queries, id, None))
@@ -122,8 +119,8 @@ class PagesController(Controller):
         self,
         request: Request[Any, Any, Any],
         queries: NamedDependency[QueryService],
-        id: str,
-        cursor: str | None = None,
+        id: ResourceId,
+        cursor: Query[str | None] = None,
     ) -> Template:
         """The job page's polled part (htmx, every 2 s)."""
         return _page(request, "job_graph.html", **await _job_view(queries, id, cursor))
@@ -134,7 +131,7 @@ class PagesController(Controller):
         request: Request[Any, Any, Any],
         queries: NamedDependency[QueryService],
         explain: NamedDependency[ExplainService],
-        id: str,
+        id: ResourceId,
     ) -> Template:
         """A task: payload, result, progress, runs, errors and explain."""
         task_id = parse_id(id)
@@ -168,7 +165,7 @@ class PagesController(Controller):
         self,
         request: Request[Any, Any, Any],
         queries: NamedDependency[QueryService],
-        cursor: str | None = None,
+        cursor: Query[str | None] = None,
     ) -> Template:
         """Failed tasks newest first, keyset-paged, with retry and cancel-job buttons."""
         where = TaskFilter(statuses=frozenset({TaskStatus.FAILED}))

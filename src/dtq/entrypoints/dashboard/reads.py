@@ -137,3 +137,21 @@ async def read_overview(
     depths = await ready_depths(inspector, advertised_priorities(workers))
     chart, sampled = await throughput(queries, at)
     return Overview(counts, depths, workers, chart, sampled, at)
+
+
+class OverviewReader:
+    """:func:`read_overview` bound to its services: what the overview handlers are given (a
+    concrete class, so Litestar can inject it by name; the inspector is a Protocol).
+
+    Args:
+        queries: the read side.
+        inspector: the read-only queue view.
+    """
+
+    def __init__(self, *, queries: QueryService, inspector: QueueInspector) -> None:
+        self._queries = queries
+        self._inspector = inspector
+
+    async def read(self) -> Overview:
+        """The overview now (see :func:`read_overview`)."""
+        return await read_overview(self._queries, self._inspector)
