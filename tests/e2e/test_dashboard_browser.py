@@ -137,7 +137,8 @@ def test_every_page_loads_without_console_errors(
             tab.page.screenshot(path=str(shots / f"{name}.png"), full_page=True)
         assert tab.page.locator("tr[data-task] button", has_text="Retry").count() >= 1
         tab.open(pages["workers"])
-        assert "w1" in tab.page.inner_text("main") or tab.page.locator("tbody tr").count() >= 1
+        assert "no live worker" not in tab.page.inner_text("main")
+        assert tab.page.locator("main tbody tr").count() == 1  # w1
     finally:
         tab.close()
     phone = Tab(browser, cluster.url, PHONE)
