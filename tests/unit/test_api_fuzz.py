@@ -33,11 +33,15 @@ from dtq.adapters.clock import SystemClock  # noqa: E402
 from dtq.adapters.memory.queue import InMemoryQueue  # noqa: E402
 from dtq.adapters.memory.store import InMemoryStore  # noqa: E402
 from dtq.application.artifacts import ArtifactService  # noqa: E402
+from dtq.application.commands import Claim, ExecutionPolicy  # noqa: E402
 from dtq.application.control import ControlService  # noqa: E402
+from dtq.application.execution import ExecutionService  # noqa: E402
 from dtq.application.explain import ExplainService  # noqa: E402
 from dtq.application.fleet import FleetService  # noqa: E402
 from dtq.application.health import HealthService  # noqa: E402
 from dtq.application.queries import QueryService  # noqa: E402
+from dtq.application.registry import WorkerRegistryService  # noqa: E402
+from dtq.application.remote import RemoteWorkerService  # noqa: E402
 from dtq.application.submit import SubmitService  # noqa: E402
 from dtq.application.tokens import TokenService  # noqa: E402
 from dtq.domain.tokens import Scope  # noqa: E402
@@ -45,6 +49,14 @@ from dtq.entrypoints.api import create_app  # noqa: E402
 from dtq.entrypoints.bundles import ApiServices  # noqa: E402
 from dtq.entrypoints.metrics import OrchestratorMetrics, new_registry  # noqa: E402
 from tests.unit.api_harness import SETTINGS  # noqa: E402
+
+
+class UnheldRemote(RemoteWorkerService):
+    """The HTTP worker protocol with every claim's ``wait`` cut to 0: the fuzz checks what the
+    routes answer, not how long a claim holds (up to 30 s)."""
+
+    async def claim(self, worker_id: str, **options: Any) -> list[Claim]:
+        return await super().claim(worker_id, **{**options, "wait": 0.0})
 
 
 def memory_services() -> tuple[ApiServices, str]:
@@ -74,6 +86,12 @@ def memory_services() -> tuple[ApiServices, str]:
         ),
         fleet=fleet,
         tokens=tokens,
+        remote=UnheldRemote(
+            execution=ExecutionService(store=store, queue=queue, policy=ExecutionPolicy()),
+            store=store,
+            queue=queue,
+            registry=WorkerRegistryService(store=store),
+        ),
         inspector=queue.inspector(),
     )
     return services, created.secret

@@ -166,3 +166,42 @@ async def _first_queued(server: Server) -> UUID:
     popped = await server.services.queue.pop_many(["default"], 5.0, 1)
     assert popped, "no task was submitted"
     return popped[0]
+
+
+async def test_tasks_list_retry_cancel_and_explain(
+    server: Server, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert await dtq("submit", "flaky", "--json") == 0
+    created = json.loads(capsys.readouterr().out)
+    task_id = created["task_id"]
+    await server.fail(UUID(task_id), "boom: no route to host")
+
+    assert await dtq("tasks", "list", "--status", "failed") == 0
+    listed = capsys.readouterr().out
+    assert await dtq("tasks", "list", "--status", "failed", "--kind", "flaky", "--json") == 0
+    as_json = json.loads(capsys.readouterr().out)
+    assert await dtq("explain", task_id) == 0
+    explained = capsys.readouterr().out
+    assert await dtq("retry", task_id, "--json") == 0
+    retried = json.loads(capsys.readouterr().out)
+    assert await dtq("retry", task_id) == 2
+    refused = capsys.readouterr().err
+    assert await dtq("cancel", created["job_id"], "--json") == 0
+    cancelled = json.loads(capsys.readouterr().out)
+    assert await dtq("cancel", task_id, "--task") == 0
+    again = capsys.readouterr().out
+
+    assert task_id in listed and "boom: no route to host" in listed
+    assert [t["id"] for t in as_json] == [task_id]
+    assert "terminal" in explained
+    assert retried["status"] == "queued"
+    assert refused.startswith("dtq: not_retryable: ")
+    assert (cancelled["status"], cancelled["cancelled"]) == ("cancelled", 1)
+    assert "cancelled" in again
+
+
+async def test_tasks_list_refuses_an_unknown_status(
+    server: Server, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert await dtq("tasks", "list", "--status", "broken") == 2
+    assert capsys.readouterr().err.startswith("dtq: validation_error: ")

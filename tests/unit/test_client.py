@@ -21,7 +21,9 @@ from dtq.client import (
     Forbidden,
     IdempotencyConflict,
     JobBuilder,
+    NotCancellable,
     NotFound,
+    NotRetryable,
     TransportError,
     Unauthenticated,
     Unavailable,
@@ -351,3 +353,91 @@ def test_importing_the_client_loads_no_server_or_driver_library() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
 
     assert out.stdout.strip() == ""
+
+
+# -- control, listing and explain (issue 14 routes) ------------------------------------------
+
+
+async def test_cancel_retry_list_and_explain(server: Server) -> None:
+    async with AsyncClient(server.url) as client:
+        job = JobBuilder("ops")
+        first = job.task("first", "flaky")
+        job.task("second", "echo", depends_on=[first])
+        created = await client.submit_job(job)
+        await server.fail(created.tasks["first"], "boom")
+
+        failed = [t async for t in client.list_tasks(job_id=created.job_id, status="failed")]
+        why = await client.explain(created.tasks["first"])
+        retried = await client.retry_task(created.tasks["first"])
+        with pytest.raises(NotRetryable):
+            await client.retry_task(created.tasks["first"])
+        cancelled = await client.cancel_job(created.job_id)
+        again = await client.cancel_task(created.tasks["first"])
+        jobs = [j.id async for j in client.list_jobs(name="ops")]
+
+    assert {t.name for t in failed} == {"first", "second"}
+    assert (why.reason, why.status) == ("terminal", "failed")
+    assert (retried.status, retried.reopened) == ("queued", 1)
+    assert (cancelled.status, cancelled.cancelled) == ("cancelled", 2)
+    assert (again.status, again.cascaded) == ("cancelled", 0)
+    assert jobs == [created.job_id]
+
+
+async def test_a_completed_task_cannot_be_cancelled(server: Server) -> None:
+    with Client(server.url) as client:
+        created = await asyncio.to_thread(client.submit_task, "echo")
+        await server.complete(created.task_id, 1)
+        with pytest.raises(NotCancellable) as raised:
+            await asyncio.to_thread(client.cancel_task, created.task_id)
+
+    assert (raised.value.status, raised.value.code) == (409, "not_cancellable")
+
+
+def test_listing_pages_are_followed_with_the_same_filters() -> None:
+    seen: list[httpx.URL] = []
+    ids = [f"00000000-0000-4000-8000-00000000000{i}" for i in range(3)]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url)
+        cursor = request.url.params.get("cursor")
+        page = ids[:2] if cursor is None else ids[2:]
+        return httpx.Response(
+            200,
+            json={
+                "jobs": [
+                    {
+                        "id": i,
+                        "name": "n",
+                        "status": "pending",
+                        "metadata": None,
+                        "created_at": "2026-12-01T00:00:00Z",
+                        "updated_at": "2026-12-01T00:00:00Z",
+                    }
+                    for i in page
+                ],
+                "next_cursor": "c1" if cursor is None else None,
+            },
+        )
+
+    with Client("http://dtq.test", transport=httpx.MockTransport(handler)) as client:
+        listed = [str(j.id) for j in client.list_jobs(status=["failed", "cancelled"], page_size=2)]
+
+    assert listed == ids
+    assert [u.params.get("status") for u in seen] == ["failed,cancelled", "failed,cancelled"]
+    assert [u.params.get("cursor") for u in seen] == [None, "c1"]
+    assert seen[0].params.get("limit") == "2"
+
+
+def test_a_retry_is_not_re_sent_after_a_lost_answer() -> None:
+    tries = 0
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        nonlocal tries
+        tries += 1
+        raise httpx.ReadTimeout("no answer", request=request)
+
+    client = Client("http://dtq.test", transport=httpx.MockTransport(handler), sleep=lambda s: None)
+    with client, pytest.raises(TransportError):
+        client.retry_task("00000000-0000-4000-8000-000000000001")
+
+    assert tries == 1

@@ -102,6 +102,7 @@ def test_every_variable_is_parsed() -> None:
         "RETENTION_COMPLETED": "24h",
         "RETENTION_FAILED": "0",
         "IDEMPOTENCY_KEY_TTL": "1h30m",
+        "DTQ_TOKEN": "secret",
     }
     assert set(env) == set(ENV_VARS)
 
@@ -142,6 +143,7 @@ def test_every_variable_is_parsed() -> None:
         retention_completed=86400.0,
         retention_failed=0.0,
         idempotency_key_ttl=5400.0,
+        dtq_token="secret",
     )
 
 

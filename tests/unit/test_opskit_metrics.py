@@ -61,6 +61,7 @@ async def running_dev() -> AsyncIterator[DevProcess]:
         lease_duration=10.0,
         reconcile_interval=1.0,
         promote_interval=0.05,
+        api_auth="none",  # dtq dev's default
     )
     server = asyncio.create_task(serve(settings, backend="memory", runtime=demo_runtime()))
     try:

@@ -81,7 +81,7 @@ async def _resume_after(outage: float, *, down: str) -> float:
 
     fetcher = Fetcher(
         shared,
-        queue=backlog,  # type: ignore[arg-type]  # only pop_many is used by the fetch loop
+        queue=backlog,  # only pop_many is used by the fetch loop (ReadyLists)
         turn=asyncio.Lock(),
         room=room,
         deliver=deliver,

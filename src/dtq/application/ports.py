@@ -78,6 +78,18 @@ class JobRepository(Protocol):
         """
         ...
 
+    async def add_many(
+        self, jobs: Sequence[tuple[Job, Sequence[Task], Sequence[tuple[UUID, UUID]]]]
+    ) -> None:
+        """``add`` for several jobs at once (group commit, issue 17 item 3), in a constant
+        number of statements whatever the number of jobs and tasks.
+
+        Raises:
+            DuplicateIdempotencyKey: one of the jobs' keys is held by another job (or by two
+                of ``jobs``); the transaction must be abandoned.
+        """
+        ...
+
     async def get(self, job_id: UUID) -> Job | None:
         """The job, or None for an unknown id."""
         ...

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+from collections import deque
 from datetime import datetime, timedelta
 from uuid import UUID, uuid4
 
@@ -20,18 +22,128 @@ from dtq.domain.errors import (
 from dtq.domain.payload import check_storable
 from dtq.domain.status import JobStatus, TaskStatus
 
+#: Most submissions one group transaction writes (issue 17 item 3).
+GROUP_MAX_JOBS = 64
+#: Most tasks one group transaction writes; a larger job is written alone.
+GROUP_MAX_TASKS = 1_000
+#: Group transactions in flight at once (each holds one database connection).
+GROUP_LANES = 2
+
+
+class _Submission:
+    """One job being created: its ids (chosen once, so a re-run transaction writes the same
+    rows and an ambiguous commit can be checked), its transaction step, and the Redis work
+    left for after the commit."""
+
+    __slots__ = ("cmd", "due", "job_id", "later", "result", "task_ids")
+
+    def __init__(self, cmd: SubmitJob) -> None:
+        self.cmd = cmd
+        self.job_id = uuid4()
+        self.task_ids = {spec.name: uuid4() for spec in cmd.tasks}
+        #: due time of each root, as the latest transaction attempt computed it
+        self.due: dict[UUID, datetime] = {}
+        self.later: set[UUID] = set()
+        self.result: SubmitResult | BaseException | None = None
+
+    async def create(self, tx: Transaction) -> SubmitResult:
+        """Write the job, its tasks and edges (or answer a replayed Idempotency-Key).
+
+        Raises:
+            IdempotencyConflict: the key was used with another request.
+            DuplicateIdempotencyKey: a concurrent transaction took the key first.
+        """
+        existing = await self.replayed(tx)
+        if existing is not None:
+            return existing
+        await tx.jobs.add(*self.rows(await tx.now()))
+        return self.created()
+
+    async def replayed(self, tx: Transaction) -> SubmitResult | None:
+        """The original answer when the submission's Idempotency-Key was used before.
+
+        Raises:
+            IdempotencyConflict: the key was used with another request.
+        """
+        if self.cmd.idempotency_key is None:
+            return None
+        return await _replay(tx, self.cmd)
+
+    def rows(self, now: datetime) -> tuple[Job, list[Task], list[tuple[UUID, UUID]]]:
+        """The job, its tasks and its edges as created at ``now`` (the transaction's time);
+        records each root's due time for after the commit."""
+        cmd = self.cmd
+        job = Job(
+            id=self.job_id,
+            name=cmd.name,
+            status=JobStatus.PENDING,
+            created_at=now,
+            updated_at=now,
+            metadata=cmd.metadata,
+            idempotency_key=cmd.idempotency_key,
+            request_hash=cmd.request_hash,
+        )
+        ids = self.task_ids
+        tasks = [
+            _new_task(spec, self.job_id, ids[spec.name], now, position=i)
+            for i, spec in enumerate(cmd.tasks)
+        ]
+        edges = [
+            (ids[spec.name], ids[dep])
+            for spec in cmd.tasks
+            for dep in dict.fromkeys(spec.depends_on)
+        ]
+        self.due.clear()
+        self.later.clear()
+        for task in tasks:
+            self.due[task.id] = task.scheduled_at
+            if task.scheduled_at > now:
+                self.later.add(task.id)
+        return job, tasks, edges
+
+    def created(self) -> SubmitResult:
+        """The answer for a job this submission wrote."""
+        return SubmitResult(job_id=self.job_id, task_ids=dict(self.task_ids), created=True)
+
+    def roots(self) -> list[tuple[UUID, str]]:
+        """``(task_id, priority)`` of the job's tasks without dependencies."""
+        return [(self.task_ids[s.name], s.priority) for s in self.cmd.tasks if not s.depends_on]
+
 
 class SubmitService:
     """Creates jobs with their tasks and dependency edges, then pushes the runnable ones.
 
+    Concurrent submissions share transactions (group commit, issue 17 item 3): a submission
+    that arrives while the service's ``lanes`` group transactions are all in flight waits for
+    the next one, which writes up to ``group_max_jobs`` waiting submissions (and at most
+    ``group_max_tasks`` tasks) and is acknowledged after its commit; each keeps its own ids,
+    idempotency and errors. An idle service writes a submission at once, alone.
+
     Args:
         store: the system of record.
         queue: the fast path; written only after the job's transaction committed.
+        group_max_jobs: most submissions per transaction (1 turns grouping off).
+        group_max_tasks: most tasks per group transaction; a larger job is written alone.
+        lanes: group transactions in flight at once.
     """
 
-    def __init__(self, *, store: Store, queue: Queue) -> None:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        queue: Queue,
+        group_max_jobs: int = GROUP_MAX_JOBS,
+        group_max_tasks: int = GROUP_MAX_TASKS,
+        lanes: int = GROUP_LANES,
+    ) -> None:
         self._store = store
         self._queue = queue
+        self._group_max_jobs = group_max_jobs
+        self._group_max_tasks = group_max_tasks
+        self._lanes = max(1, lanes)
+        self._waiting: deque[tuple[_Submission, asyncio.Future[SubmitResult]]] = deque()
+        self._running = 0
+        self._lane_tasks: set[asyncio.Task[None]] = set()
 
     async def submit_job(self, cmd: SubmitJob) -> SubmitResult:
         """Validate and create a job in one transaction; enqueue its root tasks after commit.
@@ -42,7 +154,8 @@ class SubmitService:
         then wait for their own due time, if later). If Redis fails after the commit, the
         job is still created (and the call succeeds): the reconciler pushes its due tasks. With
         an idempotency key, a replay of the same request returns the original ids
-        (``created=False``) and writes nothing, also when two such requests race.
+        (``created=False``) and writes nothing, also when two such requests race. The job may
+        share its transaction with concurrent submissions (see the class docstring).
 
         Args:
             cmd: the job to create.
@@ -57,62 +170,143 @@ class SubmitService:
             BackendUnavailable: the database failed.
         """
         _validate(cmd)
-        job_id = uuid4()
-        task_ids = {spec.name: uuid4() for spec in cmd.tasks}
-        #: due time of each root, as the latest transaction attempt computed it
-        due: dict[UUID, datetime] = {}
-        later: set[UUID] = set()
+        submission = _Submission(cmd)
+        if self._group_max_jobs <= 1 or len(cmd.tasks) > self._group_max_tasks:
+            return await self._alone(submission)
+        future: asyncio.Future[SubmitResult] = asyncio.get_running_loop().create_future()
+        self._waiting.append((submission, future))
+        if self._running < self._lanes:
+            self._running += 1
+            lane = asyncio.create_task(self._lane())
+            self._lane_tasks.add(lane)
+            lane.add_done_callback(self._lane_tasks.discard)
+        return await future
 
-        async def create(tx: Transaction) -> SubmitResult:
-            if cmd.idempotency_key is not None:
-                existing = await _replay(tx, cmd)
-                if existing is not None:
-                    return existing
+    async def _lane(self) -> None:
+        """Write waiting submissions, a group per transaction, until none is left."""
+        try:
+            while self._waiting:
+                group: list[tuple[_Submission, asyncio.Future[SubmitResult]]] = []
+                tasks = 0
+                while self._waiting and len(group) < self._group_max_jobs:
+                    size = len(self._waiting[0][0].cmd.tasks)
+                    if group and tasks + size > self._group_max_tasks:
+                        break
+                    group.append(self._waiting.popleft())
+                    tasks += size
+                await self._write_group(group)
+        finally:
+            self._running -= 1
+
+    async def _write_group(
+        self, group: list[tuple[_Submission, asyncio.Future[SubmitResult]]]
+    ) -> None:
+        """One transaction for the group, then each submission's answer; a group that fails
+        for one submission's sake (a lost idempotency race, an unexpected error) is written
+        again one submission per transaction, so every submission gets its own outcome."""
+        submissions = [s for s, _ in group]
+        if len(submissions) == 1:
+            await self._alone(submissions[0], settle=True)
+        else:
+            await self._together(submissions)
+        for submission, future in group:
+            if future.done():  # the caller was cancelled; the job is written all the same
+                continue
+            outcome = submission.result
+            if isinstance(outcome, SubmitResult):
+                future.set_result(outcome)
+            else:
+                future.set_exception(outcome or RuntimeError("submission not written"))
+
+    async def _together(self, submissions: list[_Submission]) -> None:
+        async def create_all(tx: Transaction) -> list[SubmitResult | IdempotencyConflict]:
+            """Replays answered by reads; every new job written by one ``add_many``."""
+            out: list[SubmitResult | IdempotencyConflict] = []
+            rows = []
             now = await tx.now()
-            job = Job(
-                id=job_id,
-                name=cmd.name,
-                status=JobStatus.PENDING,
-                created_at=now,
-                updated_at=now,
-                metadata=cmd.metadata,
-                idempotency_key=cmd.idempotency_key,
-                request_hash=cmd.request_hash,
-            )
-            tasks = [
-                _new_task(spec, job_id, task_ids[spec.name], now, position=i)
-                for i, spec in enumerate(cmd.tasks)
-            ]
-            edges = [
-                (task_ids[spec.name], task_ids[dep])
-                for spec in cmd.tasks
-                for dep in dict.fromkeys(spec.depends_on)
-            ]
-            await tx.jobs.add(job, tasks, edges)
-            due.clear()
-            later.clear()
-            for task in tasks:
-                due[task.id] = task.scheduled_at
-                if task.scheduled_at > now:
-                    later.add(task.id)
-            return SubmitResult(job_id=job_id, task_ids=dict(task_ids), created=True)
+            for submission in submissions:
+                try:
+                    existing = await submission.replayed(tx)
+                except IdempotencyConflict as exc:  # a read-side refusal: the rest go on
+                    out.append(exc)
+                    continue
+                if existing is not None:
+                    out.append(existing)
+                else:
+                    rows.append(submission.rows(now))
+                    out.append(submission.created())
+            await tx.jobs.add_many(rows)
+            return out
 
         try:
-            result = await self._store.run(create)
-        except DuplicateIdempotencyKey:
-            result = await self._store.run(lambda tx: _replay_required(tx, cmd))
-        except CommitOutcomeUnknown:
-            result = await self._store.run(lambda tx: _recover(tx, job_id, task_ids))
-        if result.created:
-            roots = [(task_ids[s.name], s.priority) for s in cmd.tasks if not s.depends_on]
-            # The job is committed: if Redis fails now, the reconciler pushes its due tasks once
-            # Redis is back. Failing the request would invite a client to submit it again.
-            with contextlib.suppress(BackendUnavailable):
-                await self._queue.enqueue_many([r for r in roots if r[0] not in later])
-                for task_id, priority in roots:
-                    if task_id in later:  # due later: the promoter pushes it on time
-                        await self._queue.schedule(task_id, priority, due[task_id])
+            outcomes = await self._store.run(create_all)
+        except CommitOutcomeUnknown:  # all or none committed: each checks for its own job
+            for submission in submissions:
+                await self._alone(submission, settle=True, recovering=True)
+            return
+        except BackendUnavailable as exc:
+            for submission in submissions:
+                submission.result = exc
+            return
+        except Exception:  # e.g. a lost idempotency race: nothing committed; one by one
+            for submission in submissions:
+                await self._alone(submission, settle=True)
+            return
+        for submission, outcome in zip(submissions, outcomes, strict=True):
+            submission.result = outcome
+        await self._after_commit([s for s in submissions if _created(s)])
+
+    async def _alone(
+        self, submission: _Submission, *, settle: bool = False, recovering: bool = False
+    ) -> SubmitResult:
+        """Write one submission in its own transaction (the path before group commit).
+
+        With ``settle`` its outcome (result or error) is stored on it instead of raised."""
+        try:
+            if recovering:
+                result = await self._store.run(
+                    lambda tx: _recover(tx, submission.job_id, submission.task_ids)
+                )
+            else:
+                result = await self._create_alone(submission)
+        except Exception as exc:
+            if not settle:
+                raise
+            submission.result = exc
+            return SubmitResult(job_id=submission.job_id, task_ids={}, created=False)
+        submission.result = result
+        await self._after_commit([submission] if result.created else [])
         return result
+
+    async def _create_alone(self, submission: _Submission) -> SubmitResult:
+        cmd = submission.cmd
+        try:
+            return await self._store.run(submission.create)
+        except DuplicateIdempotencyKey:
+            return await self._store.run(lambda tx: _replay_required(tx, cmd))
+        except CommitOutcomeUnknown:
+            return await self._store.run(
+                lambda tx: _recover(tx, submission.job_id, submission.task_ids)
+            )
+
+    async def _after_commit(self, created: list[_Submission]) -> None:
+        """Push the committed jobs' due roots (one round trip) and schedule the later ones.
+
+        The jobs are committed: if Redis fails now, the reconciler pushes their due tasks
+        once Redis is back; failing the requests would invite clients to submit again."""
+        if not created:
+            return
+        now_items = [r for s in created for r in s.roots() if r[0] not in s.later]
+        with contextlib.suppress(BackendUnavailable):
+            await self._queue.enqueue_many(now_items)
+            for s in created:
+                for task_id, priority in s.roots():
+                    if task_id in s.later:  # due later: the promoter pushes it on time
+                        await self._queue.schedule(task_id, priority, s.due[task_id])
+
+
+def _created(submission: _Submission) -> bool:
+    return isinstance(submission.result, SubmitResult) and submission.result.created
 
 
 def _validate(cmd: SubmitJob) -> None:

@@ -3,7 +3,7 @@ values; :class:`~dtq.client.Client` and :class:`~dtq.client.AsyncClient` send th
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -11,11 +11,17 @@ from uuid import UUID
 from dtq.client._calls import Call, idempotency_key, struct
 from dtq.client.jobs import JobBuilder, go_duration, task_options
 from dtq.entrypoints.api.schemas import (
+    ExplainBody,
     JobBody,
+    JobCancelResponse,
+    JobListBody,
     JobResultsBody,
     SubmitJobResponse,
     SubmitTaskResponse,
+    TaskCancelResponse,
     TaskDetailBody,
+    TaskListBody,
+    TaskRetryResponse,
     WorkersBody,
 )
 
@@ -25,6 +31,12 @@ _task = struct(TaskDetailBody)
 _job = struct(JobBody)
 _results = struct(JobResultsBody)
 _workers = struct(WorkersBody)
+_explain = struct(ExplainBody)
+_task_cancel = struct(TaskCancelResponse)
+_job_cancel = struct(JobCancelResponse)
+_task_retry = struct(TaskRetryResponse)
+_task_list = struct(TaskListBody)
+_job_list = struct(JobListBody)
 
 
 def submit_task(
@@ -87,3 +99,65 @@ def results_page(
 def workers(active_since: str | timedelta | None = None) -> Call[WorkersBody]:
     since = go_duration(active_since) if active_since is not None else None
     return Call("GET", "/v1/workers", _workers, params={"active_since": since})
+
+
+def explain(task_id: UUID | str) -> Call[ExplainBody]:
+    return Call("GET", f"/v1/tasks/{task_id}/explain", _explain)
+
+
+def cancel_task(task_id: UUID | str) -> Call[TaskCancelResponse]:
+    # Idempotent on the server (a cancelled task answers 200 again): safe to re-send.
+    return Call("POST", f"/v1/tasks/{task_id}/cancel", _task_cancel)
+
+
+def cancel_job(job_id: UUID | str) -> Call[JobCancelResponse]:
+    return Call("POST", f"/v1/jobs/{job_id}/cancel", _job_cancel)
+
+
+def retry_task(task_id: UUID | str) -> Call[TaskRetryResponse]:
+    # Not idempotent: a re-sent retry whose first try was applied answers 409 not_retryable.
+    return Call("POST", f"/v1/tasks/{task_id}/retry", _task_retry, safe_to_resend=False)
+
+
+def list_tasks_page(
+    *,
+    status: str | Sequence[str] | None = None,
+    kind: str | None = None,
+    job_id: UUID | str | None = None,
+    priority: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    limit: int | None = None,
+    cursor: str | None = None,
+) -> Call[TaskListBody]:
+    params = {
+        "status": [status] if isinstance(status, str) else status,
+        "kind": kind,
+        "job_id": job_id,
+        "priority": priority,
+        "since": since,
+        "until": until,
+        "limit": limit,
+        "cursor": cursor,
+    }
+    return Call("GET", "/v1/tasks", _task_list, params=params)
+
+
+def list_jobs_page(
+    *,
+    status: str | Sequence[str] | None = None,
+    name: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    limit: int | None = None,
+    cursor: str | None = None,
+) -> Call[JobListBody]:
+    params = {
+        "status": [status] if isinstance(status, str) else status,
+        "name": name,
+        "since": since,
+        "until": until,
+        "limit": limit,
+        "cursor": cursor,
+    }
+    return Call("GET", "/v1/jobs", _job_list, params=params)

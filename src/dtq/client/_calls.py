@@ -116,3 +116,14 @@ def retry_wait(attempt: int, retry_after: str | None, *, now: datetime | None = 
             return min(max(delta, 0.0), MAX_RETRY_WAIT)
     base = min(0.25 * 2 ** (attempt - 1), MAX_RETRY_WAIT)
     return random.uniform(base / 2, base)
+
+
+#: Task statuses that end a task (``completed``, ``failed``, ``cancelled``).
+_TERMINAL = frozenset({"completed", "failed", "cancelled"})
+
+
+def finished(job: Any) -> bool:
+    """True when a ``JobBody`` is terminal and its counts show no unfinished task."""
+    if str(job.status) not in _TERMINAL:
+        return False
+    return all(n == 0 for status, n in job.counts.items() if status not in _TERMINAL)

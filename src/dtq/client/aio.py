@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, TypeVar
@@ -15,16 +15,22 @@ import httpx
 import msgspec
 
 from dtq.client import _api
-from dtq.client._calls import RETRY_STATUSES, Call, outcome, retry_wait
+from dtq.client._calls import RETRY_STATUSES, Call, finished, outcome, retry_wait
 from dtq.client.config import ClientConfig
 from dtq.client.errors import TransportError, WaitTimeout
 from dtq.client.jobs import JobBuilder
 from dtq.entrypoints.api.schemas import (
+    ExplainBody,
     JobBody,
+    JobCancelResponse,
+    JobSummaryBody,
     SubmitJobResponse,
     SubmitTaskResponse,
+    TaskCancelResponse,
     TaskDetailBody,
     TaskResultBody,
+    TaskRetryResponse,
+    TaskSummaryBody,
     WorkersBody,
 )
 
@@ -141,15 +147,107 @@ class AsyncClient:
         body as a mapping); task name -> id in the answer."""
         return await self.send(_api.submit_job(job, idempotency_key_=idempotency_key))
 
+    # -- control and listing (issue 14) ---------------------------------------------------------
+
+    async def cancel_task(self, task_id: UUID | str) -> TaskCancelResponse:
+        """``POST /v1/tasks/{id}/cancel``: cancel the task and its pending dependents (a running
+        one stops at its worker's next lease heartbeat); cancelling it again answers the same.
+
+        Raises:
+            NotCancellable: the task already completed or failed.
+        """
+        return await self.send(_api.cancel_task(task_id))
+
+    async def cancel_job(self, job_id: UUID | str) -> JobCancelResponse:
+        """``POST /v1/jobs/{id}/cancel``: cancel every unfinished task of the job."""
+        return await self.send(_api.cancel_job(job_id))
+
+    async def retry_task(self, task_id: UUID | str) -> TaskRetryResponse:
+        """``POST /v1/tasks/{id}/retry``: a failed or cancelled task runs again with a fresh
+        attempt budget; its cascade-ended dependents are reopened. Never re-sent after a lost
+        answer (a second retry would be refused).
+
+        Raises:
+            NotRetryable: the task is not failed or cancelled.
+        """
+        return await self.send(_api.retry_task(task_id))
+
+    async def explain(self, task_id: UUID | str) -> ExplainBody:
+        """``GET /v1/tasks/{id}/explain``: why the task is (not) running."""
+        return await self.send(_api.explain(task_id))
+
+    async def list_tasks(
+        self,
+        *,
+        status: str | Sequence[str] | None = None,
+        kind: str | None = None,
+        job_id: UUID | str | None = None,
+        priority: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        page_size: int = 100,
+    ) -> AsyncIterator[TaskSummaryBody]:
+        """``GET /v1/tasks``: every matching task, newest first, fetched a page at a time."""
+        cursor: str | None = None
+        while True:
+            page = await self.send(
+                _api.list_tasks_page(
+                    status=status,
+                    kind=kind,
+                    job_id=job_id,
+                    priority=priority,
+                    since=since,
+                    until=until,
+                    limit=page_size,
+                    cursor=cursor,
+                )
+            )
+            for item in page.tasks:
+                yield item
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    async def list_jobs(
+        self,
+        *,
+        status: str | Sequence[str] | None = None,
+        name: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        page_size: int = 100,
+    ) -> AsyncIterator[JobSummaryBody]:
+        """``GET /v1/jobs``: every matching job, newest first, fetched a page at a time."""
+        cursor: str | None = None
+        while True:
+            page = await self.send(
+                _api.list_jobs_page(
+                    status=status,
+                    name=name,
+                    since=since,
+                    until=until,
+                    limit=page_size,
+                    cursor=cursor,
+                )
+            )
+            for job in page.jobs:
+                yield job
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
     # -- read -----------------------------------------------------------------------------------
 
     async def get_task(self, task_id: UUID | str) -> TaskDetailBody:
         """``GET /v1/tasks/{id}``: the task with its runs."""
         return await self.send(_api.get_task(task_id))
 
-    async def get_job(self, job_id: UUID | str) -> JobBody:
-        """``GET /v1/jobs/{id}``: the job with all its tasks."""
-        return await self.send(_api.get_job(job_id))
+    async def get_job(
+        self, job_id: UUID | str, *, limit: int | None = None, cursor: str | None = None
+    ) -> JobBody:
+        """``GET /v1/jobs/{id}``: the job with its task counts and all its tasks, or with
+        ``limit`` (1..500) one page of them in submission order (``next_cursor`` for the next)."""
+        return await self.send(_api.get_job(job_id, limit=limit, cursor=cursor))
 
     async def iter_results(
         self, job_id: UUID | str, *, page_size: int = 500
@@ -173,9 +271,11 @@ class AsyncClient:
         return await self.send(_api.workers(active_since))
 
     async def wait(self, job_id: UUID | str, timeout: float, *, poll: float = 0.25) -> JobBody:
-        """Block until the job is terminal (completed, failed or cancelled) and return it.
+        """Block until the job is terminal (completed, failed or cancelled) and none of its tasks
+        is unfinished (a job turns failed at its first failure while others may still run);
+        return it (with its counts and its first task; ``get_job`` for all of them).
 
-        Polls ``GET /v1/jobs/{id}``, starting every ``poll`` seconds and backing off to 2 s.
+        Polls ``GET /v1/jobs/{id}?limit=1``, every ``poll`` seconds at first, backing off to 2 s.
 
         Raises:
             WaitTimeout: the job was not terminal within ``timeout`` seconds.
@@ -183,8 +283,8 @@ class AsyncClient:
         deadline = time.monotonic() + timeout
         interval = poll
         while True:
-            job = await self.get_job(job_id)
-            if job.status.terminal:
+            job = await self.get_job(job_id, limit=1)
+            if finished(job):
                 return job
             left = deadline - time.monotonic()
             if left <= 0:

@@ -26,6 +26,7 @@ from dtq.application.ports import Queue, QueueInspector, Store
 from dtq.application.queries import QueryService
 from dtq.application.reconcile import ReconcileService
 from dtq.application.registry import WorkerRegistryService
+from dtq.application.remote import RemoteWorkerService
 from dtq.application.retention import RetentionService
 from dtq.application.submit import SubmitService
 from dtq.application.tokens import TokenService
@@ -46,6 +47,7 @@ class ApiServices:
         tokens: API tokens; the auth guard authenticates requests with it (``API_AUTH``).
         control: cancel and manual retry (``/v1/tasks/{id}/cancel|retry``,
             ``/v1/jobs/{id}/cancel``; issue 14 items 1 and 4).
+        remote: the HTTP worker protocol (``/v1/worker``, issue 15 item 1).
         inspector: the read-only queue view; the dashboard reads the ready lists' depths with it
             (issue 16 item 3).
     """
@@ -58,6 +60,7 @@ class ApiServices:
     fleet: FleetService
     tokens: TokenService
     control: ControlService
+    remote: RemoteWorkerService
     inspector: QueueInspector
 
 

@@ -99,6 +99,7 @@ ENV_VARS: tuple[str, ...] = (
     "RETENTION_COMPLETED",
     "RETENTION_FAILED",
     "IDEMPOTENCY_KEY_TTL",
+    "DTQ_TOKEN",
 )
 
 _LOG_FORMATS: tuple[LogFormat, ...] = ("auto", "json", "console")
@@ -203,6 +204,8 @@ class Settings:
             default 30 days).
         idempotency_key_ttl: seconds a pruned job's ``Idempotency-Key`` still answers its
             original ids; 0 = not at all (``IDEMPOTENCY_KEY_TTL``, default 7 days).
+        dtq_token: ``DTQ_TOKEN``, the bearer token an HTTP worker sends to the orchestrator
+            (issue 15 item 1); None when unset. Not shown in ``repr``.
     """
 
     crdb_dsn: str | None = None
@@ -240,6 +243,7 @@ class Settings:
     retention_completed: float = 7 * _DAY
     retention_failed: float = 30 * _DAY
     idempotency_key_ttl: float = 7 * _DAY
+    dtq_token: str | None = field(default=None, repr=False)
 
     def retention_policy(self) -> RetentionPolicy:
         """The retention periods of the reconciler's retention pass (issue 14 item 8)."""
@@ -462,6 +466,7 @@ def load_settings(environ: Mapping[str, str]) -> Settings:
         api_auth=env.choice("API_AUTH", "tokens", _API_AUTHS, {}),
         metrics_auth=env.choice("METRICS_AUTH", "false", _BOOLEANS, _BOOLEAN_ALIASES) == "true",
         **_retention_settings(env),
+        dtq_token=env.raw("DTQ_TOKEN"),
     )
 
 

@@ -41,6 +41,7 @@ from dtq.application.ports import Queue, QueueInspector, Store
 from dtq.application.queries import QueryService
 from dtq.application.reconcile import ReconcileService
 from dtq.application.registry import WorkerRegistryService
+from dtq.application.remote import RemoteWorkerService
 from dtq.application.retention import RetentionPolicy, RetentionService
 from dtq.application.submit import SubmitService
 from dtq.application.tokens import TokenService
@@ -184,6 +185,8 @@ class Container(containers.DeclarativeContainer):
         fleet: the worker-registry view (a singleton: it caches the submit warnings' read);
             its live window is ``FLEET_ALIVE_WITHIN``.
         tokens: the API token service; a singleton, since it keeps the authentication cache.
+        submit, queries, health, execution, registry, remote: stateless services (factories);
+            ``remote`` serves the HTTP worker protocol (issue 15 item 1).
         artifact_store, artifacts: the ``ARTIFACT_BACKEND`` store (one per container) and the
             artifact service on it.
         reconcile: the reconcile service; a singleton, since it keeps keyset cursors. Its
@@ -239,6 +242,14 @@ class Container(containers.DeclarativeContainer):
         worker_alive_within=providers.Callable(worker_alive_within, settings),
     )
     registry = providers.Factory(WorkerRegistryService, store=store)
+    remote = providers.Factory(
+        RemoteWorkerService,
+        execution=execution,
+        store=store,
+        queue=queue,
+        registry=registry,
+        clock=clock,
+    )
     inspector = providers.Factory(_queue_inspector, queue)
     fleet = providers.Singleton(
         FleetService, store=store, clock=clock, alive_within=FLEET_ALIVE_WITHIN
@@ -266,6 +277,7 @@ class Container(containers.DeclarativeContainer):
         fleet=fleet,
         tokens=tokens,
         control=control,
+        remote=remote,
         inspector=inspector,
     )
     worker_services = providers.Factory(

@@ -178,6 +178,47 @@ class PgJobRepository:
                 sql.INSERT_EDGES, ([e[0] for e in edges], [e[1] for e in edges])
             )
 
+    async def add_many(
+        self, jobs: Sequence[tuple[Job, Sequence[Task], Sequence[tuple[UUID, UUID]]]]
+    ) -> None:
+        """Insert several jobs with their tasks and edges in at most three statements.
+
+        Raises:
+            DuplicateIdempotencyKey: another job already holds the key of one of ``jobs``
+                (the caller's transaction must then be abandoned).
+            InvalidPayload: metadata or a payload is not JSON-encodable.
+        """
+        if len(jobs) == 1:
+            await self.add(*jobs[0])
+            return
+        if not jobs:
+            return
+        cur = await self._conn.execute(
+            sql.INSERT_JOBS,
+            (
+                [j.id for j, _, _ in jobs],
+                [j.name for j, _, _ in jobs],
+                [j.status.value for j, _, _ in jobs],
+                [encode_json(j.metadata) for j, _, _ in jobs],
+                [j.idempotency_key for j, _, _ in jobs],
+                [j.request_hash for j, _, _ in jobs],
+                [Int8(j.version) for j, _, _ in jobs],
+                [j.created_at for j, _, _ in jobs],
+                [j.updated_at for j, _, _ in jobs],
+            ),
+        )
+        if len(await cur.fetchall()) != len(jobs):
+            raise DuplicateIdempotencyKey("a job of the group has an Idempotency-Key in use")
+        rows = [_task_row(job.id, t) for job, tasks, _ in jobs for t in tasks]
+        if rows:
+            columns = list(zip(*rows, strict=True))
+            await self._conn.execute(sql.INSERT_TASKS_OF_JOBS, [list(c) for c in columns])
+        edges = [e for _, _, job_edges in jobs for e in job_edges]
+        if edges:
+            await self._conn.execute(
+                sql.INSERT_EDGES, ([e[0] for e in edges], [e[1] for e in edges])
+            )
+
     async def get(self, job_id: UUID) -> Job | None:
         """The job, or None for an unknown id."""
         row = await (await self._conn.execute(sql.GET_JOB, (job_id,))).fetchone()

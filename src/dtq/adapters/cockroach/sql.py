@@ -32,6 +32,20 @@ INSERT_JOB: Final = (
     " ON CONFLICT (idempotency_key) DO NOTHING RETURNING id"
 )
 
+# INSERT_JOB for several jobs in one statement (group commit); RETURNING names the jobs
+# written, so a job whose key another job holds is found missing.
+INSERT_JOBS: Final = (
+    "INSERT INTO jobs (id, name, status, metadata, idempotency_key, request_hash, version,"
+    " created_at, updated_at)"
+    " SELECT u.id, u.name, u.status, u.metadata::jsonb, u.idempotency_key, u.request_hash,"
+    " u.version, u.created_at, u.updated_at"
+    " FROM unnest(%b::uuid[], %b::text[], %b::text[], %b::text[], %b::text[], %b::text[],"
+    " %b::bigint[], %b::timestamptz[], %b::timestamptz[])"
+    " AS u(id, name, status, metadata, idempotency_key, request_hash, version, created_at,"
+    " updated_at)"
+    " ON CONFLICT (idempotency_key) DO NOTHING RETURNING id"
+)
+
 GET_JOB: Final = (
     "SELECT id, name, status, metadata::text, idempotency_key, request_hash, version,"
     " created_at, updated_at FROM jobs WHERE id = %s"
@@ -92,6 +106,27 @@ INSERT_TASKS: Final = (
     " AS u(id, name, kind, payload, status, scheduled_at, created_at, updated_at, priority,"
     " max_attempts, attempt, reclaims, started_at, finished_at, last_error, current_run_id,"
     " version, job_position, result, progress, retry_policy, timeout_ms)"
+)
+
+# INSERT_TASKS for tasks of several jobs (a group commit of submissions, issue 17 item 3):
+# the job id is a column of the unnest instead of one parameter.
+INSERT_TASKS_OF_JOBS: Final = (
+    "INSERT INTO tasks (id, job_id, name, kind, payload, status, scheduled_at, created_at,"
+    " updated_at, priority, max_attempts, attempt, reclaims, started_at, finished_at,"
+    " last_error, current_run_id, version, job_position, result, progress, retry_policy,"
+    " timeout_ms)"
+    " SELECT u.id, u.job_id, u.name, u.kind, u.payload::jsonb, u.status, u.scheduled_at,"
+    " u.created_at, u.updated_at, u.priority, u.max_attempts, u.attempt, u.reclaims,"
+    " u.started_at, u.finished_at, u.last_error, u.current_run_id, u.version, u.job_position,"
+    " u.result::jsonb, u.progress::jsonb, u.retry_policy::jsonb, u.timeout_ms"
+    " FROM unnest(%b::uuid[], %b::uuid[], %b::text[], %b::text[], %b::text[], %b::text[],"
+    " %b::timestamptz[], %b::timestamptz[], %b::timestamptz[], %b::text[], %b::bigint[],"
+    " %b::bigint[], %b::bigint[], %b::timestamptz[], %b::timestamptz[], %b::text[],"
+    " %b::uuid[], %b::bigint[], %b::bigint[], %b::text[], %b::text[], %b::text[],"
+    " %b::bigint[])"
+    " AS u(id, job_id, name, kind, payload, status, scheduled_at, created_at, updated_at,"
+    " priority, max_attempts, attempt, reclaims, started_at, finished_at, last_error,"
+    " current_run_id, version, job_position, result, progress, retry_policy, timeout_ms)"
 )
 
 # INSERT_TASKS for a job of one task (every POST /v1/tasks): plain VALUES, no arrays.

@@ -244,6 +244,15 @@ class _Jobs:
             tx._tasks[task.id] = replace(task)
         tx._new_jobs.append((replace(job), list(tasks), list(edges)))
 
+    async def add_many(
+        self, jobs: Sequence[tuple[Job, Sequence[Task], Sequence[tuple[UUID, UUID]]]]
+    ) -> None:
+        keys = [j.idempotency_key for j, _, _ in jobs if j.idempotency_key is not None]
+        if len(keys) != len(set(keys)):
+            raise DuplicateIdempotencyKey("two jobs of the group have one Idempotency-Key")
+        for job, tasks, edges in jobs:
+            await self.add(job, tasks, edges)
+
     async def get(self, job_id: UUID) -> Job | None:
         job = self._tx.job(job_id)
         return replace(job) if job else None

@@ -21,6 +21,7 @@ from dtq.application.explain import ExplainService
 from dtq.application.fleet import FleetService
 from dtq.application.health import HealthService
 from dtq.application.queries import QueryService
+from dtq.application.remote import RemoteWorkerService
 from dtq.entrypoints.api.artifacts import ArtifactController
 from dtq.entrypoints.api.auth import auth_guard, document_security, security_components
 from dtq.entrypoints.api.errors import EXCEPTION_HANDLERS
@@ -29,6 +30,7 @@ from dtq.entrypoints.api.jobs import JobController
 from dtq.entrypoints.api.middleware import BODY_TIMEOUT, CountingSubmit, install_middleware
 from dtq.entrypoints.api.openapi import StrictStructSchemaPlugin
 from dtq.entrypoints.api.tasks import TaskController
+from dtq.entrypoints.api.worker_protocol import WorkerProtocolController
 from dtq.entrypoints.api.workers import WorkerController
 from dtq.entrypoints.bundles import ApiServices
 from dtq.entrypoints.config import Settings
@@ -74,6 +76,9 @@ def _dependencies(
     def provide_fleet() -> FleetService:
         return services.fleet
 
+    def provide_remote() -> RemoteWorkerService:
+        return services.remote
+
     def provide_settings() -> Settings:
         return settings
 
@@ -88,6 +93,7 @@ def _dependencies(
         "artifacts": provide_artifacts,
         "explain": provide_explain,
         "fleet": provide_fleet,
+        "remote": provide_remote,
         "settings": provide_settings,
         "registry": provide_registry,
     }
@@ -109,7 +115,8 @@ def create_app(
     Routes: ``GET /healthz``, ``GET /metrics``, ``POST /v1/tasks``, ``GET /v1/tasks/{id}``,
     ``POST /v1/jobs``, ``GET /v1/jobs/{id}``, ``GET /v1/workers`` (spec §7), ``POST /v1/artifacts``,
     ``GET``/``HEAD /v1/artifacts/{id}`` (issue 13), ``GET /v1/tasks/{id}/explain`` (issue 14
-    item 7), the OpenAPI
+    item 7), the HTTP worker protocol under ``/v1/worker`` (issue 15 item 1: claim, run
+    heartbeat/result/failure/release, batched results, registry), the OpenAPI
     document under ``/schema`` (``/schema/openapi.json``) and the dashboard under ``/ui``
     (:mod:`dtq.entrypoints.dashboard`, issue 16 item 3; not in ``/schema``).
 
@@ -140,6 +147,7 @@ def create_app(
             JobController,
             WorkerController,
             ArtifactController,
+            WorkerProtocolController,
             *dashboard_routes(services, tokens_on=tokens_on),
         ],
         template_config=template_config(),

@@ -111,7 +111,10 @@ ONE_TASK_ROUTES = frozenset({"/v1/tasks"})
 _ONE_TASK_PREFIX = re.compile(r"^tasks\[0\](?:\.|$)")
 
 #: Handler parameters whose name in an error differs from the Python name.
-PARAMETER_FIELDS: Mapping[str, str] = {"idempotency_key": "Idempotency-Key"}
+PARAMETER_FIELDS: Mapping[str, str] = {
+    "idempotency_key": "Idempotency-Key",
+    "x_worker_id": "X-Worker-Id",
+}
 
 _AT_PATH = re.compile(r"^(?P<message>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.DOTALL)
 _BODY_ROOT = re.compile(r"^\.data(?=$|[.\[])")

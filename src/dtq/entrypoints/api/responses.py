@@ -37,6 +37,18 @@ FORBIDDEN = _error("The token lacks the scope this route needs (`forbidden`, nam
 
 #: Errors of every route that needs a token (``API_AUTH=tokens``; ``auth.document_security``).
 AUTH = {401: UNAUTHENTICATED, 403: FORBIDDEN}
+NO_TASKS = ResponseSpec(
+    data_container=None, description="No task arrived within `wait`", generate_examples=False
+)
+LEASE_LOST = _error(
+    "The run is no longer the task's live run (`lease_lost`: stop the handler, report nothing),"
+    " or it was claimed by another worker id (`run_not_owned`)"
+)
+STALE_RUN = _error(
+    "The run is no longer the task's live run (`stale_run`: reclaimed; nothing changed), or it"
+    " was claimed by another worker id (`run_not_owned`)"
+)
+
 #: Errors any route can give.
 COMMON = {500: INTERNAL, 503: UNAVAILABLE}
 #: Errors of the two submission routes.

@@ -7,7 +7,16 @@ import sys
 from collections.abc import Callable, Sequence
 
 from dtq.domain.errors import BackendUnavailable
-from dtq.entrypoints.cli import dev, migrate, orchestrator, submit, token, watch, worker
+from dtq.entrypoints.cli import (
+    control,
+    dev,
+    migrate,
+    orchestrator,
+    submit,
+    token,
+    watch,
+    worker,
+)
 from dtq.entrypoints.cli.common import (
     EXIT_FAILURE,
     EXIT_INTERRUPTED,
@@ -19,7 +28,7 @@ from dtq.entrypoints.cli.common import (
 from dtq.entrypoints.config import ConfigError
 
 #: The command groups, in ``--help`` order; each module has ``add_parser(commands, parents)``.
-COMMAND_GROUPS = (orchestrator, worker, migrate, token, dev, submit, watch)
+COMMAND_GROUPS = (orchestrator, worker, migrate, token, dev, submit, watch, control)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -4,8 +4,8 @@ job, and its results."""
 from __future__ import annotations
 
 import argparse
+import itertools
 import time
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +19,7 @@ from rich.text import Text
 
 from dtq.client import Client
 from dtq.domain.status import JobStatus, TaskStatus
-from dtq.entrypoints.api.schemas import JobBody
+from dtq.entrypoints.api.schemas import JobBody, TaskSummaryBody
 from dtq.entrypoints.cli.common import EXIT_OK, fail
 from dtq.entrypoints.cli.remote import (
     EXIT_JOB_FAILED,
@@ -78,21 +78,14 @@ class Snapshot:
         return sum(n for status, n in self.counts.items() if TaskStatus(status).terminal)
 
     @classmethod
-    def of(cls, job: JobBody) -> Snapshot:
-        counts = Counter(str(t.status) for t in job.tasks)
-        failed = sorted(
-            (t for t in job.tasks if t.status is TaskStatus.FAILED),
-            key=lambda t: t.finished_at or t.updated_at,
-            reverse=True,
-        )
+    def of(cls, job: JobBody, failed: Sequence[TaskSummaryBody]) -> Snapshot:
+        """The snapshot of a job read with its counts and its latest failed tasks."""
         return cls(
             job_id=str(job.id),
             name=job.name,
             status=job.status,
-            counts={str(s): counts.get(str(s), 0) for s in TaskStatus},
-            failures=[
-                (t.name, t.kind, t.attempt, t.last_error or "") for t in failed[:FAILURES_SHOWN]
-            ],
+            counts={str(s): job.counts.get(str(s), 0) for s in TaskStatus},
+            failures=[(t.name, t.kind, t.attempt, t.last_error or "") for t in failed],
         )
 
     @property
@@ -124,7 +117,7 @@ def render(snap: Snapshot) -> RenderableType:
     if snap.failures:
         parts.append(
             table(
-                "latest failures",
+                f"failed tasks (up to {FAILURES_SHOWN})",
                 ["task", "kind", "attempt", "error"],
                 [(n, k, a, short(e)) for n, k, a, e in snap.failures],
             )
@@ -133,8 +126,19 @@ def render(snap: Snapshot) -> RenderableType:
 
 
 def look(client: Client, job_id: str) -> Snapshot:
-    """One look at the job."""
-    return Snapshot.of(client.get_job(job_id))
+    """One look at the job: its counts (``GET /v1/jobs/{id}?limit=1``) and its latest failures
+    (one page of ``GET /v1/tasks?job_id=&status=failed``), so a 10,000-task job costs two small
+    reads."""
+    job = client.get_job(job_id, limit=1)
+    failed = []
+    if job.counts.get(str(TaskStatus.FAILED)):
+        failed = list(
+            itertools.islice(
+                client.list_tasks(job_id=job_id, status="failed", page_size=FAILURES_SHOWN),
+                FAILURES_SHOWN,
+            )
+        )
+    return Snapshot.of(job, failed)
 
 
 @api_command

@@ -1,4 +1,5 @@
-"""``dtq worker`` (and ``dtq-worker``): run a worker runtime on the real backend (spec §6)."""
+"""``dtq worker`` (and ``dtq-worker``): run a worker runtime on the real backend (spec §6), or
+over HTTP with ``--orchestrator URL`` (issue 15 item 1: no database or Redis credentials)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import argparse
 import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from dtq.entrypoints.cli.apps import load_runtime
 from dtq.entrypoints.cli.common import (
@@ -30,6 +32,14 @@ def add_parser(commands: Any, parents: Sequence[argparse.ArgumentParser]) -> Non
     parser.add_argument(
         "--concurrency", type=positive_int, metavar="N", help="poll loops (WORKER_CONCURRENCY)"
     )
+    parser.add_argument(
+        "--orchestrator",
+        metavar="URL",
+        help=(
+            "work over HTTP through this orchestrator (e.g. http://host:8080) instead of the "
+            "database and Redis; sends DTQ_TOKEN as a bearer token when set"
+        ),
+    )
     parser.set_defaults(command=cmd_worker)
 
 
@@ -38,7 +48,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
     settings = cli_settings(args)
     if args.concurrency is not None:
         settings = dataclasses.replace(settings, worker_concurrency=args.concurrency)
-    settings.require_dsn()
+    orchestrator = _orchestrator_url(args.orchestrator)
+    if orchestrator is None:
+        settings.require_dsn()
     if args.app is None:
         # Checked here, not by argparse, so configuration errors are still reported first.
         raise UsageError(
@@ -47,7 +59,23 @@ def cmd_worker(args: argparse.Namespace) -> int:
             "without them would fail every task it pops; the demo echo runtime is for dtq dev)",
         )
     runtime = load_runtime(args.app)
+    if orchestrator is not None:
+        return exit_without_lingering_threads(run(work_over_http(settings, runtime, orchestrator)))
     return exit_without_lingering_threads(run(work(settings, runtime)))
+
+
+def _orchestrator_url(value: str | None) -> str | None:
+    """``--orchestrator``, checked: an ``http(s)://host[:port]`` URL.
+
+    Raises:
+        UsageError: anything else.
+    """
+    if value is None:
+        return None
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query:
+        raise UsageError("--orchestrator", f"must be an http(s)://host[:port] URL, got {value!r}")
+    return value.rstrip("/")
 
 
 async def work(settings: Settings, runtime: Runtime) -> int:
@@ -56,4 +84,24 @@ async def work(settings: Settings, runtime: Runtime) -> int:
     from dtq.entrypoints.worker.runtime import serve
 
     await serve(runtime, settings, lambda: open_worker_services(settings, backend="real"))
+    return EXIT_OK
+
+
+async def work_over_http(settings: Settings, runtime: Runtime, url: str) -> int:
+    """Serve ``runtime`` through the orchestrator at ``url`` (``/v1/worker``) until a signal."""
+    from dtq.entrypoints.worker.http import open_http_worker_services
+    from dtq.entrypoints.worker.runtime import serve
+
+    await serve(
+        runtime,
+        settings,
+        lambda: open_http_worker_services(
+            url,
+            worker_id=settings.worker_id,
+            kinds=runtime.kinds,
+            lease_duration=settings.lease_duration,
+            max_result_bytes=settings.api_max_result_bytes,
+            token=settings.dtq_token,
+        ),
+    )
     return EXIT_OK

@@ -38,7 +38,7 @@ class TaskArtifacts:
             TypeError: ``data`` is none of the accepted kinds.
             BackendUnavailable: the storage failed (the run fails and is retried by policy).
         """
-        info = await self._service.put(_chunks(data))
+        info = await self._service.put(chunks(data))
         return info.as_ref()
 
     async def open(self, ref: ArtifactRef | str) -> AsyncIterator[bytes]:
@@ -57,7 +57,7 @@ def _ref_id(ref: ArtifactRef) -> str:
     return artifact_id
 
 
-async def _chunks(data: ArtifactData) -> AsyncIterator[bytes]:
+async def chunks(data: ArtifactData) -> AsyncIterator[bytes]:
     if isinstance(data, bytes | bytearray | memoryview):
         yield bytes(data)
     elif isinstance(data, os.PathLike):

@@ -14,8 +14,8 @@ from prometheus_client import Counter, Histogram
 from structlog.typing import FilteringBoundLogger
 
 from dtq.application.commands import Claim
-from dtq.application.execution import ExecutionService
 from dtq.entrypoints.metrics import WorkerMetrics
+from dtq.entrypoints.worker.backend import WorkerExecution
 from dtq.entrypoints.worker.config import WorkerConfig
 
 #: Reason written to a run handed back on shutdown (spec §6 Graceful shutdown).
@@ -157,6 +157,6 @@ class Shared:
     """
 
     config: WorkerConfig
-    execution: ExecutionService
+    execution: WorkerExecution
     meters: Meters
     log: FilteringBoundLogger

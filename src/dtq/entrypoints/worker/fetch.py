@@ -17,8 +17,8 @@ from uuid import UUID
 
 from dtq.application.commands import Claim
 from dtq.application.execution import ClaimsUnresolved
-from dtq.application.ports import Queue
 from dtq.domain.errors import BackendUnavailable
+from dtq.entrypoints.worker.backend import ReadyLists
 from dtq.entrypoints.worker.claims import Shared
 from dtq.entrypoints.worker.completions import REPORT_ATTEMPTS, backoff_delay
 
@@ -73,7 +73,7 @@ class Fetcher:
         self,
         shared: Shared,
         *,
-        queue: Queue,
+        queue: ReadyLists,
         turn: asyncio.Lock,
         room: asyncio.Event,
         deliver: Callable[[Claim], None],

@@ -27,6 +27,7 @@ from dtq.entrypoints import eventloop
 from dtq.entrypoints.bundles import WorkerServices
 from dtq.entrypoints.config import Settings, listen_address, load_settings
 from dtq.entrypoints.metrics import WorkerMetrics, new_registry
+from dtq.entrypoints.worker.backend import WorkerBackend
 from dtq.entrypoints.worker.config import WorkerConfig
 from dtq.entrypoints.worker.session import Session
 from dtq.worker import Handler, Options, Task
@@ -43,8 +44,9 @@ __all__ = [
 H = TypeVar("H", bound=Handler)
 
 #: A zero-argument callable opening the services for the run, e.g.
-#: ``lambda: open_worker_services(settings)`` (``dtq.entrypoints.container``).
-ServicesFactory: TypeAlias = Callable[[], AbstractAsyncContextManager[WorkerServices]]
+#: ``lambda: open_worker_services(settings)`` (``dtq.entrypoints.container``), or the HTTP
+#: backend's ``lambda: open_http_worker_services(url, ...)`` (``dtq.entrypoints.worker.http``).
+ServicesFactory: TypeAlias = Callable[[], AbstractAsyncContextManager[WorkerBackend]]
 
 _log: FilteringBoundLogger = structlog.get_logger("dtq.worker")
 
@@ -124,7 +126,7 @@ class Runtime:
 
     async def run(
         self,
-        services: WorkerServices,
+        services: WorkerBackend,
         config: WorkerConfig,
         *,
         stop: asyncio.Event | None = None,
@@ -190,7 +192,7 @@ class Runtime:
 
     def run_forever(
         self,
-        services: WorkerServices | ServicesFactory,
+        services: WorkerBackend | ServicesFactory,
         *,
         settings: Settings | None = None,
         metrics: WorkerMetrics | None = None,
@@ -214,7 +216,7 @@ class Runtime:
 async def serve(
     runtime: Runtime,
     settings: Settings,
-    services: WorkerServices | ServicesFactory,
+    services: WorkerBackend | ServicesFactory,
     *,
     metrics: WorkerMetrics | None = None,
 ) -> None:

@@ -17,11 +17,12 @@ from typing import Any
 
 from structlog.typing import FilteringBoundLogger
 
+from dtq.application.artifacts import ArtifactService
 from dtq.application.commands import Claim, ReportOutcome
-from dtq.application.execution import ExecutionService, FailOutcome
-from dtq.entrypoints.bundles import WorkerServices
+from dtq.application.execution import FailOutcome
 from dtq.entrypoints.metrics import WorkerMetrics
 from dtq.entrypoints.worker.artifacts import TaskArtifacts
+from dtq.entrypoints.worker.backend import WorkerBackend, WorkerExecution
 from dtq.entrypoints.worker.claims import (
     HAND_BACK_REASON,
     LEASE_LOST,
@@ -51,7 +52,7 @@ class Session:
         handlers: kind -> handler, fixed for the session.
         timeouts: kind -> handler timeout in seconds, for the kinds registered with one.
         config: the worker's configuration.
-        services: execution, registry and queue.
+        services: execution, registry, ready lists and artifacts (native or HTTP backend).
         metrics: where to count (spec §9 worker metrics).
         log: the worker's logger (worker_id bound).
     """
@@ -62,13 +63,13 @@ class Session:
         handlers: Mapping[str, Handler],
         config: WorkerConfig,
         timeouts: Mapping[str, float] | None = None,
-        services: WorkerServices,
+        services: WorkerBackend,
         metrics: WorkerMetrics,
         log: FilteringBoundLogger,
     ) -> None:
         self._handlers = dict(handlers)
         self._config = config
-        self._execution: ExecutionService = services.execution
+        self._execution: WorkerExecution = services.execution
         self._registry = services.registry
         self._metrics = metrics
         self._meters = Meters(metrics)
@@ -84,7 +85,11 @@ class Session:
             kind_timeouts=timeouts,
             sync_threads=config.sync_threads,
             max_result_bytes=self._execution.policy.max_result_bytes,
-            artifacts=TaskArtifacts(services.artifacts),
+            artifacts=(
+                TaskArtifacts(services.artifacts)
+                if isinstance(services.artifacts, ArtifactService)
+                else services.artifacts
+            ),
         )
         shared = Shared(config=config, execution=self._execution, meters=self._meters, log=log)
         self._leases = Leases(shared, on_lost=self._lease_lost)

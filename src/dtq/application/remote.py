@@ -1,0 +1,504 @@
+"""The HTTP worker protocol's use cases (issue 15 item 1): the orchestrator claims, renews and
+reports on behalf of a worker that holds no database or Redis credentials.
+
+Every step goes through :class:`~dtq.application.execution.ExecutionService`, the native
+runtime's own use cases, so markers, leases and fencing are exactly the native worker's; this
+service only adds what a remote worker cannot do itself: hold a claim request on the blocking
+pop, keep tasks of kinds the worker did not list away from it, and rebuild a ``Claim`` from a
+run id. Design notes: ARCHITECTURE.md, "Workers over HTTP (issue 15 item 1)".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+from dtq.application.commands import Claim, ReportOutcome
+from dtq.application.execution import ExecutionService, FailOutcome
+from dtq.application.ports import Clock, LeaseState, Queue, Store, Transaction
+from dtq.application.registry import WorkerRegistryService
+from dtq.domain.entities import Task, TaskRun
+from dtq.domain.errors import BackendUnavailable, Conflict, InvalidPayload, NotFound
+from dtq.domain.payload import check_progress, check_result, check_storable
+from dtq.domain.status import RunStatus, TaskStatus
+
+#: Reason written to a run handed back because its claim response had no one to go to.
+UNDELIVERED_REASON = "claim not delivered: the worker disconnected"
+
+#: Pauses (seconds) of a held claim that keeps popping only tasks of kinds its worker did not
+#: list: doubled from the first to the last, so such a queue costs a few pops per second per
+#: waiting worker, never a busy loop (the interim cost of kind-blind ready lists).
+FOREIGN_PAUSE_START = 0.05
+FOREIGN_PAUSE_MAX = 1.0
+
+
+#: Largest registry ``metadata`` of an HTTP worker, in bytes of JSON.
+MAX_METADATA_BYTES = 64 * 1024
+
+#: Most successes one ``complete_many`` records (the native runtime's ``complete_batch``).
+SUCCESS_BATCH = 128
+
+
+class RunNotFound(NotFound):
+    """No run has this id."""
+
+    code = "run_not_found"
+
+
+class RunNotOwned(Conflict):
+    """The run belongs to another worker id."""
+
+    code = "run_not_owned"
+
+
+class LeaseLost(Conflict):
+    """The run is no longer the task's live run: stop working on it, report nothing."""
+
+    code = "lease_lost"
+
+
+class StaleReport(Conflict):
+    """The run is no longer the task's live run (it was reclaimed): the report changed nothing."""
+
+    code = "stale_run"
+
+
+@dataclass(frozen=True, slots=True)
+class Renewal:
+    """What a remote heartbeat did.
+
+    Attributes:
+        lease_expires_at: the lease's new deadline (host clock plus ``LEASE_DURATION``).
+        state: EXTENDED, or CANCELLED: the task was cancelled (issue 14 item 1), the worker
+            must stop the handler and report nothing.
+    """
+
+    lease_expires_at: datetime
+    state: LeaseState
+
+    @property
+    def cancel(self) -> bool:
+        """True when the worker must stop the handler (the task was cancelled)."""
+        return self.state is LeaseState.CANCELLED
+
+
+class RemoteWorkerService:
+    """Claims, lease renewals and reports of HTTP workers.
+
+    Args:
+        execution: the native runtime's use cases (claim, report, heartbeat, hand-back).
+        store: read by run id, and to keep other kinds away from a worker.
+        queue: the ready lists a held claim pops from.
+        registry: the ``workers`` registry (``register``).
+        clock: dates the ``lease_expires_at`` of a renewal (default: the system clock).
+    """
+
+    def __init__(
+        self,
+        *,
+        execution: ExecutionService,
+        store: Store,
+        queue: Queue,
+        registry: WorkerRegistryService,
+        clock: Clock | None = None,
+    ) -> None:
+        self._registry = registry
+        self._execution = execution
+        self._successes = _SuccessBatches(execution)
+        self._store = store
+        self._queue = queue
+        self._clock = clock
+
+    @property
+    def lease_duration(self) -> float:
+        """``LEASE_DURATION`` in seconds."""
+        return self._execution.policy.lease_duration
+
+    # -- claim ---------------------------------------------------------------------------------
+
+    async def claim(
+        self,
+        worker_id: str,
+        *,
+        kinds: Collection[str],
+        priorities: Sequence[str],
+        max_count: int,
+        wait: float,
+        gone: asyncio.Event | None = None,
+    ) -> list[Claim]:
+        """Hold until up to ``max_count`` tasks of ``kinds`` are claimed for ``worker_id``, or
+        ``wait`` seconds pass (then none).
+
+        The wait is one blocking ``Queue.pop_many`` (never a poll of the database or Redis); its
+        ids go through ``ExecutionService.claim_many``, the native claim. Popped ids of tasks
+        whose kind is not in ``kinds`` are put back unclaimed (``ExecutionService.put_back``)
+        and the hold goes on; a hold that pops a foreign task it already put back pauses first
+        (``FOREIGN_PAUSE_START`` doubling to ``FOREIGN_PAUSE_MAX``).
+
+        When ``gone`` is set (the client disconnected), a pop in flight is let finish (a
+        cancelled blocking pop would lose the ids the server already took) and what it brought
+        is put back unclaimed; claims committed before ``gone`` was noticed are handed back
+        (``ExecutionService.hand_back``, no retry charged). Claims whose response is then lost
+        on the wire are reclaimed after their lease, like those of a silent worker.
+
+        Args:
+            worker_id: the claiming worker's id (written to the runs and leases).
+            kinds: the kinds the worker runs (non-empty).
+            priorities: ready-queue tiers, highest first (non-empty).
+            max_count: most claims to return (>= 1).
+            wait: seconds to hold for the first task (>= 0).
+            gone: set when nobody waits for the answer any more.
+
+        Returns:
+            The claims (tasks ``running`` with a new run each), possibly empty.
+
+        Raises:
+            BackendUnavailable: the database or Redis failed (nothing was claimed, or the
+                claims committed are left to reclaim).
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        wanted_kinds = frozenset(kinds)
+        put_back: set[UUID] = set()
+        pause = FOREIGN_PAUSE_START
+        while True:
+            remaining = max(0.0, deadline - loop.time())
+            ids = await self._pop(priorities, remaining, max_count, gone)
+            if gone is not None and gone.is_set():
+                await self._put_back(ids)
+                return []
+            if not ids:
+                return []
+            try:
+                ours, foreign = await self._split_by_kind(ids, wanted_kinds)
+            except BaseException:
+                # nothing claimed: free the deliveries for the reconciler's next pass
+                with contextlib.suppress(BackendUnavailable):
+                    await self._queue.release_markers(ids)
+                raise
+            await self._put_back(foreign)
+            if ours:
+                claims = await self._execution.claim_many(ours, worker_id)
+                if claims and gone is not None and gone.is_set():
+                    await self._hand_back(claims)
+                    return []
+                if claims:
+                    return claims
+            if remaining <= 0:
+                return []
+            if put_back.intersection(foreign):
+                await _sleep_unless(gone, min(pause, max(0.0, deadline - loop.time())))
+                pause = min(pause * 2, FOREIGN_PAUSE_MAX)
+            put_back.update(foreign)
+
+    async def _pop(
+        self,
+        priorities: Sequence[str],
+        timeout: float,
+        max_count: int,
+        gone: asyncio.Event | None,
+    ) -> list[UUID]:
+        pop = asyncio.ensure_future(self._queue.pop_many(priorities, timeout, max_count))
+        if gone is not None:
+            watcher = asyncio.ensure_future(gone.wait())
+            try:
+                await asyncio.wait({pop, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                watcher.cancel()
+        return await pop  # never cancelled early: the ids the server took would be lost
+
+    async def _split_by_kind(
+        self, ids: list[UUID], kinds: frozenset[str]
+    ) -> tuple[list[UUID], list[UUID]]:
+        """``(ours, foreign)``: ids of unknown tasks stay in ``ours`` (the claim refuses them
+        and releases their markers)."""
+
+        async def read(tx: Transaction) -> list[Task]:
+            return await tx.tasks.get_many(ids)
+
+        kind_of = {task.id: task.kind for task in await self._store.run(read)}
+        foreign = [i for i in ids if i in kind_of and kind_of[i] not in kinds]
+        gone = set(foreign)
+        return [i for i in ids if i not in gone], foreign
+
+    async def _put_back(self, task_ids: Sequence[UUID]) -> None:
+        for task_id in task_ids:
+            with contextlib.suppress(BackendUnavailable):  # the reconciler re-pushes it
+                await self._execution.put_back(task_id)
+
+    async def _hand_back(self, claims: Sequence[Claim]) -> None:
+        for claim in claims:
+            with contextlib.suppress(BackendUnavailable):  # its lease lapses: reclaimed
+                await self._execution.hand_back(claim, UNDELIVERED_REASON)
+
+    def lease_expires_at(self, claim: Claim) -> datetime:
+        """The deadline the claim wrote to its lease: the run's start plus the lease."""
+        return claim.run.started_at + timedelta(seconds=self.lease_duration)
+
+    async def register(
+        self, worker_id: str, hostname: str | None, metadata: dict[str, Any]
+    ) -> None:
+        """Upsert the worker's registry row (``WorkerRegistryService.heartbeat``).
+
+        Raises:
+            InvalidPayload: ``metadata`` cannot be stored (NUL, too deep, over
+                ``MAX_METADATA_BYTES``; field below ``metadata``).
+            BackendUnavailable: the database failed.
+        """
+        check_storable(metadata, field="metadata")
+        if len(json.dumps(metadata, separators=(",", ":")).encode()) > MAX_METADATA_BYTES:
+            raise InvalidPayload(
+                f"metadata is over {MAX_METADATA_BYTES} bytes as JSON", field="metadata"
+            )
+        await self._registry.heartbeat(worker_id, hostname, metadata)
+
+    # -- runs ----------------------------------------------------------------------------------
+
+    async def load(self, run_id: UUID, worker_id: str) -> Claim:
+        """The claim of run ``run_id`` as it is now (two reads; not the claim's hot path).
+
+        Raises:
+            RunNotFound: no run has this id (field ``run_id``).
+            RunNotOwned: the run was claimed by another worker id.
+            BackendUnavailable: the database failed.
+        """
+
+        async def read(tx: Transaction) -> tuple[TaskRun, Task | None] | None:
+            run = await tx.runs.get(run_id)
+            if run is None:
+                return None
+            return run, await tx.tasks.get(run.task_id)
+
+        found = await self._store.run(read)
+        task = None if found is None else found[1]
+        if found is None or task is None:
+            raise RunNotFound(f"no run has id {run_id}", field="run_id")
+        run = found[0]
+        if run.worker_id != worker_id:
+            raise RunNotOwned(f"run {run_id} belongs to another worker id")
+        return Claim(task=task, run=run, worker_id=run.worker_id)
+
+    async def heartbeat(self, run_id: UUID, worker_id: str, progress: Any = None) -> Renewal:
+        """Extend the run's lease (``ExecutionService.heartbeat``) and, when ``progress`` is
+        given (not None), store it fenced on the run (``ExecutionService.record_progress``).
+
+        Raises:
+            InvalidPayload: ``progress`` cannot be stored (field below ``progress``).
+            RunNotFound, RunNotOwned: as :meth:`load`.
+            LeaseLost: the run is no longer live (finished, reclaimed, taken over).
+            BackendUnavailable: the database or Redis failed.
+        """
+        if progress is not None:
+            check_progress(progress)
+        claim = await self.load(run_id, worker_id)
+        now = self._clock.now() if self._clock is not None else datetime.now(UTC)
+        if claim.run.status is RunStatus.CANCELLED:  # the task was cancelled while it ran
+            return Renewal(now + timedelta(seconds=self.lease_duration), LeaseState.CANCELLED)
+        if claim.task.status is not TaskStatus.RUNNING or claim.task.current_run_id != run_id:
+            raise LeaseLost(f"run {run_id} is no longer the task's live run")
+        state = await self._execution.heartbeat(claim)
+        if state is LeaseState.LOST:
+            raise LeaseLost(f"run {run_id} is no longer the task's live run")
+        if progress is not None and state is LeaseState.EXTENDED:
+            await self._execution.record_progress([(claim, progress)])
+        return Renewal(now + timedelta(seconds=self.lease_duration), state)
+
+    async def succeed(
+        self, run_id: UUID, worker_id: str, result: Any, *, progress: Any = None
+    ) -> ReportOutcome:
+        """Record the run's success with ``result`` (``ExecutionService.complete_many``);
+        ``progress`` (not None) is the run's last progress, written with it.
+
+        Successes reported while a commit is in flight are recorded together by the next one
+        (at most ``SUCCESS_BATCH``), as the native runtime batches its own: one transaction
+        per batch instead of one per task, so concurrent reports of one job do not conflict
+        with each other (SERIALIZABLE) but share a commit. A batch that fails fails each of
+        its reports alike.
+
+        Returns:
+            RECORDED, or DUPLICATE for a replay of a success already recorded.
+
+        Raises:
+            InvalidPayload: ``result`` cannot be stored (``API_MAX_RESULT_BYTES``, JSON rules).
+            RunNotFound, RunNotOwned: as :meth:`load`.
+            StaleReport: the run is no longer live; nothing changed.
+            BackendUnavailable: the database or Redis failed.
+        """
+        if result is not None:
+            check_result(result, max_bytes=self._execution.policy.max_result_bytes)
+        final = _checked_progress(progress)
+        claim = await self.load(run_id, worker_id)
+        outcome = await self._successes.record(claim, result, final)
+        if outcome is ReportOutcome.STALE:
+            raise StaleReport(f"run {run_id} is no longer the task's live run")
+        return outcome
+
+    async def succeed_many(
+        self, worker_id: str, reports: Sequence[tuple[UUID, Any, Any]]
+    ) -> list[str]:
+        """Record several successes ``(run_id, result, progress)`` of one worker: one read of
+        their runs and tasks, one ``ExecutionService.complete_many`` (at most
+        ``SUCCESS_BATCH``; the caller bounds it).
+
+        Returns:
+            Per report, in order: ``recorded``, ``duplicate`` (a replay), ``stale_run`` (the run
+            is no longer live; nothing changed), ``run_not_found`` or ``run_not_owned``.
+
+        Raises:
+            InvalidPayload: a result or progress cannot be stored (field ``[i].result…``;
+                nothing was recorded).
+            BackendUnavailable: the database or Redis failed (nothing, or all, was recorded:
+                send the batch again; recorded reports answer ``duplicate``).
+        """
+        limit = self._execution.policy.max_result_bytes
+        for i, (_, result, progress) in enumerate(reports):
+            for value, what in ((result, "result"), (progress, "progress")):
+                if value is None:
+                    continue
+                try:
+                    if what == "result":
+                        check_result(value, max_bytes=limit)
+                    else:
+                        check_progress(value)
+                except InvalidPayload as exc:
+                    raise InvalidPayload(exc.detail, field=f"[{i}].{exc.field}") from None
+        run_ids = [run_id for run_id, _, _ in reports]
+
+        async def read(tx: Transaction) -> tuple[list[TaskRun], list[Task]]:
+            runs = await tx.runs.get_many(run_ids)
+            return runs, await tx.tasks.get_many([run.task_id for run in runs])
+
+        runs, tasks = await self._store.run(read)
+        run_of = {run.id: run for run in runs}
+        task_of = {task.id: task for task in tasks}
+        answers: list[str] = []
+        wanted: list[tuple[int, Claim, Any, Any]] = []
+        for i, (run_id, result, progress) in enumerate(reports):
+            run = run_of.get(run_id)
+            task = None if run is None else task_of.get(run.task_id)
+            if run is None or task is None:
+                answers.append(RunNotFound.code)
+            elif run.worker_id != worker_id:
+                answers.append(RunNotOwned.code)
+            else:
+                answers.append("")
+                wanted.append((i, Claim(task=task, run=run, worker_id=worker_id), result, progress))
+        if wanted:
+            outcomes = await self._execution.complete_many(
+                [claim for _, claim, _, _ in wanted],
+                [result for _, _, result, _ in wanted],
+                progress={c.task.id: p for _, c, _, p in wanted if p is not None} or None,
+            )
+            for (i, _, _, _), outcome in zip(wanted, outcomes, strict=True):
+                answers[i] = StaleReport.code if outcome is ReportOutcome.STALE else str(outcome)
+        return answers
+
+    async def fail(
+        self, run_id: UUID, worker_id: str, error: str, *, permanent: bool, progress: Any = None
+    ) -> FailOutcome:
+        """Record the run's failure (``ExecutionService.fail``: retried by policy unless
+        ``permanent``); ``progress`` (not None) is written with it: the retry's checkpoint.
+
+        Returns:
+            The outcome (RECORDED, or DUPLICATE for a replay) and the retry's due time.
+
+        Raises:
+            InvalidPayload: ``progress`` cannot be stored.
+            RunNotFound, RunNotOwned: as :meth:`load`.
+            StaleReport: the run is no longer live; nothing changed.
+            BackendUnavailable: the database or Redis failed.
+        """
+        final = _checked_progress(progress)
+        claim = await self.load(run_id, worker_id)
+        outcome = await self._execution.fail(
+            claim, error, permanent=permanent, progress=_final(claim, final)
+        )
+        if outcome.outcome is ReportOutcome.STALE:
+            raise StaleReport(f"run {run_id} is no longer the task's live run")
+        return outcome
+
+    async def release(
+        self, run_id: UUID, worker_id: str, reason: str, *, progress: Any = None
+    ) -> ReportOutcome:
+        """Give the run's task back at once (``ExecutionService.hand_back``: a worker shutting
+        down; no retry and no crash budget charged); ``progress`` (not None) is written with it.
+
+        Returns:
+            RECORDED.
+
+        Raises:
+            InvalidPayload: ``progress`` cannot be stored.
+            RunNotFound, RunNotOwned: as :meth:`load`.
+            StaleReport: the run is no longer live (also a replay: the run is already dead).
+            BackendUnavailable: the database or Redis failed.
+        """
+        final = _checked_progress(progress)
+        claim = await self.load(run_id, worker_id)
+        outcome = await self._execution.hand_back(claim, reason, progress=_final(claim, final))
+        if outcome is ReportOutcome.STALE:
+            raise StaleReport(f"run {run_id} is no longer the task's live run")
+        return outcome
+
+
+class _SuccessBatches:
+    """Coalesces concurrent success reports into ``complete_many`` batches: one commit in
+    flight at a time, the next batch taking whatever arrived meanwhile."""
+
+    def __init__(self, execution: ExecutionService) -> None:
+        self._execution = execution
+        self._waiting: list[tuple[Claim, Any, Any, asyncio.Future[ReportOutcome]]] = []
+        self._committing: asyncio.Task[None] | None = None
+
+    async def record(self, claim: Claim, result: Any, progress: Any) -> ReportOutcome:
+        outcome: asyncio.Future[ReportOutcome] = asyncio.get_running_loop().create_future()
+        self._waiting.append((claim, result, progress, outcome))
+        if self._committing is None or self._committing.done():
+            self._committing = asyncio.ensure_future(self._commit_all())
+        return await asyncio.shield(outcome)  # a caller that goes away leaves the batch alone
+
+    async def _commit_all(self) -> None:
+        while self._waiting:
+            batch = self._waiting[:SUCCESS_BATCH]
+            del self._waiting[:SUCCESS_BATCH]
+            claims = [claim for claim, _, _, _ in batch]
+            progress = {c.task.id: p for c, _, p, _ in batch if p is not None}
+            try:
+                outcomes = await self._execution.complete_many(
+                    claims, [result for _, result, _, _ in batch], progress=progress or None
+                )
+            except Exception as exc:  # each report answers with the batch's error
+                for *_, future in batch:
+                    if not future.done():
+                        future.set_exception(exc)
+                continue
+            for (*_, future), outcome in zip(batch, outcomes, strict=True):
+                if not future.done():
+                    future.set_result(outcome)
+
+
+def _checked_progress(value: Any) -> Any:
+    if value is not None:
+        check_progress(value)
+    return value
+
+
+def _final(claim: Claim, progress: Any) -> dict[UUID, Any] | None:
+    """The ``progress`` argument of a report that ends the claim's run."""
+    return None if progress is None else {claim.task.id: progress}
+
+
+async def _sleep_unless(gone: asyncio.Event | None, seconds: float) -> None:
+    """Sleep ``seconds``, or less if ``gone`` is set meanwhile."""
+    if seconds <= 0:
+        return
+    if gone is None:
+        await asyncio.sleep(seconds)
+        return
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(gone.wait(), timeout=seconds)

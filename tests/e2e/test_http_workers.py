@@ -1,0 +1,123 @@
+"""Workers over HTTP (issue 15 item 1) on real processes: a real ``dtq orchestrator`` (API and
+reconciler) on PostgreSQL and Redis, and workers whose environment holds no database or Redis
+credentials: the Node.js example, and ``dtq-worker --orchestrator URL``."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import time
+from collections import Counter
+
+import pytest
+
+from tests.e2e.conftest import BIN, ROOT, Cluster
+from tests.e2e.test_drills import layered_dag
+
+pytestmark = pytest.mark.e2e
+
+#: What an HTTP worker must not be given (issue 15: "never receive DB credentials").
+CREDENTIALS = ("CRDB_DSN", "REDIS_ADDR", "REDIS_KEY_PREFIX")
+NODE_WORKER = ROOT / "examples" / "worker-node" / "worker.mjs"
+
+
+def http_env(cluster: Cluster, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in cluster.env.items() if k not in CREDENTIALS}
+    return {**env, **extra}
+
+
+def start_process(cluster: Cluster, name: str, argv: list[str], env: dict[str, str]) -> None:
+    with (cluster.logs / f"{name}.log").open("ab") as log:
+        cluster.procs[name] = subprocess.Popen(
+            argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+
+def start_http_worker(cluster: Cluster, name: str) -> None:
+    argv = [
+        str(BIN / "dtq-worker"),
+        "--app",
+        "tests.e2e.app:runtime",
+        "--orchestrator",
+        cluster.url,
+    ]
+    start_process(cluster, name, argv, http_env(cluster, WORKER_ID=name))
+
+
+def test_the_node_worker_runs_a_job(cluster: Cluster) -> None:
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed: the Node.js worker example cannot run here")
+    cluster.start_orchestrator()
+    env = http_env(cluster, DTQ_URL=cluster.url, WORKER_ID="node-1", HEARTBEAT_MS="500")
+    start_process(cluster, "node", [node, str(NODE_WORKER)], env)
+    submitted = cluster.post(
+        "/v1/jobs",
+        {
+            "tasks": [
+                {"name": "a", "kind": "node.echo", "payload": "hello"},
+                {
+                    "name": "b",
+                    "kind": "node.upper",
+                    "payload": {"text": "dtq"},
+                    "depends_on": ["a"],
+                },
+            ]
+        },
+    )
+    refused = cluster.post("/v1/tasks", {"kind": "node.refuse", "max_attempts": 3})
+
+    job = cluster.wait_job(submitted["job_id"], timeout=30)
+    failed = cluster.wait_job(refused["job_id"], timeout=30)
+
+    by_name = {t["name"]: t for t in job["tasks"]}
+    assert job["status"] == "completed"
+    assert by_name["a"]["result"] == "hello"
+    assert by_name["b"]["result"] == "DTQ HELLO"  # its parent's result came with the claim
+    [refusal] = failed["tasks"]
+    assert (failed["status"], refusal["attempt"], refusal["last_error"]) == ("failed", 1, "refused")
+    runs = cluster.get(f"/v1/tasks/{submitted['tasks']['b']}")["runs"]
+    assert [(r["worker_id"], r["status"]) for r in runs] == [("node-1", "succeeded")]
+
+
+def test_an_http_only_python_worker_finishes_a_50_task_dag_across_a_sigkill(
+    cluster: Cluster,
+) -> None:
+    cluster.start_orchestrator()
+    start_http_worker(cluster, "h1")
+    tasks = layered_dag(50)
+    for task in tasks:
+        task["payload"]["sleep"] = 0.3  # long enough that the kill lands mid-run
+    submitted = cluster.post("/v1/jobs", {"name": "dag50-http", "tasks": tasks})
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        ended = [e for e in cluster.read_records() if e["event"] == "end"]
+        if len(ended) >= 10:
+            break
+        time.sleep(0.05)
+    cluster.signal("h1", signal.SIGKILL)
+    cluster.wait_exit("h1")
+    start_http_worker(cluster, "h2")
+
+    job = cluster.wait_job(submitted["job_id"], timeout=90)
+
+    assert job["status"] == "completed"
+    assert {t["status"] for t in job["tasks"]} == {"completed"}
+    events = cluster.read_records()
+    # dependency order holds across the kill: a task starts after its dependencies' last end
+    end = {e["name"]: e["t"] for e in events if e["event"] == "end"}
+    last_start: dict[str, float] = {}
+    for e in events:
+        if e["event"] == "start":
+            last_start[e["name"]] = max(last_start.get(e["name"], 0.0), e["t"])
+    for task in tasks:
+        for dep in task.get("depends_on", []):
+            assert last_start[task["name"]] >= end[dep]
+    runs = [run for task in job["tasks"] for run in cluster.get(f"/v1/tasks/{task['id']}")["runs"]]
+    statuses = Counter(r["status"] for r in runs)
+    assert statuses["succeeded"] == 50
+    assert set(statuses) <= {"succeeded", "dead"}  # the killed worker's runs were reclaimed
+    workers = {r["worker_id"] for r in runs if r["status"] == "succeeded"}
+    assert "h2" in workers
+    print(f"\nHTTP worker SIGKILL drill: runs {dict(statuses)}, succeeded by {sorted(workers)}")

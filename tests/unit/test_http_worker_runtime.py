@@ -1,0 +1,280 @@
+"""The Python ``Runtime`` over HTTP (issue 15 item 1): the same handlers, run through the
+orchestrator's ``/v1/worker`` routes (in process, on the memory adapters) instead of the
+database and Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+from uuid import UUID
+
+import httpx
+import pytest
+
+from dtq.application.commands import JobView, SubmitJob, TaskSpec
+from dtq.entrypoints.config import Settings
+from dtq.entrypoints.worker.http import open_http_worker_services
+from dtq.worker import Options, PermanentError, Runtime, Task
+from tests.unit.api_harness import SETTINGS, Api, running_api
+
+WORKER = Settings(worker_id="http-worker", lease_duration=3.0, worker_heartbeat_interval=1.0)
+
+
+@pytest.fixture
+async def api() -> AsyncIterator[Api]:
+    async with running_api(SETTINGS) as running:
+        yield running
+
+
+@contextlib.asynccontextmanager
+async def working(api: Api, runtime: Runtime, token: str | None = None) -> AsyncIterator[None]:
+    """Run ``runtime`` over HTTP against ``api`` for the block, then stop it gracefully."""
+    stop = asyncio.Event()
+    config = runtime.configure(WORKER)
+    async with open_http_worker_services(
+        "http://dtq",
+        worker_id=WORKER.worker_id,
+        kinds=runtime.kinds,
+        lease_duration=WORKER.lease_duration,
+        max_result_bytes=WORKER.api_max_result_bytes,
+        token=token,
+        transport=httpx.ASGITransport(app=api.app),  # type: ignore[arg-type]
+    ) as services:
+        worker = asyncio.create_task(runtime.run(services, config, stop=stop))
+        try:
+            yield
+        finally:
+            stop.set()
+            await asyncio.wait_for(worker, timeout=10)
+
+
+async def wait_job(api: Api, job_id: UUID, timeout: float = 10.0) -> JobView:
+    async with asyncio.timeout(timeout):
+        while True:
+            view = await api.services.api.queries.get_job(job_id)
+            if view.job.status.terminal:
+                return view
+            await asyncio.sleep(0.02)
+
+
+async def promote_forever(api: Api) -> None:
+    """What the orchestrator's promoter does: move due scheduled entries to the ready lists."""
+    while True:
+        await api.queue.promote_due(10)
+        await asyncio.sleep(0.02)
+
+
+def runtime_with_handlers() -> Runtime:
+    runtime = Runtime(Options(poll_timeout=0.2, shutdown_grace=1.0))
+
+    @runtime.handler("count")
+    async def count(task: Task) -> Any:
+        task.progress({"seen": len(task.payload)})
+        return {"words": len(task.payload)}
+
+    @runtime.handler("sum")
+    def total(task: Task) -> Any:  # a plain function: runs in a thread, as natively
+        return sum(parent["words"] for parent in task.parents.values())
+
+    @runtime.handler("refuse")
+    async def refuse(task: Task) -> None:
+        raise PermanentError("bad payload")
+
+    return runtime
+
+
+async def test_a_dag_runs_to_completion_with_results_and_parents(api: Api) -> None:
+    submitted = await api.services.api.submit.submit_job(
+        SubmitJob(
+            tasks=(
+                TaskSpec(name="a", kind="count", payload=["x", "y"]),
+                TaskSpec(name="b", kind="count", payload=["x", "y", "z"]),
+                TaskSpec(name="s", kind="sum", depends_on=("a", "b")),
+            )
+        )
+    )
+
+    async with working(api, runtime_with_handlers()):
+        view = await wait_job(api, submitted.job_id)
+
+    by_name = {task.name: task for task in view.tasks}
+    assert view.job.status == "completed"
+    assert by_name["a"].result == {"words": 2}
+    assert by_name["s"].result == 5
+    assert by_name["b"].progress == {"seen": 3}  # the final progress, sent with the result
+    runs = await api.services.api.queries.get_task(by_name["s"].id)
+    assert [run.worker_id for run in runs.runs] == ["http-worker"]
+
+
+async def test_a_permanent_error_fails_the_task_without_retrying(api: Api) -> None:
+    submitted = await api.services.api.submit.submit_job(
+        SubmitJob(tasks=(TaskSpec(name="r", kind="refuse", max_attempts=3),))
+    )
+
+    async with working(api, runtime_with_handlers()):
+        view = await wait_job(api, submitted.job_id)
+
+    [task] = view.tasks
+    assert (view.job.status, task.attempt) == ("failed", 1)
+    assert task.last_error == "PermanentError: bad payload"
+
+
+async def test_a_handler_timeout_is_a_failure_retried_by_policy(api: Api) -> None:
+    runtime = Runtime(Options(poll_timeout=0.2, shutdown_grace=1.0))
+    calls: list[int] = []
+
+    @runtime.handler("slow", timeout=0.1)
+    async def slow(task: Task) -> str:
+        calls.append(task.attempt)
+        if task.attempt == 1:
+            await asyncio.sleep(5)
+        return "done"
+
+    submitted = await api.services.api.submit.submit_job(
+        SubmitJob(tasks=(TaskSpec(name="s", kind="slow", max_attempts=2),))
+    )
+    [task_id] = submitted.task_ids.values()
+    async with working(api, runtime):
+        async with asyncio.timeout(10):
+            while (await api.services.api.queries.get_task(task_id)).task.last_error is None:
+                await asyncio.sleep(0.02)
+        view = await api.services.api.queries.get_task(task_id)
+        api.clock.advance(60)  # past RETRY_BACKOFF: the retry is due
+        promoter = asyncio.create_task(promote_forever(api))
+        try:
+            job = await wait_job(api, submitted.job_id)
+        finally:
+            promoter.cancel()
+
+    assert view.runs[0].error == "timed out after 0.1 s"
+    assert (job.job.status, calls) == ("completed", [1, 2])
+
+
+async def test_the_worker_registers_its_kinds_over_http(api: Api) -> None:
+    async with working(api, runtime_with_handlers()):
+        async with asyncio.timeout(5):
+            while not (workers := await api.services.api.queries.list_workers(60.0)):
+                await asyncio.sleep(0.02)
+
+    assert workers[0].id == "http-worker"
+    assert workers[0].metadata["kinds"] == ["count", "refuse", "sum"]
+
+
+async def test_the_token_is_sent_as_a_bearer_header(api: Api) -> None:
+    seen: list[str | None] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            seen.append(dict(scope["headers"]).get(b"authorization", b"").decode() or None)
+        await api.app(scope, receive, send)
+
+    async with open_http_worker_services(
+        "http://dtq",
+        worker_id="w",
+        kinds=["count"],
+        lease_duration=3.0,
+        max_result_bytes=1024,
+        token="s3cret",
+        transport=httpx.ASGITransport(app=app),
+    ) as services:
+        await services.queue.pop_many(["default"], 0.0, 1)
+
+    assert seen == ["Bearer s3cret"]
+
+
+async def test_artifacts_go_through_the_orchestrator(api: Api) -> None:
+    runtime = Runtime(Options(poll_timeout=0.2, shutdown_grace=1.0))
+
+    @runtime.handler("store")
+    async def store(task: Task) -> Any:
+        return await task.artifacts.put(b"x" * 1000)
+
+    @runtime.handler("load")
+    async def load(task: Task) -> int:
+        chunks = [chunk async for chunk in await task.artifacts.open(task.parents["s"])]
+        return len(b"".join(chunks))
+
+    submitted = await api.services.api.submit.submit_job(
+        SubmitJob(
+            tasks=(TaskSpec(name="s", kind="store"), TaskSpec("l", "load", depends_on=("s",)))
+        )
+    )
+
+    async with working(api, runtime):
+        view = await wait_job(api, submitted.job_id)
+
+    by_name = {task.name: task for task in view.tasks}
+    assert view.job.status == "completed", [t.last_error for t in view.tasks]
+    assert by_name["s"].result["size"] == 1000
+    assert by_name["l"].result == 1000
+
+
+async def test_an_error_text_with_nul_is_still_recorded(api: Api) -> None:
+    runtime = Runtime(Options(poll_timeout=0.2, shutdown_grace=1.0))
+
+    @runtime.handler("nul")
+    async def nul(task: Task) -> None:
+        raise ValueError("bad\x00byte")
+
+    submitted = await api.services.api.submit.submit_job(
+        SubmitJob(tasks=(TaskSpec(name="n", kind="nul", max_attempts=1),))
+    )
+
+    async with working(api, runtime):
+        view = await wait_job(api, submitted.job_id)
+
+    assert view.job.status == "failed"
+    assert view.tasks[0].last_error == "ValueError: bad\\u0000byte"
+
+
+async def test_a_graceful_stop_hands_a_running_task_back_over_http(api: Api) -> None:
+    runtime = Runtime(Options(poll_timeout=0.2, shutdown_grace=0.1))
+    started = asyncio.Event()
+
+    @runtime.handler("long")
+    async def long(task: Task) -> None:
+        task.progress({"at": 1})
+        started.set()
+        await asyncio.sleep(30)
+
+    submitted = await api.services.api.submit.submit_job(
+        SubmitJob(tasks=(TaskSpec(name="l", kind="long"),))
+    )
+    [task_id] = submitted.task_ids.values()
+
+    async with working(api, runtime):
+        await asyncio.wait_for(started.wait(), timeout=10)
+
+    view = await api.services.api.queries.get_task(task_id)
+    assert (view.task.status, view.task.attempt, view.task.progress) == ("queued", 0, {"at": 1})
+    assert [(run.status, run.error) for run in view.runs] == [("dead", "worker shutting down")]
+    assert api.queue.ready_ids("default") == [task_id]  # pushed again at once
+
+
+async def test_a_cancel_stops_the_handler_over_http_and_nothing_is_reported(api: Api) -> None:
+    runtime = Runtime(Options(poll_timeout=0.2, shutdown_grace=1.0, lease_renew_every=0.1))
+    started, stopped = asyncio.Event(), asyncio.Event()
+
+    @runtime.handler("long")
+    async def long(task: Task) -> None:
+        started.set()
+        try:
+            await asyncio.sleep(30)
+        finally:
+            stopped.set()
+
+    submitted = await api.services.api.submit.submit_job(
+        SubmitJob(tasks=(TaskSpec(name="l", kind="long"),))
+    )
+    [task_id] = submitted.task_ids.values()
+
+    async with working(api, runtime):
+        await asyncio.wait_for(started.wait(), timeout=10)
+        await api.services.api.control.cancel_task(task_id)
+        await asyncio.wait_for(stopped.wait(), timeout=10)
+
+    view = await api.services.api.queries.get_task(task_id)
+    assert view.task.status == "cancelled"
+    assert [run.status for run in view.runs] == ["cancelled"]

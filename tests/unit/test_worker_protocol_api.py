@@ -1,0 +1,446 @@
+"""The HTTP worker protocol (issue 15 item 1) through the ASGI app on the memory adapters:
+claim (200/204/400), heartbeat, result, failure, replays, stale and foreign runs, kinds the
+worker did not list, and a client that disconnects during a held claim."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+from uuid import UUID, uuid4
+
+import pytest
+
+from dtq.application.commands import SubmitJob, TaskSpec
+from dtq.domain.errors import InvalidPayload
+from tests.unit.api_harness import Api, running_api
+
+W1 = {"X-Worker-Id": "w1"}
+
+
+@pytest.fixture
+async def api() -> AsyncIterator[Api]:
+    async with running_api() as running:
+        yield running
+
+
+async def submit(api: Api, kind: str = "echo", **fields: Any) -> str:
+    created = await api.client.post("/v1/tasks", json={"kind": kind, **fields})
+    assert created.status_code == 201, created.text
+    task_id: str = created.json()["task_id"]
+    return task_id
+
+
+async def submit_direct(api: Api) -> str:
+    """Submit through the service (the test client serves one request at a time)."""
+    result = await api.services.api.submit.submit_job(
+        SubmitJob(tasks=(TaskSpec(name="echo", kind="echo"),))
+    )
+    return str(result.task_ids["echo"])
+
+
+async def claim(api: Api, **fields: Any) -> Any:
+    body = {"worker_id": "w1", "kinds": ["echo"], "wait": "0s", **fields}
+    return await api.client.post("/v1/worker/claim", json=body)
+
+
+async def task(api: Api, task_id: str) -> Any:
+    return (await api.client.get(f"/v1/tasks/{task_id}")).json()
+
+
+async def test_claim_returns_the_task_running_with_its_run_lease_and_no_marker(api: Api) -> None:
+    task_id = await submit(api, payload={"n": 1})
+
+    response = await claim(api, max=10)
+
+    assert response.status_code == 200, response.text
+    [claimed] = response.json()["tasks"]
+    assert claimed["task_id"] == task_id
+    assert (claimed["kind"], claimed["payload"], claimed["attempt"]) == ("echo", {"n": 1}, 1)
+    assert (claimed["parents"], claimed["checkpoint"], claimed["timeout"]) == ({}, None, None)
+    stored = await task(api, task_id)
+    assert stored["status"] == "running"
+    assert stored["runs"][0]["id"] == claimed["run_id"]
+    assert stored["runs"][0]["worker_id"] == "w1"
+    lease = api.queue.get_lease(UUID(task_id))
+    assert lease is not None and str(lease.run_id) == claimed["run_id"]
+    assert not api.queue.has_marker(UUID(task_id))
+
+
+async def test_claim_answers_204_when_nothing_arrives_within_wait(api: Api) -> None:
+    response = await claim(api, wait="50ms")
+
+    assert (response.status_code, response.content) == (204, b"")
+
+
+async def test_claim_gives_parents_results_and_the_task_timeout(api: Api) -> None:
+    job = await api.client.post(
+        "/v1/jobs",
+        json={
+            "tasks": [
+                {"name": "a", "kind": "echo"},
+                {"name": "b", "kind": "echo", "depends_on": ["a"], "timeout": "90s"},
+            ]
+        },
+    )
+    assert job.status_code == 201
+    [first] = (await claim(api)).json()["tasks"]
+    done = await api.client.post(
+        f"/v1/worker/runs/{first['run_id']}/result", json={"result": {"x": 1}}, headers=W1
+    )
+    assert done.status_code == 200
+
+    [second] = (await claim(api)).json()["tasks"]
+
+    assert second["parents"] == {"a": {"x": 1}}
+    assert second["timeout"] == "1m30s"
+
+
+async def test_result_completes_the_task_and_a_replay_is_a_200_duplicate(api: Api) -> None:
+    task_id = await submit(api)
+    [claimed] = (await claim(api)).json()["tasks"]
+    url = f"/v1/worker/runs/{claimed['run_id']}/result"
+
+    first = await api.client.post(url, json={"result": [1, 2]}, headers=W1)
+    again = await api.client.post(url, json={"result": [1, 2]}, headers=W1)
+
+    assert (first.status_code, first.json()["outcome"]) == (200, "recorded")
+    assert (again.status_code, again.json()["outcome"]) == (200, "duplicate")
+    stored = await task(api, task_id)
+    assert (stored["status"], stored["result"]) == ("completed", [1, 2])
+    assert api.queue.get_lease(UUID(task_id)) is None
+
+
+async def test_failure_schedules_a_retry_and_a_permanent_one_fails_the_task(api: Api) -> None:
+    retried_id = await submit(api, max_attempts=3)
+    [retried] = (await claim(api)).json()["tasks"]
+    failure = await api.client.post(
+        f"/v1/worker/runs/{retried['run_id']}/failure", json={"error": "boom"}, headers=W1
+    )
+    permanent_id = await submit(api, max_attempts=3)
+    [permanent] = (await claim(api)).json()["tasks"]
+    final = await api.client.post(
+        f"/v1/worker/runs/{permanent['run_id']}/failure",
+        json={"error": "bad input", "permanent": True},
+        headers=W1,
+    )
+    replay = await api.client.post(
+        f"/v1/worker/runs/{permanent['run_id']}/failure",
+        json={"error": "bad input", "permanent": True},
+        headers=W1,
+    )
+
+    assert failure.status_code == 200
+    assert failure.json()["outcome"] == "recorded" and failure.json()["retry_at"] is not None
+    assert (await task(api, retried_id))["status"] == "queued"
+    assert (final.json()["outcome"], final.json()["retry_at"]) == ("recorded", None)
+    assert (replay.status_code, replay.json()["outcome"]) == (200, "duplicate")
+    stored = await task(api, permanent_id)
+    assert (stored["status"], stored["last_error"]) == ("failed", "bad input")
+
+
+async def test_a_report_on_a_reclaimed_run_is_409_stale_run_and_changes_nothing(api: Api) -> None:
+    task_id = await submit(api)
+    [claimed] = (await claim(api)).json()["tasks"]
+    remote = api.services.api.remote
+    held = await remote.load(UUID(claimed["run_id"]), "w1")
+    await api.services.worker.execution.hand_back(held, "test: run taken away")
+    run = f"/v1/worker/runs/{claimed['run_id']}"
+
+    result = await api.client.post(f"{run}/result", json={"result": 1}, headers=W1)
+    failure = await api.client.post(f"{run}/failure", json={"error": "x"}, headers=W1)
+    heartbeat = await api.client.post(f"{run}/heartbeat", json={}, headers=W1)
+
+    assert (result.status_code, result.json()["error"]["code"]) == (409, "stale_run")
+    assert (failure.status_code, failure.json()["error"]["code"]) == (409, "stale_run")
+    assert (heartbeat.status_code, heartbeat.json()["error"]["code"]) == (409, "lease_lost")
+    stored = await task(api, task_id)
+    assert (stored["status"], stored["result"], stored["attempt"]) == ("queued", None, 0)
+
+
+async def test_a_report_from_another_worker_id_is_409_and_changes_nothing(api: Api) -> None:
+    task_id = await submit(api)
+    [claimed] = (await claim(api)).json()["tasks"]
+    run = f"/v1/worker/runs/{claimed['run_id']}"
+    other = {"X-Worker-Id": "w2"}
+
+    result = await api.client.post(f"{run}/result", json={"result": 1}, headers=other)
+    heartbeat = await api.client.post(f"{run}/heartbeat", json={}, headers=other)
+
+    assert (result.status_code, result.json()["error"]["code"]) == (409, "run_not_owned")
+    assert (heartbeat.status_code, heartbeat.json()["error"]["code"]) == (409, "run_not_owned")
+    assert (await task(api, task_id))["status"] == "running"
+
+
+async def test_heartbeat_extends_the_lease_stores_progress_then_409_once_done(api: Api) -> None:
+    task_id = await submit(api)
+    [claimed] = (await claim(api)).json()["tasks"]
+    run = f"/v1/worker/runs/{claimed['run_id']}"
+    before = api.queue.get_lease(UUID(task_id))
+    api.clock.advance(5.0)
+
+    beat = await api.client.post(f"{run}/heartbeat", json={"progress": {"rows": 7}}, headers=W1)
+    after = api.queue.get_lease(UUID(task_id))
+    stored = await task(api, task_id)
+    await api.client.post(f"{run}/result", json={}, headers=W1)
+    late = await api.client.post(f"{run}/heartbeat", json={}, headers=W1)
+
+    assert beat.status_code == 200, beat.text
+    assert beat.json()["cancel"] is False
+    assert before is not None and after is not None and after.deadline_ms > before.deadline_ms
+    assert stored["progress"] == {"rows": 7}
+    assert (late.status_code, late.json()["error"]["code"]) == (409, "lease_lost")
+
+
+async def test_an_unknown_run_is_404_run_not_found(api: Api) -> None:
+    response = await api.client.post(
+        f"/v1/worker/runs/{uuid4()}/result", json={"result": 1}, headers=W1
+    )
+
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "run_not_found"
+
+
+async def test_an_unstorable_result_is_a_400_naming_result_and_the_run_stays_live(
+    api: Api,
+) -> None:
+    task_id = await submit(api)
+    [claimed] = (await claim(api)).json()["tasks"]
+    url = f"/v1/worker/runs/{claimed['run_id']}/result"
+
+    response = await api.client.post(url, json={"result": {"a": "x\u0000y"}}, headers=W1)
+
+    assert response.status_code == 400
+    assert response.json()["error"]["field"] == "result.a"
+    assert (await task(api, task_id))["status"] == "running"
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"max": 0}, "max"),
+        ({"max": 1000}, "max"),
+        ({"wait": "31s"}, "wait"),
+        ({"wait": "soon"}, "wait"),
+        ({"wait": "-1s"}, "wait"),
+        ({"kinds": []}, "kinds"),
+        ({"worker_id": ""}, "worker_id"),
+        ({"colour": "red"}, "colour"),
+    ],
+)
+async def test_bad_claims_are_400_naming_the_field(
+    api: Api, body: dict[str, Any], field: str
+) -> None:
+    response = await claim(api, **body)
+
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["field"] == field
+
+
+async def test_bad_run_requests_are_400_naming_the_field(api: Api) -> None:
+    bad_id = await api.client.post("/v1/worker/runs/nope/result", json={}, headers=W1)
+    no_worker = await api.client.post(f"/v1/worker/runs/{uuid4()}/result", json={})
+    nul_error = await api.client.post(
+        f"/v1/worker/runs/{uuid4()}/failure", json={"error": "a\u0000"}, headers=W1
+    )
+    unknown = await api.client.post(
+        f"/v1/worker/runs/{uuid4()}/heartbeat", json={"progres": 1}, headers=W1
+    )
+
+    assert (bad_id.status_code, bad_id.json()["error"]["field"]) == (400, "run_id")
+    assert (no_worker.status_code, no_worker.json()["error"]["field"]) == (400, "X-Worker-Id")
+    assert (nul_error.status_code, nul_error.json()["error"]["field"]) == (400, "error")
+    assert (unknown.status_code, unknown.json()["error"]["field"]) == (400, "progres")
+
+
+async def test_a_task_of_a_kind_the_worker_did_not_list_is_put_back_not_failed(api: Api) -> None:
+    task_id = await submit(api, kind="resize")
+
+    response = await claim(api, kinds=["echo"], wait="200ms")
+
+    assert response.status_code == 204
+    stored = await task(api, task_id)
+    assert (stored["status"], stored["runs"]) == ("queued", [])
+    assert api.queue.ready_ids("default") == [UUID(task_id)]
+    assert api.queue.has_marker(UUID(task_id))
+    taken = await claim(api, kinds=["resize"])
+    assert taken.json()["tasks"][0]["task_id"] == task_id
+
+
+async def test_registry_upserts_the_worker_row(api: Api) -> None:
+    response = await api.client.post(
+        "/v1/worker/registry",
+        json={"worker_id": "w1", "hostname": "box", "metadata": {"kinds": ["echo"]}},
+    )
+    listed = (await api.client.get("/v1/workers")).json()["workers"]
+
+    assert response.status_code == 204
+    assert [(w["id"], w["hostname"], w["metadata"]) for w in listed] == [
+        ("w1", "box", {"kinds": ["echo"]})
+    ]
+
+
+async def asgi_post(
+    api: Api, path: str, body: bytes, *, disconnect: asyncio.Event | None = None
+) -> tuple[int, bytes]:
+    """POST to the app on this event loop (the test client serves one request at a time, in
+    its own thread); ``disconnect`` set: the client hangs up."""
+    hang_up = asyncio.Event() if disconnect is None else disconnect
+    sent: list[dict[str, Any]] = []
+    delivered = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal delivered
+        if not delivered:
+            delivered = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await hang_up.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"content-type", b"application/json"), (b"host", b"test")],
+        "client": ("127.0.0.1", 1),
+        "server": ("test", 80),
+        "state": {},
+    }
+    await api.app(scope, receive, send)  # type: ignore[arg-type]
+    [status] = [m["status"] for m in sent if m["type"] == "http.response.start"]
+    content = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return status, content
+
+
+async def test_a_held_claim_is_served_by_a_task_submitted_meanwhile(api: Api) -> None:
+    body = b'{"worker_id": "w1", "kinds": ["echo"], "wait": "5s"}'
+    held = asyncio.ensure_future(asgi_post(api, "/v1/worker/claim", body))
+    await asyncio.sleep(0.05)
+    task_id = await submit_direct(api)
+
+    status, content = await asyncio.wait_for(held, timeout=5)
+
+    assert status == 200
+    assert json.loads(content)["tasks"][0]["task_id"] == task_id
+
+
+async def test_a_client_that_disconnects_during_a_held_claim_strands_nothing(api: Api) -> None:
+    """The client hangs up while the claim is held; a task submitted during the hold is popped
+    by it and must go back to the ready list unclaimed."""
+    body = b'{"worker_id": "w1", "kinds": ["echo"], "wait": "1s"}'
+    disconnected = asyncio.Event()
+    held = asyncio.ensure_future(asgi_post(api, "/v1/worker/claim", body, disconnect=disconnected))
+    await asyncio.sleep(0.1)
+    disconnected.set()
+    await asyncio.sleep(0.05)
+    task_id = await submit_direct(api)  # popped by the hold after its client left
+
+    status, _ = await asyncio.wait_for(held, timeout=5)
+
+    stored = await task(api, task_id)
+    assert (stored["status"], stored["runs"]) == ("queued", [])
+    assert api.queue.ready_ids("default") == [UUID(task_id)]
+    assert api.queue.has_marker(UUID(task_id))
+    assert status == 204
+
+
+async def test_release_hands_the_task_back_at_once_without_charging_a_retry(api: Api) -> None:
+    task_id = await submit(api)
+    [claimed] = (await claim(api)).json()["tasks"]
+    url = f"/v1/worker/runs/{claimed['run_id']}/release"
+
+    released = await api.client.post(url, json={"progress": {"page": 3}}, headers=W1)
+    again = await api.client.post(url, json={}, headers=W1)
+
+    assert (released.status_code, released.json()["outcome"]) == (200, "recorded")
+    assert (again.status_code, again.json()["error"]["code"]) == (409, "stale_run")
+    stored = await task(api, task_id)
+    assert (stored["status"], stored["attempt"], stored["progress"]) == ("queued", 0, {"page": 3})
+    [reclaimed] = (await claim(api)).json()["tasks"]
+    assert (reclaimed["attempt"], reclaimed["checkpoint"]) == (1, {"page": 3})
+
+
+async def test_a_failure_writes_its_progress_as_the_retry_checkpoint(api: Api) -> None:
+    await submit(api, max_attempts=2, retry={"delay": "0s"})
+    [claimed] = (await claim(api)).json()["tasks"]
+
+    await api.client.post(
+        f"/v1/worker/runs/{claimed['run_id']}/failure",
+        json={"error": "flaky", "progress": {"done": 5}},
+        headers=W1,
+    )
+    stored = await task(api, claimed["task_id"])
+
+    assert (stored["status"], stored["progress"]) == ("queued", {"done": 5})
+
+
+async def test_batched_results_answer_per_report_in_one_request(api: Api) -> None:
+    first, second = await submit(api), await submit(api)
+    claimed = (await claim(api, max=2)).json()["tasks"]
+    by_task = {t["task_id"]: t["run_id"] for t in claimed}
+    remote = api.services.api.remote
+    held = await remote.load(UUID(by_task[second]), "w1")
+    await api.services.worker.execution.hand_back(held, "test: run taken away")
+    reports = [
+        {"run_id": by_task[first], "result": {"n": 1}, "progress": "last"},
+        {"run_id": by_task[second], "result": 2},
+        {"run_id": str(uuid4())},
+    ]
+
+    response = await api.client.post("/v1/worker/results", json={"reports": reports}, headers=W1)
+    replay = await api.client.post("/v1/worker/results", json={"reports": reports[:1]}, headers=W1)
+    foreign = await api.client.post(
+        "/v1/worker/results", json={"reports": reports[:1]}, headers={"X-Worker-Id": "w2"}
+    )
+    bad = await api.client.post(
+        "/v1/worker/results",
+        json={"reports": [{"run_id": by_task[first], "result": "a\u0000"}]},
+        headers=W1,
+    )
+
+    assert response.json()["outcomes"] == ["recorded", "stale_run", "run_not_found"]
+    assert replay.json()["outcomes"] == ["duplicate"]
+    assert foreign.json()["outcomes"] == ["run_not_owned"]
+    assert (bad.status_code, bad.json()["error"]["field"]) == (400, "reports[0].result")
+    done = await task(api, first)
+    assert (done["status"], done["result"], done["progress"]) == ("completed", {"n": 1}, "last")
+    assert (await task(api, second))["status"] == "queued"
+
+
+async def test_registry_metadata_that_cannot_be_stored_is_a_400(api: Api) -> None:
+    nul = await api.client.post(
+        "/v1/worker/registry", json={"worker_id": "w1", "metadata": {"k": "a\u0000"}}
+    )
+    with pytest.raises(InvalidPayload) as big:  # past this harness's 64 KiB body limit
+        await api.services.api.remote.register("w1", None, {"k": "x" * 70_000})
+
+    assert (nul.status_code, nul.json()["error"]["field"]) == (400, "metadata.k")
+    assert big.value.field == "metadata"
+    assert (await api.client.get("/v1/workers")).json()["workers"] == []
+
+
+async def test_a_cancelled_running_task_answers_cancel_true_and_refuses_its_report(
+    api: Api,
+) -> None:
+    task_id = await submit(api)
+    [claimed] = (await claim(api)).json()["tasks"]
+    run = f"/v1/worker/runs/{claimed['run_id']}"
+
+    cancelled = await api.client.post(f"/v1/tasks/{task_id}/cancel")
+    beat = await api.client.post(f"{run}/heartbeat", json={}, headers=W1)
+    result = await api.client.post(f"{run}/result", json={"result": 1}, headers=W1)
+
+    assert cancelled.status_code == 200, cancelled.text
+    assert (beat.status_code, beat.json()["cancel"]) == (200, True)
+    assert (result.status_code, result.json()["error"]["code"]) == (409, "stale_run")
+    assert (await task(api, task_id))["status"] == "cancelled"
