@@ -97,6 +97,7 @@ def memory_services() -> tuple[ApiServices, str]:
             registry=WorkerRegistryService(store=store),
         ),
         events=EventService(store=store),
+        inspector=queue.inspector(),
     )
     return services, created.secret
 

@@ -3,6 +3,7 @@ listings (issue 14 item 5), recent workers (spec §7)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import timedelta
 from uuid import UUID
 
@@ -17,9 +18,28 @@ from dtq.application.filters import (
     task_keyset,
 )
 from dtq.application.ports import Store, Transaction
-from dtq.domain.entities import Worker
+from dtq.domain.entities import Job, Task, Worker
 from dtq.domain.errors import JobNotFound, TaskNotFound, ValidationError
 from dtq.domain.status import TaskStatus
+
+
+@dataclass(frozen=True, slots=True)
+class JobGraph:
+    """A job's dependency graph for drawing (the dashboard's job page, issue 16 item 3).
+
+    Attributes:
+        job: the job.
+        counts: its tasks per status (every status, 0 when none).
+        tasks: every task in submission order; None when the job has more than the
+            ``max_tasks`` asked for (the graph is then not read at all).
+        edges: ``(depends_on_task_id, task_id)`` pairs among ``tasks``; empty when ``tasks``
+            is None.
+    """
+
+    job: Job
+    counts: dict[TaskStatus, int]
+    tasks: list[Task] | None
+    edges: list[tuple[UUID, UUID]]
 
 
 class QueryService:
@@ -74,6 +94,33 @@ class QueryService:
             tasks = tasks[:limit]
             next_after = (tasks[-1].position, tasks[-1].id) if more else None
             return JobView(job=job, tasks=tasks, counts=counts, next_after=next_after)
+
+        return await self._store.run(read)
+
+    async def job_graph(self, job_id: UUID, *, max_tasks: int) -> JobGraph:
+        """The job, its counts per status and, when it has at most ``max_tasks`` tasks, every
+        task and every dependency edge between them (one transaction: a count by status on the
+        job's index, then one range read of its tasks and one statement for the edges). A
+        larger job reads only the counts, so the cost stays bounded by ``max_tasks``.
+
+        Raises:
+            JobNotFound: unknown id.
+            ValidationError: ``max_tasks`` below 1 (field ``max_tasks``).
+        """
+        if max_tasks < 1:
+            raise ValidationError("max_tasks must be at least 1", field="max_tasks")
+
+        async def read(tx: Transaction) -> JobGraph:
+            job = await tx.jobs.get(job_id)
+            if job is None:
+                raise JobNotFound(f"job {job_id} not found", field="id")
+            found = await tx.tasks.count_by_status(job_id)
+            counts = {status: found.get(status, 0) for status in TaskStatus}
+            if sum(counts.values()) > max_tasks:
+                return JobGraph(job=job, counts=counts, tasks=None, edges=[])
+            tasks = await tx.tasks.list_by_job(job_id)
+            edges = await tx.tasks.dependents_many([t.id for t in tasks]) if tasks else []
+            return JobGraph(job=job, counts=counts, tasks=tasks, edges=edges)
 
         return await self._store.run(read)
 

@@ -24,7 +24,7 @@ from dtq.application.execution import ExecutionService
 from dtq.application.explain import ExplainService
 from dtq.application.fleet import FleetService
 from dtq.application.health import HealthService
-from dtq.application.ports import Queue, Store
+from dtq.application.ports import Queue, QueueInspector, Store
 from dtq.application.queries import QueryService
 from dtq.application.reconcile import ReconcileService
 from dtq.application.registry import WorkerRegistryService
@@ -53,6 +53,8 @@ class ApiServices:
         bulk: bulk cancel and retry by filter and their background operations
             (``/v1/tasks/cancel|retry``, ``/v1/operations/{id}``; issue 14 item 6).
         events: the transition outbox's stream (``GET /v1/events``, issue 16 item 1).
+        inspector: the read-only queue view; the dashboard reads the ready lists' depths with it
+            (issue 16 item 3).
     """
 
     submit: SubmitService
@@ -66,6 +68,7 @@ class ApiServices:
     remote: RemoteWorkerService
     bulk: BulkService
     events: EventService
+    inspector: QueueInspector
 
 
 @dataclass(frozen=True, slots=True)

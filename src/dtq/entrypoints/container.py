@@ -288,6 +288,7 @@ class Container(containers.DeclarativeContainer):
         remote=remote,
         bulk=bulk,
         events=events,
+        inspector=inspector,
     )
     worker_services = providers.Factory(
         WorkerServices, execution=execution, registry=registry, queue=queue, artifacts=artifacts

@@ -38,6 +38,7 @@ from dtq.entrypoints.api.worker_protocol import WorkerProtocolController
 from dtq.entrypoints.api.workers import WorkerController
 from dtq.entrypoints.bundles import ApiServices
 from dtq.entrypoints.config import Settings
+from dtq.entrypoints.dashboard import dashboard_routes, template_config
 from dtq.entrypoints.metrics import OrchestratorMetrics
 
 
@@ -129,8 +130,9 @@ def create_app(
     item 7), the HTTP worker protocol under ``/v1/worker`` (issue 15 item 1: claim, run
     heartbeat/result/failure/release, batched results, registry), ``POST /v1/tasks/cancel|retry``
     and ``GET /v1/operations/{id}`` (issue 14 item 6), ``GET /v1/events``
-    (issue 16 item 1: Server-Sent Events), and the OpenAPI
-    document under ``/schema`` (``/schema/openapi.json``).
+    (issue 16 item 1: Server-Sent Events), the OpenAPI document under ``/schema``
+    (``/schema/openapi.json``) and the dashboard under ``/ui`` (:mod:`dtq.entrypoints.dashboard`,
+    issue 16 item 3; not in ``/schema``).
 
     Args:
         services: the API's bundle (``submit``, ``queries``, ``health``).
@@ -163,8 +165,10 @@ def create_app(
             BulkController,
             OperationController,
             EventController,
+            *dashboard_routes(services, tokens_on=tokens_on),
         ],
         on_shutdown=[services.bulk.aclose],
+        template_config=template_config(),
         dependencies=_dependencies(services, settings, metrics, registry),
         exception_handlers=EXCEPTION_HANDLERS,
         guards=guards,

@@ -1,0 +1,137 @@
+"""The dashboard's writes (issue 16 item 3): retry and cancel (``admin`` scope, CSRF-checked
+by the gate), and the login and logout of ``API_AUTH=tokens``.
+
+Each action is a ``POST`` of an HTML form and answers ``303`` to the form's ``next`` field
+(a ``/ui`` path; anything else falls back to the task's or job's page). A refusal of the
+control service (retry of a task that is not failed, cancel of a finished one) is its usual
+4xx, rendered as the dashboard's error page.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Controller, Request, Response, get, post
+from litestar.di import NamedDependency
+from litestar.params import FromQuery as Query
+from litestar.response import Redirect, Template
+
+from dtq.application.control import ControlService
+from dtq.application.tokens import TokenService
+from dtq.domain.tokens import Scope, Unauthenticated
+from dtq.entrypoints.api.params import ResourceId, parse_id
+from dtq.entrypoints.dashboard.gate import LOGIN_PATH, safe_next
+from dtq.entrypoints.dashboard.sessions import COOKIE, SessionStore
+
+
+async def _next(request: Request[Any, Any, Any], default: str) -> Redirect:
+    form = await request.form()
+    return Redirect(safe_next(form.get("next"), default), status_code=303)
+
+
+class ActionsController(Controller):
+    """``POST /ui/tasks/{id}/retry|cancel``, ``POST /ui/jobs/{id}/cancel``."""
+
+    path = "/ui"
+    include_in_schema = False
+
+    @post("/tasks/{id:str}/retry", status_code=303)
+    async def retry_task(
+        self,
+        request: Request[Any, Any, Any],
+        control: NamedDependency[ControlService],
+        id: ResourceId,
+    ) -> Redirect:
+        """Retry a failed task with a fresh budget (``ControlService.retry_task``)."""
+        task_id = parse_id(id)
+        await control.retry_task(task_id)
+        return await _next(request, f"/ui/tasks/{task_id}")
+
+    @post("/tasks/{id:str}/cancel", status_code=303)
+    async def cancel_task(
+        self,
+        request: Request[Any, Any, Any],
+        control: NamedDependency[ControlService],
+        id: ResourceId,
+    ) -> Redirect:
+        """Cancel a task (``ControlService.cancel_task``)."""
+        task_id = parse_id(id)
+        await control.cancel_task(task_id)
+        return await _next(request, f"/ui/tasks/{task_id}")
+
+    @post("/jobs/{id:str}/cancel", status_code=303)
+    async def cancel_job(
+        self,
+        request: Request[Any, Any, Any],
+        control: NamedDependency[ControlService],
+        id: ResourceId,
+    ) -> Redirect:
+        """Cancel every unfinished task of a job (``ControlService.cancel_job``)."""
+        job_id = parse_id(id)
+        await control.cancel_job(job_id)
+        return await _next(request, f"/ui/jobs/{job_id}")
+
+    @post("/logout", status_code=303, opt={"dashboard_scope": Scope.READ.value})
+    async def logout(
+        self, request: Request[Any, Any, Any], sessions: NamedDependency[SessionStore]
+    ) -> Redirect:
+        """End the session and forget its cookie."""
+        sessions.drop(request.cookies.get(COOKIE))
+        response = Redirect(LOGIN_PATH, status_code=303)
+        response.delete_cookie(COOKIE, path="/ui")
+        return response
+
+
+class LoginController(Controller):
+    """``GET``/``POST /ui/login``: open to everyone (the gate does not run here)."""
+
+    path = LOGIN_PATH
+    include_in_schema = False
+
+    @get("/")
+    async def form(self, next: Query[str | None] = None) -> Template:
+        """The login form."""
+        return Template(
+            template_name="login.html", context={"next": safe_next(next), "error": None}
+        )
+
+    @post("/", status_code=303)
+    async def login(
+        self,
+        request: Request[Any, Any, Any],
+        tokens: NamedDependency[TokenService],
+        sessions: NamedDependency[SessionStore],
+    ) -> Response[Any]:
+        """Check the posted ``token`` (it needs the ``read`` scope), open a session and set
+        its cookie (HttpOnly, SameSite=Strict, Secure over https, path ``/ui``); a token that
+        does not authenticate renders the form again with 401."""
+        form = await request.form()
+        target = safe_next(form.get("next"))
+        secret = form.get("token")
+        secret = secret.strip() if isinstance(secret, str) else None
+        try:
+            principal = await tokens.authenticate(secret)
+        except Unauthenticated:
+            principal = None
+        if principal is None or Scope.READ not in principal.scopes:
+            message = (
+                "That token does not authenticate."
+                if principal is None
+                else "That token lacks the 'read' scope the dashboard needs."
+            )
+            return Template(
+                template_name="login.html",
+                context={"next": target, "error": message},
+                status_code=401 if principal is None else 403,
+            )
+        sid, _ = sessions.create(secret or "")
+        response = Redirect(target, status_code=303)
+        response.set_cookie(
+            COOKIE,
+            sid,
+            path="/ui",
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+        )
+        return response

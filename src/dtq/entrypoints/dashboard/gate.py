@@ -1,0 +1,112 @@
+"""Who may see the dashboard (issue 16 item 3): the login check and the CSRF check of every
+``/ui`` route except the login page and the static files.
+
+With ``API_AUTH=tokens`` a request needs the ``dtq_session`` cookie of a live session
+(:mod:`~dtq.entrypoints.dashboard.sessions`) whose token still authenticates and holds the
+route's scope: ``read`` for a page, ``admin`` for an action (a handler may name another in
+``opt["dashboard_scope"]``: logout needs only a session). No session: a page answers ``303``
+to ``/ui/login?next=<path>`` (an htmx request: ``401`` with ``HX-Redirect``), an action ``401``.
+A missing scope: ``403``. With ``API_AUTH=none`` nobody logs in.
+
+Every ``POST`` must carry the form field ``csrf`` equal to the session's CSRF token (with
+``API_AUTH=none``: the process's own, random at start), else ``403``; together with the
+cookie's ``SameSite=Strict`` that makes the actions CSRF-safe.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+from urllib.parse import quote
+
+from litestar import Request, Response
+from litestar.response import Redirect, Template
+
+from dtq.application.tokens import Principal, TokenService
+from dtq.domain.tokens import Scope, Unauthenticated
+from dtq.entrypoints.dashboard.sessions import COOKIE, SessionStore, csrf_matches
+
+#: Where the login page lives.
+LOGIN_PATH = "/ui/login"
+
+
+def safe_next(value: object, default: str = "/ui") -> str:
+    """A redirect target inside the dashboard: ``value`` when it is a ``/ui`` path, else
+    ``default`` (never another host: no ``//``, no scheme, no backslash)."""
+    if not isinstance(value, str) or not (value == "/ui" or value.startswith("/ui/")):
+        return default
+    if "//" in value or "\\" in value or any(ord(c) < 32 for c in value):
+        return default
+    return value
+
+
+def error_page(status: int, title: str, message: str) -> Template:
+    """The dashboard's HTML error page (``error.html``) with ``status``."""
+    return Template(
+        template_name="error.html",
+        context={"title": title, "message": message, "status": status},
+        status_code=status,
+    )
+
+
+class Gate:
+    """The ``before_request`` hook of the protected ``/ui`` routes.
+
+    Args:
+        tokens: checks the session's token on every request.
+        sessions: the process's sessions.
+        tokens_on: ``API_AUTH=tokens``.
+    """
+
+    def __init__(self, *, tokens: TokenService, sessions: SessionStore, tokens_on: bool) -> None:
+        self.tokens = tokens
+        self.sessions = sessions
+        self.tokens_on = tokens_on
+        self.anonymous_csrf = secrets.token_urlsafe(32)
+
+    async def __call__(self, request: Request[Any, Any, Any]) -> Response[Any] | None:
+        """None lets the request through (with ``request.state.csrf`` and, with tokens,
+        ``request.state.principal`` set); a response refuses it."""
+        opt = request.route_handler.opt
+        needed = Scope(opt.get("dashboard_scope", "admin" if request.method == "POST" else "read"))
+        request.state.principal = None
+        if self.tokens_on:
+            refused = await self._authenticate(request, needed)
+            if refused is not None:
+                return refused
+        else:
+            request.state.csrf = self.anonymous_csrf
+        if request.method == "POST":
+            form = await request.form()
+            if not csrf_matches(request.state.csrf, form.get("csrf")):
+                return error_page(403, "Forbidden", "The form's CSRF token is missing or stale.")
+        return None
+
+    async def _authenticate(
+        self, request: Request[Any, Any, Any], needed: Scope
+    ) -> Response[Any] | None:
+        sid = request.cookies.get(COOKIE)
+        session = self.sessions.get(sid)
+        principal: Principal | None = None
+        if session is not None:
+            try:
+                principal = await self.tokens.authenticate(session.secret)
+            except Unauthenticated:
+                self.sessions.drop(sid)
+        if session is None or principal is None:
+            return self._to_login(request)
+        if needed not in principal.scopes:
+            return error_page(
+                403, "Forbidden", f"This needs a token with the {needed.value!r} scope."
+            )
+        request.state.csrf = session.csrf
+        request.state.principal = principal
+        return None
+
+    def _to_login(self, request: Request[Any, Any, Any]) -> Response[Any]:
+        target = f"{LOGIN_PATH}?next={quote(safe_next(request.url.path))}"
+        if request.method != "GET":
+            return error_page(401, "Log in first", "Your session has ended; log in again.")
+        if request.headers.get("hx-request"):
+            return Response(b"", status_code=401, headers={"HX-Redirect": target})
+        return Redirect(target, status_code=303)
