@@ -13,13 +13,23 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import msgspec
 
 from dtq.client.errors import ApiError, error_for
 
 T = TypeVar("T")
+
+
+class Paged(Protocol):
+    """A page of a keyset-paged route: its ``next_cursor`` (None on the last page)."""
+
+    @property
+    def next_cursor(self) -> str | None: ...
+
+
+P = TypeVar("P", bound=Paged)
 
 #: Statuses a call is retried on (when the server says so with Retry-After, or by backoff).
 RETRY_STATUSES = frozenset({429, 503})
@@ -127,3 +137,15 @@ def finished(job: Any) -> bool:
     if str(job.status) not in _TERMINAL:
         return False
     return all(n == 0 for status, n in job.counts.items() if status not in _TERMINAL)
+
+
+@dataclass(frozen=True, slots=True)
+class _Pages(Generic[P]):
+    """How to ask for one page of a keyset-paged route, given the cursor (None: the first)."""
+
+    call: Callable[[str | None], Call[P]]
+
+
+def pages(call: Callable[[str | None], Call[P]]) -> _Pages[P]:
+    """The pages of a route, for ``Client._follow`` / ``AsyncClient._follow``."""
+    return _Pages(call)

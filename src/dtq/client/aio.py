@@ -15,7 +15,8 @@ import httpx
 import msgspec
 
 from dtq.client import _api
-from dtq.client._calls import RETRY_STATUSES, Call, finished, outcome, retry_wait
+from dtq.client._calls import RETRY_STATUSES, Call, P, _Pages, finished, outcome, retry_wait
+from dtq.client._calls import pages as _pages
 from dtq.client.config import ClientConfig
 from dtq.client.errors import TransportError, WaitTimeout
 from dtq.client.jobs import JobBuilder
@@ -109,6 +110,16 @@ class AsyncClient:
                 continue
             return outcome(call, response.status_code, response.content)
 
+    async def _follow(self, pages: _Pages[P]) -> AsyncIterator[P]:
+        """Send each page's call, the next built from the previous page's ``next_cursor``."""
+        cursor: str | None = None
+        while True:
+            page = await self.send(pages.call(cursor))
+            yield page
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
     # -- submit ---------------------------------------------------------------------------------
 
     async def submit_task(
@@ -188,25 +199,21 @@ class AsyncClient:
         page_size: int = 100,
     ) -> AsyncIterator[TaskSummaryBody]:
         """``GET /v1/tasks``: every matching task, newest first, fetched a page at a time."""
-        cursor: str | None = None
-        while True:
-            page = await self.send(
-                _api.list_tasks_page(
-                    status=status,
-                    kind=kind,
-                    job_id=job_id,
-                    priority=priority,
-                    since=since,
-                    until=until,
-                    limit=page_size,
-                    cursor=cursor,
-                )
+        pages = _pages(
+            lambda cursor: _api.list_tasks_page(
+                status=status,
+                kind=kind,
+                job_id=job_id,
+                priority=priority,
+                since=since,
+                until=until,
+                limit=page_size,
+                cursor=cursor,
             )
+        )
+        async for page in self._follow(pages):
             for item in page.tasks:
                 yield item
-            if page.next_cursor is None:
-                return
-            cursor = page.next_cursor
 
     async def list_jobs(
         self,
@@ -218,23 +225,14 @@ class AsyncClient:
         page_size: int = 100,
     ) -> AsyncIterator[JobSummaryBody]:
         """``GET /v1/jobs``: every matching job, newest first, fetched a page at a time."""
-        cursor: str | None = None
-        while True:
-            page = await self.send(
-                _api.list_jobs_page(
-                    status=status,
-                    name=name,
-                    since=since,
-                    until=until,
-                    limit=page_size,
-                    cursor=cursor,
-                )
+        pages = _pages(
+            lambda cursor: _api.list_jobs_page(
+                status=status, name=name, since=since, until=until, limit=page_size, cursor=cursor
             )
+        )
+        async for page in self._follow(pages):
             for job in page.jobs:
                 yield job
-            if page.next_cursor is None:
-                return
-            cursor = page.next_cursor
 
     # -- read -----------------------------------------------------------------------------------
 
@@ -253,14 +251,10 @@ class AsyncClient:
         self, job_id: UUID | str, *, page_size: int = 500
     ) -> AsyncIterator[TaskResultBody]:
         """Every task result of the job in submission order, fetched a page at a time."""
-        cursor: str | None = None
-        while True:
-            page = await self.send(_api.results_page(job_id, limit=page_size, cursor=cursor))
+        pages = _pages(lambda cursor: _api.results_page(job_id, limit=page_size, cursor=cursor))
+        async for page in self._follow(pages):
             for result in page.results:
                 yield result
-            if page.next_cursor is None:
-                return
-            cursor = page.next_cursor
 
     async def results(self, job_id: UUID | str) -> dict[str, Any]:
         """The job's results as task name -> result (None for a task not completed)."""

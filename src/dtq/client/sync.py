@@ -13,7 +13,8 @@ import httpx
 import msgspec
 
 from dtq.client import _api
-from dtq.client._calls import RETRY_STATUSES, Call, finished, outcome, retry_wait
+from dtq.client._calls import RETRY_STATUSES, Call, P, _Pages, finished, outcome, retry_wait
+from dtq.client._calls import pages as _pages
 from dtq.client.config import ClientConfig
 from dtq.client.errors import TransportError, WaitTimeout
 from dtq.client.jobs import JobBuilder
@@ -107,6 +108,16 @@ class Client:
                 continue
             return outcome(call, response.status_code, response.content)
 
+    def _follow(self, pages: _Pages[P]) -> Iterator[P]:
+        """Send each page's call, the next built from the previous page's ``next_cursor``."""
+        cursor: str | None = None
+        while True:
+            page = self.send(pages.call(cursor))
+            yield page
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
     # -- submit ---------------------------------------------------------------------------------
 
     def submit_task(
@@ -186,24 +197,20 @@ class Client:
         page_size: int = 100,
     ) -> Iterator[TaskSummaryBody]:
         """``GET /v1/tasks``: every matching task, newest first, fetched a page at a time."""
-        cursor: str | None = None
-        while True:
-            page = self.send(
-                _api.list_tasks_page(
-                    status=status,
-                    kind=kind,
-                    job_id=job_id,
-                    priority=priority,
-                    since=since,
-                    until=until,
-                    limit=page_size,
-                    cursor=cursor,
-                )
+        pages = _pages(
+            lambda cursor: _api.list_tasks_page(
+                status=status,
+                kind=kind,
+                job_id=job_id,
+                priority=priority,
+                since=since,
+                until=until,
+                limit=page_size,
+                cursor=cursor,
             )
+        )
+        for page in self._follow(pages):
             yield from page.tasks
-            if page.next_cursor is None:
-                return
-            cursor = page.next_cursor
 
     def list_jobs(
         self,
@@ -215,22 +222,13 @@ class Client:
         page_size: int = 100,
     ) -> Iterator[JobSummaryBody]:
         """``GET /v1/jobs``: every matching job, newest first, fetched a page at a time."""
-        cursor: str | None = None
-        while True:
-            page = self.send(
-                _api.list_jobs_page(
-                    status=status,
-                    name=name,
-                    since=since,
-                    until=until,
-                    limit=page_size,
-                    cursor=cursor,
-                )
+        pages = _pages(
+            lambda cursor: _api.list_jobs_page(
+                status=status, name=name, since=since, until=until, limit=page_size, cursor=cursor
             )
+        )
+        for page in self._follow(pages):
             yield from page.jobs
-            if page.next_cursor is None:
-                return
-            cursor = page.next_cursor
 
     # -- read -----------------------------------------------------------------------------------
 
@@ -247,13 +245,9 @@ class Client:
 
     def iter_results(self, job_id: UUID | str, *, page_size: int = 500) -> Iterator[TaskResultBody]:
         """Every task result of the job in submission order, fetched a page at a time."""
-        cursor: str | None = None
-        while True:
-            page = self.send(_api.results_page(job_id, limit=page_size, cursor=cursor))
+        pages = _pages(lambda cursor: _api.results_page(job_id, limit=page_size, cursor=cursor))
+        for page in self._follow(pages):
             yield from page.results
-            if page.next_cursor is None:
-                return
-            cursor = page.next_cursor
 
     def results(self, job_id: UUID | str) -> dict[str, Any]:
         """The job's results as task name -> result (None for a task not completed)."""

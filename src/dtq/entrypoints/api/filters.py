@@ -24,8 +24,10 @@ import re
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from typing import TypeVar
+from typing import Annotated, TypeVar
 from uuid import UUID
+
+from litestar.params import QueryParameter
 
 from dtq.application.filters import (
     DEFAULT_LIST_LIMIT,
@@ -38,6 +40,20 @@ from dtq.application.filters import (
 from dtq.domain.errors import ValidationError
 from dtq.domain.status import JobStatus, TaskStatus
 from dtq.entrypoints.api.schemas import JOB_NAME_PATTERN, NAME_PATTERN, PRIORITY_PATTERN
+
+#: The listing routes' shared query parameters (``GET /v1/tasks``, ``GET /v1/jobs``), checked
+#: by the parsers below (so a bad value is a 400 naming the parameter, not litestar's own).
+Since = Annotated[
+    str | None, QueryParameter(description="created_at at or after this RFC 3339 time (offset)")
+]
+Until = Annotated[
+    str | None, QueryParameter(description="created_at before this RFC 3339 time (offset)")
+]
+ListLimit = Annotated[str | None, QueryParameter(description="Page size, 1..500 (default 50)")]
+ListCursor = Annotated[
+    str | None,
+    QueryParameter(description="The next_cursor of the previous page; absent: first"),
+]
 
 #: The query parameters each listing route accepts; any other name is a 400 naming it, so a
 #: misspelt filter never silently lists everything.

@@ -136,21 +136,10 @@ class JobController(Controller):
             ),
         ] = None,
         name: Annotated[str | None, QueryParameter(description="Exactly this job name")] = None,
-        since: Annotated[
-            str | None,
-            QueryParameter(description="created_at at or after this RFC 3339 time (offset)"),
-        ] = None,
-        until: Annotated[
-            str | None,
-            QueryParameter(description="created_at before this RFC 3339 time (offset)"),
-        ] = None,
-        limit: Annotated[
-            str | None, QueryParameter(description="Page size, 1..500 (default 50)")
-        ] = None,
-        cursor: Annotated[
-            str | None,
-            QueryParameter(description="The next_cursor of the previous page; absent: first"),
-        ] = None,
+        since: filters.Since = None,
+        until: filters.Until = None,
+        limit: filters.ListLimit = None,
+        cursor: filters.ListCursor = None,
     ) -> JobListBody:
         """Matching jobs newest first (``created_at``, then id), without their tasks;
         ``next_cursor`` is null on the last page. 400 names an unknown parameter or status, a

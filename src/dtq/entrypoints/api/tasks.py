@@ -156,21 +156,10 @@ class TaskController(Controller):
         priority: Annotated[
             str | None, QueryParameter(description="Exactly this priority tier")
         ] = None,
-        since: Annotated[
-            str | None,
-            QueryParameter(description="created_at at or after this RFC 3339 time (offset)"),
-        ] = None,
-        until: Annotated[
-            str | None,
-            QueryParameter(description="created_at before this RFC 3339 time (offset)"),
-        ] = None,
-        limit: Annotated[
-            str | None, QueryParameter(description="Page size, 1..500 (default 50)")
-        ] = None,
-        cursor: Annotated[
-            str | None,
-            QueryParameter(description="The next_cursor of the previous page; absent: first"),
-        ] = None,
+        since: filters.Since = None,
+        until: filters.Until = None,
+        limit: filters.ListLimit = None,
+        cursor: filters.ListCursor = None,
     ) -> TaskListBody:
         """Matching tasks newest first (``created_at``, then last submitted first), without
         ``payload``/``result``/``progress``/``runs``; ``next_cursor`` is null on the last page.
