@@ -103,6 +103,7 @@ async def serve(settings: Settings, *, backend: Backend, runtime: Runtime | None
     from dtq.entrypoints.container import open_services
     from dtq.entrypoints.metrics import OrchestratorMetrics, WorkerMetrics, new_registry
     from dtq.entrypoints.reconciler import Reconciler
+    from dtq.entrypoints.webhooks import WebhookLoop
     from dtq.entrypoints.worker.runtime import stop_on_signals
 
     host, port = listen_address(settings.orchestrator_listen)
@@ -149,6 +150,9 @@ async def serve(settings: Settings, *, backend: Backend, runtime: Runtime | None
             async with asyncio.TaskGroup() as group:
                 group.create_task(_serve_http(server, stop), name="dtq-http")
                 group.create_task(reconciler.run(stop), name="dtq-reconciler")
+                group.create_task(
+                    WebhookLoop(services.reconciler.webhooks).run(stop), name="dtq-webhooks"
+                )
                 if runtime is not None:
                     from dtq.entrypoints.cli.dev import announce
 
