@@ -70,6 +70,9 @@ class RefusingSender:
     async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> int:
         raise DeliveryFailed("the fuzz run sends nothing")
 
+    async def aclose(self) -> None:
+        return None
+
 
 def memory_services() -> tuple[ApiServices, str]:
     """The API's services on fresh memory adapters, and the secret of a token with every scope

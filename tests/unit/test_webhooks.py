@@ -49,6 +49,9 @@ class Receiver:
             raise DeliveryFailed("connection refused")
         return status
 
+    async def aclose(self) -> None:
+        return None
+
     def types(self) -> list[str]:
         return [json.loads(body)["type"] for _, body, _ in self.requests]
 
@@ -83,7 +86,7 @@ async def drain(hooks: WebhookService, webhook_id: UUID, steps: int = 50) -> Non
     raise AssertionError("never caught up")
 
 
-# --- domain ---------------------------------------------------------------------------------------
+# --- domain -------------------------------------------------------------------------------------
 
 
 def test_the_signature_is_the_hmac_sha256_of_timestamp_dot_body() -> None:
@@ -122,7 +125,7 @@ def test_backoff_doubles_from_the_first_delay_up_to_the_cap_within_its_jitter_ba
         (check_secret, "x" * 257, "secret"),
     ],
 )
-def test_bad_webhooks_are_refused_naming_the_field(check, value, field_name) -> None:  # type: ignore[no-untyped-def]
+def test_bad_webhooks_are_refused_naming_the_field(check, value, field_name) -> None:
     with pytest.raises(InvalidWebhook) as caught:
         check(value)
 
@@ -141,7 +144,7 @@ def test_good_values_pass_and_event_types_are_deduplicated() -> None:
     assert check_secret("x" * 16) == "x" * 16 and check_secret("x" * 256) == "x" * 256
 
 
-# --- delivery ---------------------------------------------------------------------------------------
+# --- delivery -----------------------------------------------------------------------------------
 
 
 async def test_only_subscribed_events_are_sent_in_order_signed_and_to_the_url(app: App) -> None:
@@ -179,9 +182,11 @@ async def test_a_failing_receiver_is_retried_with_backoff_and_gets_every_event_i
     )
     await run_job(app)
 
-    delays = []
+    delays: list[float] = []
     for expected_attempts in (1, 2, 3):
-        delays.append(await hooks.deliver_next(hook.id))
+        delay = await hooks.deliver_next(hook.id)
+        assert delay is not None
+        delays.append(delay)
         state = await hooks.get(hook.id)
         assert state.attempts == expected_attempts and state.delivered == 0
         # Not due yet: nothing is sent until the backoff has passed.

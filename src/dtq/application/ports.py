@@ -519,6 +519,10 @@ class WebhookSender(Protocol):
         """
         ...
 
+    async def aclose(self) -> None:
+        """Close open connections (a later ``post`` may open new ones)."""
+        ...
+
 
 class Transaction(Protocol):
     """One database transaction: the repositories plus the database clock."""

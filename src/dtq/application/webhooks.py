@@ -185,6 +185,10 @@ class WebhookService:
         if not await self._store.run(write):
             raise WebhookNotFound(f"webhook {webhook_id} not found", field="id")
 
+    async def aclose(self) -> None:
+        """Close the sender's connections (the webhook loop does when it stops)."""
+        await self._sender.aclose()
+
     async def deliver_next(self, webhook_id: UUID) -> float | None:
         """One delivery step of one webhook: try the next event it subscribes to, if due.
 

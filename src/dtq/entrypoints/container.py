@@ -104,15 +104,12 @@ async def _redis_queue(addr: str, prefix: str, marker_ttl: float) -> AsyncIterat
 DEFAULT_ARTIFACT_DIR = "artifacts"
 
 
-async def _webhook_sender(timeout: float) -> AsyncIterator[WebhookSender]:
-    """An httpx webhook sender (``WEBHOOK_TIMEOUT``), closed on shutdown."""
+def _webhook_sender(timeout: float) -> WebhookSender:
+    """An httpx webhook sender (``WEBHOOK_TIMEOUT``); it opens its connections on first use and
+    the webhook loop closes them when it stops."""
     from dtq.adapters.http.webhooks import HttpxWebhookSender
 
-    sender = HttpxWebhookSender(timeout=timeout)
-    try:
-        yield sender
-    finally:
-        await sender.aclose()
+    return HttpxWebhookSender(timeout=timeout)
 
 
 def _artifact_store(settings: Settings) -> ArtifactStore:
@@ -208,8 +205,8 @@ class Container(containers.DeclarativeContainer):
             ``worker_alive_within`` is :func:`worker_alive_within` of the settings.
         retention: the retention service (``RETENTION_*``, ``IDEMPOTENCY_KEY_TTL``); a
             singleton for its keyset cursors.
-        webhook_sender, webhooks: the httpx sender (a resource, ``WEBHOOK_TIMEOUT``) and the
-            webhook service on it (a singleton; issue 16 item 2).
+        webhook_sender, webhooks: the httpx sender (``WEBHOOK_TIMEOUT``) and the webhook
+            service on it (singletons; issue 16 item 2).
         api_services, worker_services, reconciler_services: the per-process bundles.
     """
 
@@ -289,7 +286,7 @@ class Container(containers.DeclarativeContainer):
         EventService, store=store, policy=settings.provided.event_stream_policy.call()
     )
 
-    webhook_sender = providers.Resource(_webhook_sender, timeout=settings.provided.webhook_timeout)
+    webhook_sender = providers.Singleton(_webhook_sender, timeout=settings.provided.webhook_timeout)
     webhooks = providers.Singleton(
         WebhookService,
         store=store,

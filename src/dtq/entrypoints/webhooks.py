@@ -40,7 +40,8 @@ class WebhookLoop:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Run until ``stop`` is set; the delivery tasks are cancelled then (an event in flight
-        is delivered again by the next orchestrator: at-least-once)."""
+        is delivered again by the next orchestrator: at-least-once) and the sender's
+        connections closed."""
         running: dict[UUID, asyncio.Task[None]] = {}
         try:
             while not stop.is_set():
@@ -65,6 +66,7 @@ class WebhookLoop:
             for task in running.values():
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            await self._webhooks.aclose()
 
     async def _follow(self, webhook_id: UUID, stop: asyncio.Event) -> None:
         poll = self._webhooks.policy.poll_interval
