@@ -5,8 +5,8 @@ task runs ``WebhookService.deliver_next`` and waits as long as it says (a retry'
 poll interval when caught up, nothing while it has a backlog), until the webhook is deleted or
 ``stop`` is set. Webhooks are independent: a slow or failing endpoint only delays its own task
 (each request is bounded by ``WEBHOOK_TIMEOUT``), and nothing here is on the task-processing
-path. A failing step is logged (an outage as one warning without a traceback) and retried after
-the poll interval; the loop never dies of it.
+path. A failing step is retried after the poll interval and the loop never dies of it; the first
+failure of a streak is logged (an outage as a warning without a traceback), and the recovery.
 """
 
 from __future__ import annotations
@@ -43,16 +43,23 @@ class WebhookLoop:
         is delivered again by the next orchestrator: at-least-once) and the sender's
         connections closed."""
         running: dict[UUID, asyncio.Task[None]] = {}
+        failing = False
         try:
             while not stop.is_set():
                 try:
                     hooks = await self._webhooks.list()
                 except BackendUnavailable as exc:
-                    self._log.warning("webhook list failed: backend unavailable", error=str(exc))
-                    hooks = []
+                    if not failing:
+                        self._log.warning(
+                            "webhook list failed: backend unavailable", error=str(exc)
+                        )
+                    failing, hooks = True, []
                 except Exception:
-                    self._log.exception("webhook list failed")
-                    hooks = []
+                    if not failing:
+                        self._log.exception("webhook list failed")
+                    failing, hooks = True, []
+                else:
+                    failing = False
                 for hook in hooks:
                     task = running.get(hook.id)
                     if task is None or task.done():
@@ -70,19 +77,26 @@ class WebhookLoop:
 
     async def _follow(self, webhook_id: UUID, stop: asyncio.Event) -> None:
         poll = self._webhooks.policy.poll_interval
+        failing = False
         while not stop.is_set():
             try:
                 wait = await self._webhooks.deliver_next(webhook_id)
             except BackendUnavailable as exc:
-                self._log.warning(
-                    "webhook step failed: backend unavailable",
-                    webhook_id=str(webhook_id),
-                    error=str(exc),
-                )
-                wait = poll
+                if not failing:
+                    self._log.warning(
+                        "webhook step failed: backend unavailable",
+                        webhook_id=str(webhook_id),
+                        error=str(exc),
+                    )
+                failing, wait = True, poll
             except Exception:
-                self._log.exception("webhook step failed", webhook_id=str(webhook_id))
-                wait = poll
+                if not failing:
+                    self._log.exception("webhook step failed", webhook_id=str(webhook_id))
+                failing, wait = True, poll
+            else:
+                if failing:
+                    self._log.info("webhook steps recovered", webhook_id=str(webhook_id))
+                failing = False
             if wait is None:
                 return
             if wait > 0:
