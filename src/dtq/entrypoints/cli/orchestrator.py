@@ -1,4 +1,5 @@
-"""``dtq orchestrator`` (and ``dtq-orchestrator``): the HTTP API and the reconciler in one loop.
+"""``dtq orchestrator`` (and ``dtq-orchestrator``): the HTTP API and the reconciler in one loop,
+with the webhook deliveries beside them (``entrypoints/webhooks.py``, issue 16 item 2).
 
 :func:`serve` is also what ``dtq dev`` runs, with a worker added on the memory backend.
 """
@@ -86,7 +87,8 @@ class _Server(uvicorn.Server):
 
 
 async def serve(settings: Settings, *, backend: Backend, runtime: Runtime | None) -> int:
-    """Serve the API and run the reconciler (and, given a ``runtime``, a worker) until a signal.
+    """Serve the API and run the reconciler and the webhook loop (and, given a ``runtime``, a
+    worker) until a signal.
 
     Each loop gets its own bundle (API, reconciler, worker) from one container, so in ``dtq dev``
     all three share the memory store and queue. The worker's metrics are registered in the API's
