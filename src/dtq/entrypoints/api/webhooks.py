@@ -104,7 +104,12 @@ class WebhookController(Controller):
         "/",
         status_code=201,
         summary="Create a webhook",
-        responses={400: responses.BAD_REQUEST, 415: responses.UNSUPPORTED, **responses.COMMON},
+        responses={
+            400: responses.BAD_REQUEST,
+            413: responses.TOO_LARGE,
+            415: responses.UNSUPPORTED,
+            **responses.COMMON,
+        },
         before_request=guards.json_body(WebhookRequest),
     )
     async def create_webhook(
