@@ -149,3 +149,42 @@ async def test_a_receiver_failing_three_times_gets_every_event_in_order_signed_w
     # The hung endpoint got its first request and never answered; it delayed nothing above.
     assert hung.requests and hung_answered == []
     assert hung_log["delivered"] == 0 and hung_log["cursor"] is None
+
+
+async def test_two_orchestrators_deliver_each_event_once_in_the_normal_case(
+    pg_store: CockroachStore,
+) -> None:
+    services = services_on(pg_store, settings=SETTINGS)
+    receiver = Receiver()
+    stop = asyncio.Event()
+    async with listening(receiver) as url:
+        hook = await services.api.webhooks.create(url=url, events=list(EVENT_TYPES), secret=SECRET)
+        # A second orchestrator: its own service and sender on the same database.
+        other = services_on(pg_store, settings=SETTINGS).reconciler.webhooks
+        assert other is not services.reconciler.webhooks
+        loops = [
+            asyncio.create_task(WebhookLoop(w, refresh=0.05).run(stop))
+            for w in (services.reconciler.webhooks, other)
+        ]
+        try:
+            submitted = await services.api.submit.submit_job(
+                SubmitJob(tasks=tuple(TaskSpec(f"t{i}", "echo") for i in range(5)))
+            )
+            claims = await claim_ready(services)
+            assert len(claims) == 5
+            await services.worker.execution.complete_many(claims)
+            async with asyncio.timeout(30):
+                while not any(e["type"] == "job.completed" for e in receiver.delivered()):
+                    await asyncio.sleep(0.05)
+            await asyncio.sleep(0.3)  # room for a duplicate to show up
+        finally:
+            stop.set()
+            await asyncio.gather(*loops)
+
+    settled = EventService(store=pg_store, policy=EventStreamPolicy(settle=0.0))
+    outbox = await settled.page(after=None, job_id=submitted.job_id)
+    ids = [e["id"] for e in receiver.delivered()]
+    # job.submitted, 5 x (task.queued, task.running, task.completed), job.running, job.completed
+    assert len(ids) == len(set(ids)) == len(outbox) == 1 + 5 * 3 + 2
+    assert [e["type"] for e in receiver.delivered()] == [e.type for e in outbox]
+    assert (await services.api.webhooks.get(hook.id)).delivered == len(outbox)
