@@ -250,6 +250,7 @@ PG_TABLES = (
     "api_tokens",
     "idempotency_tombstones",
     "events",
+    "webhooks",
 )
 
 

@@ -27,6 +27,7 @@ OUR_TABLES = (
     "api_tokens",
     "idempotency_tombstones",
     "events",
+    "webhooks",
 )
 YOYO_TABLES = ("_yoyo_log", "_yoyo_migration", "_yoyo_version", "yoyo_lock")
 
@@ -115,6 +116,21 @@ REFERENCE_COLUMNS: dict[str, list[tuple[str, str, bool]]] = {  # (name, type, nu
         ("type", "text", False),
         ("data", "jsonb", False),
     ],
+    "webhooks": [
+        ("id", "uuid", False),
+        ("url", "text", False),
+        ("events", "ARRAY", False),
+        ("secret", "text", False),
+        ("created_at", TS, False),
+        ("cursor_at", TS, False),
+        ("cursor_id", "uuid", False),
+        ("attempts", "bigint", False),
+        ("next_attempt_at", TS, True),
+        ("last_status", "bigint", True),
+        ("last_error", "text", True),
+        ("last_attempt_at", TS, True),
+        ("delivered", "bigint", False),
+    ],
 }
 
 REFERENCE_INDEXES: dict[str, tuple[str, str, bool]] = {  # name -> (table, columns, unique)
@@ -148,6 +164,7 @@ REFERENCE_INDEXES: dict[str, tuple[str, str, bool]] = {  # name -> (table, colum
     ),
     "events_pkey": ("events", "created_at, id", True),
     "idx_events_job_created": ("events", "job_id, created_at, id", False),
+    "webhooks_pkey": ("webhooks", "id", True),
 }
 
 REFERENCE_CONSTRAINTS: dict[str, tuple[str, str]] = {  # name -> (table, type)
@@ -170,6 +187,7 @@ REFERENCE_CONSTRAINTS: dict[str, tuple[str, str]] = {  # name -> (table, type)
     "api_tokens_secret_hash_key": ("api_tokens", "UNIQUE"),
     "idempotency_tombstones_pkey": ("idempotency_tombstones", "PRIMARY KEY"),
     "events_pkey": ("events", "PRIMARY KEY"),
+    "webhooks_pkey": ("webhooks", "PRIMARY KEY"),
 }
 
 FORBIDDEN = re.compile(

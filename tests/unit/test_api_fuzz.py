@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 from uuid import uuid4
@@ -41,11 +42,13 @@ from dtq.application.execution import ExecutionService  # noqa: E402
 from dtq.application.explain import ExplainService  # noqa: E402
 from dtq.application.fleet import FleetService  # noqa: E402
 from dtq.application.health import HealthService  # noqa: E402
+from dtq.application.ports import DeliveryFailed  # noqa: E402
 from dtq.application.queries import QueryService  # noqa: E402
 from dtq.application.registry import WorkerRegistryService  # noqa: E402
 from dtq.application.remote import RemoteWorkerService  # noqa: E402
 from dtq.application.submit import SubmitService  # noqa: E402
 from dtq.application.tokens import TokenService  # noqa: E402
+from dtq.application.webhooks import WebhookService  # noqa: E402
 from dtq.domain.tokens import Scope  # noqa: E402
 from dtq.entrypoints.api import create_app  # noqa: E402
 from dtq.entrypoints.bundles import ApiServices  # noqa: E402
@@ -59,6 +62,16 @@ class UnheldRemote(RemoteWorkerService):
 
     async def claim(self, worker_id: str, **options: Any) -> list[Claim]:
         return await super().claim(worker_id, **{**options, "wait": 0.0})
+
+
+class RefusingSender:
+    """A ``WebhookSender`` that never connects (the fuzzer creates webhooks, nothing delivers)."""
+
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> int:
+        raise DeliveryFailed("the fuzz run sends nothing")
+
+    async def aclose(self) -> None:
+        return None
 
 
 def memory_services() -> tuple[ApiServices, str]:
@@ -98,6 +111,7 @@ def memory_services() -> tuple[ApiServices, str]:
         ),
         events=EventService(store=store),
         inspector=queue.inspector(),
+        webhooks=WebhookService(store=store, sender=RefusingSender()),
     )
     return services, created.secret
 

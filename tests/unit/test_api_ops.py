@@ -210,6 +210,10 @@ async def test_openapi_document_lists_every_route_with_its_error_responses(api: 
         ("POST", "/v1/jobs"): {"201", "200", "400", "409", "413", "415", "500", "503"},
         ("GET", "/v1/jobs/{id}"): {"200", "400", "404", "500", "503"},
         ("GET", "/v1/jobs/{id}/results"): {"200", "400", "404", "500", "503"},
+        ("POST", "/v1/webhooks"): {"201", "400", "413", "415", "500", "503"},  # issue 16 item 2
+        ("GET", "/v1/webhooks"): {"200", "500", "503"},
+        ("DELETE", "/v1/webhooks/{id}"): {"204", "400", "404", "500", "503"},
+        ("GET", "/v1/webhooks/{id}/deliveries"): {"200", "400", "404", "500", "503"},
         ("POST", "/v1/tasks/{id}/cancel"): {"200", "400", "404", "409", "500", "503"},
         ("POST", "/v1/tasks/{id}/retry"): {"200", "400", "404", "409", "500", "503"},
         ("POST", "/v1/jobs/{id}/cancel"): {"200", "400", "404", "409", "500", "503"},

@@ -105,6 +105,10 @@ def test_every_variable_is_parsed() -> None:
         "DTQ_TOKEN": "secret",
         "EVENTS_SETTLE": "2s",
         "EVENTS_POLL_INTERVAL": "100ms",
+        "WEBHOOK_TIMEOUT": "3s",
+        "WEBHOOK_BACKOFF_MIN": "500ms",
+        "WEBHOOK_BACKOFF_MAX": "1m",
+        "WEBHOOK_POLL_INTERVAL": "2s",
     }
     assert set(env) == set(ENV_VARS)
 
@@ -148,6 +152,10 @@ def test_every_variable_is_parsed() -> None:
         dtq_token="secret",
         events_settle=2.0,
         events_poll_interval=0.1,
+        webhook_timeout=3.0,
+        webhook_backoff_min=0.5,
+        webhook_backoff_max=60.0,
+        webhook_poll_interval=2.0,
     )
 
 

@@ -10,7 +10,7 @@ one file is the one place to read every contract the application depends on.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -22,6 +22,7 @@ from dtq.domain.entities import Job, Task, TaskRun, Worker
 from dtq.domain.events import NewEvent
 from dtq.domain.status import JobStatus, TaskStatus
 from dtq.domain.tokens import ApiToken
+from dtq.domain.webhooks import Webhook
 
 T = TypeVar("T")
 
@@ -475,6 +476,54 @@ class EventRepository(Protocol):
         ...
 
 
+class WebhookRepository(Protocol):
+    """Webhooks and their delivery state (``webhooks``, issue 16 item 2)."""
+
+    async def add(self, webhook: Webhook) -> None:
+        """Insert a new webhook."""
+        ...
+
+    async def get(self, webhook_id: UUID) -> Webhook | None:
+        """The webhook, or None."""
+        ...
+
+    async def list_all(self) -> list[Webhook]:
+        """Every webhook, oldest first (then id)."""
+        ...
+
+    async def delete(self, webhook_id: UUID) -> bool:
+        """Delete the webhook; True when it existed."""
+        ...
+
+    async def replace(self, expected: Webhook, new: Webhook) -> bool:
+        """Write ``new``'s delivery state (cursor, attempts, next attempt, last status, error,
+        attempt time, delivered count) if the stored row still has ``expected``'s cursor and
+        ``next_attempt_at`` (a compare-and-set); True when it did. False when the webhook is
+        gone or another writer moved it first: nothing is written then."""
+        ...
+
+
+class DeliveryFailed(Exception):
+    """A webhook request got no response (connect error, timeout, TLS): ``str()`` says why."""
+
+
+class WebhookSender(Protocol):
+    """Sends webhook requests (issue 16 item 2)."""
+
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> int:
+        """POST ``body`` with ``headers`` to exactly ``url`` (no redirect is followed) within
+        the sender's timeout, and return the response's status code (any code, 2xx or not).
+
+        Raises:
+            DeliveryFailed: no response.
+        """
+        ...
+
+    async def aclose(self) -> None:
+        """Close open connections (a later ``post`` may open new ones)."""
+        ...
+
+
 class Transaction(Protocol):
     """One database transaction: the repositories plus the database clock."""
 
@@ -498,6 +547,9 @@ class Transaction(Protocol):
 
     @property
     def events(self) -> EventRepository: ...
+
+    @property
+    def webhooks(self) -> WebhookRepository: ...
 
     async def now(self) -> datetime:
         """The transaction's timestamp (database clock, aware UTC; fixed within one try)."""

@@ -32,6 +32,7 @@ from dtq.application.remote import RemoteWorkerService
 from dtq.application.retention import RetentionService
 from dtq.application.submit import SubmitService
 from dtq.application.tokens import TokenService
+from dtq.application.webhooks import WebhookService
 from dtq.entrypoints.config import Settings
 
 
@@ -55,6 +56,8 @@ class ApiServices:
         events: the transition outbox's stream (``GET /v1/events``, issue 16 item 1).
         inspector: the read-only queue view; the dashboard reads the ready lists' depths with it
             (issue 16 item 3).
+        webhooks: webhook subscriptions and their delivery state (``/v1/webhooks``, issue 16
+            item 2).
     """
 
     submit: SubmitService
@@ -69,6 +72,7 @@ class ApiServices:
     bulk: BulkService
     events: EventService
     inspector: QueueInspector
+    webhooks: WebhookService
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,10 +101,13 @@ class ReconcilerServices:
             keyset cursors, so one instance serves the whole process.
         retention: the retention pass (issue 14 item 8), run after each reconcile pass;
             keyset cursors too.
+        webhooks: the webhook deliveries, run by the orchestrator's webhook loop beside the
+            reconciler's (issue 16 item 2); the same instance as the API's.
     """
 
     reconcile: ReconcileService
     retention: RetentionService
+    webhooks: WebhookService
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,7 @@ from psycopg.conninfo import conninfo_to_dict
 from dtq.application.commands import ExecutionPolicy
 from dtq.application.events import EventStreamPolicy
 from dtq.application.retention import RetentionPolicy
+from dtq.application.webhooks import WebhookPolicy
 from dtq.entrypoints.config_values import (
     ConfigError,
     ascii_int,
@@ -103,6 +104,10 @@ ENV_VARS: tuple[str, ...] = (
     "DTQ_TOKEN",
     "EVENTS_SETTLE",
     "EVENTS_POLL_INTERVAL",
+    "WEBHOOK_TIMEOUT",
+    "WEBHOOK_BACKOFF_MIN",
+    "WEBHOOK_BACKOFF_MAX",
+    "WEBHOOK_POLL_INTERVAL",
 )
 
 _LOG_FORMATS: tuple[LogFormat, ...] = ("auto", "json", "console")
@@ -215,6 +220,14 @@ class Settings:
             offset.
         events_poll_interval: seconds between outbox reads of a caught-up stream
             (``EVENTS_POLL_INTERVAL``, default 250ms, 10ms..10s).
+        webhook_timeout: seconds one webhook request may take in all (``WEBHOOK_TIMEOUT``,
+            default 5s, at most 1m; issue 16 item 2).
+        webhook_backoff_min: seconds before the first retry of a failed delivery
+            (``WEBHOOK_BACKOFF_MIN``, default 1s); doubled per failure in a row, with jitter.
+        webhook_backoff_max: the longest gap between two tries (``WEBHOOK_BACKOFF_MAX``,
+            default 5m; at least ``webhook_backoff_min``).
+        webhook_poll_interval: seconds between outbox reads of a caught-up webhook, and between
+            reads of the webhook list (``WEBHOOK_POLL_INTERVAL``, default 1s, 10ms..1m).
     """
 
     crdb_dsn: str | None = None
@@ -255,6 +268,20 @@ class Settings:
     dtq_token: str | None = field(default=None, repr=False)
     events_settle: float = 1.0
     events_poll_interval: float = 0.25
+    webhook_timeout: float = 5.0
+    webhook_backoff_min: float = 1.0
+    webhook_backoff_max: float = 300.0
+    webhook_poll_interval: float = 1.0
+
+    def webhook_policy(self) -> WebhookPolicy:
+        """The webhook deliveries' timings (issue 16 item 2); events settle as for the stream."""
+        return WebhookPolicy(
+            timeout=self.webhook_timeout,
+            backoff_first=self.webhook_backoff_min,
+            backoff_cap=self.webhook_backoff_max,
+            poll_interval=self.webhook_poll_interval,
+            settle=self.events_settle,
+        )
 
     def event_stream_policy(self) -> EventStreamPolicy:
         """The event stream's timings (issue 16 item 1)."""
@@ -484,7 +511,25 @@ def load_settings(environ: Mapping[str, str]) -> Settings:
         dtq_token=env.raw("DTQ_TOKEN"),
         events_settle=env.duration("EVENTS_SETTLE", 1.0, maximum=60.0),
         events_poll_interval=env.duration("EVENTS_POLL_INTERVAL", 0.25, minimum=0.01, maximum=10.0),
+        **_webhook_settings(env),
     )
+
+
+def _webhook_settings(env: _Reader) -> dict[str, Any]:
+    backoff_min = env.duration("WEBHOOK_BACKOFF_MIN", 1.0, minimum=0.001, maximum=3600.0)
+    backoff_max = env.duration("WEBHOOK_BACKOFF_MAX", 300.0, maximum=86400.0)
+    if backoff_max < backoff_min:
+        raise ConfigError(
+            "WEBHOOK_BACKOFF_MAX", f"must be at least WEBHOOK_BACKOFF_MIN ({backoff_min:g}s)"
+        )
+    return {
+        "webhook_timeout": env.duration("WEBHOOK_TIMEOUT", 5.0, minimum=0.01, maximum=60.0),
+        "webhook_backoff_min": backoff_min,
+        "webhook_backoff_max": backoff_max,
+        "webhook_poll_interval": env.duration(
+            "WEBHOOK_POLL_INTERVAL", 1.0, minimum=0.01, maximum=60.0
+        ),
+    }
 
 
 def _artifact_settings(env: _Reader) -> dict[str, Any]:

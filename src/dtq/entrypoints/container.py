@@ -39,7 +39,7 @@ from dtq.application.execution import ExecutionService
 from dtq.application.explain import ExplainService
 from dtq.application.fleet import FleetService
 from dtq.application.health import HealthService
-from dtq.application.ports import Queue, QueueInspector, Store
+from dtq.application.ports import Queue, QueueInspector, Store, WebhookSender
 from dtq.application.queries import QueryService
 from dtq.application.reconcile import ReconcileService
 from dtq.application.registry import WorkerRegistryService
@@ -47,6 +47,7 @@ from dtq.application.remote import RemoteWorkerService
 from dtq.application.retention import RetentionPolicy, RetentionService
 from dtq.application.submit import SubmitService
 from dtq.application.tokens import TokenService
+from dtq.application.webhooks import WebhookService
 from dtq.domain.errors import BackendUnavailable
 from dtq.entrypoints.bundles import ApiServices, ReconcilerServices, Services, WorkerServices
 from dtq.entrypoints.config import ConfigError, Settings
@@ -101,6 +102,14 @@ async def _redis_queue(addr: str, prefix: str, marker_ttl: float) -> AsyncIterat
 
 #: ``ARTIFACT_DIR`` when unset (relative to the working directory; ``dtq dev`` uses a temp dir).
 DEFAULT_ARTIFACT_DIR = "artifacts"
+
+
+def _webhook_sender(timeout: float) -> WebhookSender:
+    """An httpx webhook sender (``WEBHOOK_TIMEOUT``); it opens its connections on first use and
+    the webhook loop closes them when it stops."""
+    from dtq.adapters.http.webhooks import HttpxWebhookSender
+
+    return HttpxWebhookSender(timeout=timeout)
 
 
 def _artifact_store(settings: Settings) -> ArtifactStore:
@@ -196,6 +205,8 @@ class Container(containers.DeclarativeContainer):
             ``worker_alive_within`` is :func:`worker_alive_within` of the settings.
         retention: the retention service (``RETENTION_*``, ``IDEMPOTENCY_KEY_TTL``); a
             singleton for its keyset cursors.
+        webhook_sender, webhooks: the httpx sender (``WEBHOOK_TIMEOUT``) and the webhook
+            service on it (singletons; issue 16 item 2).
         api_services, worker_services, reconciler_services: the per-process bundles.
     """
 
@@ -275,6 +286,14 @@ class Container(containers.DeclarativeContainer):
         EventService, store=store, policy=settings.provided.event_stream_policy.call()
     )
 
+    webhook_sender = providers.Singleton(_webhook_sender, timeout=settings.provided.webhook_timeout)
+    webhooks = providers.Singleton(
+        WebhookService,
+        store=store,
+        sender=webhook_sender,
+        policy=settings.provided.webhook_policy.call(),
+    )
+
     api_services = providers.Factory(
         ApiServices,
         submit=submit,
@@ -289,12 +308,13 @@ class Container(containers.DeclarativeContainer):
         bulk=bulk,
         events=events,
         inspector=inspector,
+        webhooks=webhooks,
     )
     worker_services = providers.Factory(
         WorkerServices, execution=execution, registry=registry, queue=queue, artifacts=artifacts
     )
     reconciler_services = providers.Factory(
-        ReconcilerServices, reconcile=reconcile, retention=retention
+        ReconcilerServices, reconcile=reconcile, retention=retention, webhooks=webhooks
     )
 
 

@@ -39,6 +39,7 @@ from dtq.adapters.cockroach.rows import (
     token_from_row,
     worker_from_row,
 )
+from dtq.adapters.cockroach.webhooks import PgWebhookRepository
 from dtq.application.filters import JobFilter, JobKeyset, TaskFilter, TaskKeyset
 from dtq.application.ports import DueTask, RunningTask
 from dtq.domain.entities import Job, Task, TaskRun, Worker
@@ -776,6 +777,7 @@ class PgTransaction:
         self.workers = PgWorkerRepository(conn)
         self.tokens = PgApiTokenRepository(conn)
         self.retention = PgRetentionRepository(conn)
+        self.webhooks = PgWebhookRepository(conn)
 
     async def now(self) -> datetime:
         """The transaction timestamp (database ``now()``, aware UTC), fixed for this try."""

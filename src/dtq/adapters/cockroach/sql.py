@@ -512,3 +512,33 @@ EVENTS_PAGE_TYPES: Final = " AND type = ANY(%b::text[])"
 
 # Retention: the events of the jobs it deletes (idx_events_job_created).
 DELETE_EVENTS_OF_JOBS: Final = "DELETE FROM events WHERE job_id = ANY(%b::uuid[])"
+
+
+# --- webhooks (issue 16 item 2) -------------------------------------------------------------------
+
+_WEBHOOK_COLUMNS: Final = (
+    "id, url, events, secret, created_at, cursor_at, cursor_id, attempts, next_attempt_at,"
+    " last_status, last_error, last_attempt_at, delivered"
+)
+
+WEBHOOKS_INSERT: Final = (
+    f"INSERT INTO webhooks ({_WEBHOOK_COLUMNS})"  # noqa: S608  (constant column list)
+    " VALUES (%s, %s, %s::text[], %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+)
+
+# Primary-key point read.
+WEBHOOKS_GET: Final = f"SELECT {_WEBHOOK_COLUMNS} FROM webhooks WHERE id = %s"  # noqa: S608
+
+# A full scan of a table of a few rows: the API's list and the delivery loop's refresh.
+WEBHOOKS_LIST: Final = f"SELECT {_WEBHOOK_COLUMNS} FROM webhooks ORDER BY created_at, id"  # noqa: S608
+
+WEBHOOKS_DELETE: Final = "DELETE FROM webhooks WHERE id = %s RETURNING id"
+
+# The delivery state's compare-and-set: a primary-key point write, conditioned on the cursor and
+# next_attempt_at as the writer read them.
+WEBHOOKS_REPLACE: Final = (
+    "UPDATE webhooks SET cursor_at = %s, cursor_id = %s, attempts = %s, next_attempt_at = %s,"
+    " last_status = %s, last_error = %s, last_attempt_at = %s, delivered = %s"
+    " WHERE id = %s AND cursor_at = %s AND cursor_id = %s"
+    " AND next_attempt_at IS NOT DISTINCT FROM %s RETURNING id"
+)

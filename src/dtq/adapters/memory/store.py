@@ -40,6 +40,7 @@ from dtq.domain.errors import (
 from dtq.domain.events import created_events, job_events, task_events
 from dtq.domain.status import RunStatus, TaskStatus
 from dtq.domain.tokens import ApiToken, TokenNameTaken
+from dtq.domain.webhooks import Webhook
 
 T = TypeVar("T")
 
@@ -53,6 +54,7 @@ class _Tables:
         self.runs: dict[UUID, TaskRun] = {}
         self.workers: dict[str, Worker] = {}
         self.tokens: dict[UUID, ApiToken] = {}
+        self.webhooks: dict[UUID, Webhook] = {}
         self.idempotency: dict[str, UUID] = {}
         self.job_tasks: dict[UUID, list[UUID]] = defaultdict(list)
         self.task_runs: dict[UUID, list[UUID]] = defaultdict(list)
@@ -155,6 +157,7 @@ class _MemoryTransaction:
         self._runs: dict[UUID, TaskRun] = {}
         self._workers: dict[str, Worker] = {}
         self._tokens: dict[UUID, ApiToken] = {}
+        self._webhooks: dict[UUID, Webhook | None] = {}  # None: deleted in this try
         self._new_jobs: list[tuple[Job, list[Task], list[tuple[UUID, UUID]]]] = []
         self.deleted_jobs: set[UUID] = set()
         self.tombstones: dict[str, Tombstone | None] = {}  # None: deleted in this try
@@ -165,6 +168,7 @@ class _MemoryTransaction:
         self.tokens = _Tokens(self)
         self.retention = MemoryRetention(self)
         self.events = MemoryEvents(tables.events)
+        self.webhooks = _Webhooks(self)
 
     async def now(self) -> datetime:
         """The transaction's fixed timestamp."""
@@ -223,6 +227,11 @@ class _MemoryTransaction:
         t.runs.update(self._runs)
         t.workers.update(self._workers)
         t.tokens.update(self._tokens)
+        for webhook_id, webhook in self._webhooks.items():
+            if webhook is None:
+                t.webhooks.pop(webhook_id, None)
+            else:
+                t.webhooks[webhook_id] = webhook
         for job_id in self.deleted_jobs:
             t.delete_job(job_id)
         for key, tombstone in self.tombstones.items():
@@ -578,4 +587,52 @@ class _Tokens:
         if token is None or token.revoked_at is not None:
             return False
         self._tx._tokens[token_id] = token.revoke(at=at)
+        return True
+
+
+class _Webhooks:
+    """``WebhookRepository`` over the committed webhooks plus this try's writes (frozen values)."""
+
+    def __init__(self, tx: _MemoryTransaction) -> None:
+        self._tx = tx
+
+    def _merged(self) -> dict[UUID, Webhook]:
+        merged: dict[UUID, Webhook | None] = dict(self._tx._t.webhooks)
+        merged.update(self._tx._webhooks)
+        return {k: v for k, v in merged.items() if v is not None}
+
+    async def add(self, webhook: Webhook) -> None:
+        self._tx._webhooks[webhook.id] = webhook
+
+    async def get(self, webhook_id: UUID) -> Webhook | None:
+        return self._merged().get(webhook_id)
+
+    async def list_all(self) -> list[Webhook]:
+        return sorted(self._merged().values(), key=lambda w: (w.created_at, w.id))
+
+    async def delete(self, webhook_id: UUID) -> bool:
+        if webhook_id not in self._merged():
+            return False
+        self._tx._webhooks[webhook_id] = None
+        return True
+
+    async def replace(self, expected: Webhook, new: Webhook) -> bool:
+        current = self._merged().get(expected.id)
+        if current is None or (
+            current.cursor_at,
+            current.cursor_id,
+            current.next_attempt_at,
+        ) != (expected.cursor_at, expected.cursor_id, expected.next_attempt_at):
+            return False
+        self._tx._webhooks[expected.id] = replace(
+            current,
+            cursor_at=new.cursor_at,
+            cursor_id=new.cursor_id,
+            attempts=new.attempts,
+            next_attempt_at=new.next_attempt_at,
+            last_status=new.last_status,
+            last_error=new.last_error,
+            last_attempt_at=new.last_attempt_at,
+            delivered=new.delivered,
+        )
         return True

@@ -24,6 +24,7 @@ from dtq.application.fleet import FleetService
 from dtq.application.health import HealthService
 from dtq.application.queries import QueryService
 from dtq.application.remote import RemoteWorkerService
+from dtq.application.webhooks import WebhookService
 from dtq.entrypoints.api.artifacts import ArtifactController
 from dtq.entrypoints.api.auth import auth_guard, document_security, security_components
 from dtq.entrypoints.api.bulk import BulkController, OperationController
@@ -34,6 +35,7 @@ from dtq.entrypoints.api.jobs import JobController
 from dtq.entrypoints.api.middleware import BODY_TIMEOUT, CountingSubmit, install_middleware
 from dtq.entrypoints.api.openapi import StrictStructSchemaPlugin
 from dtq.entrypoints.api.tasks import TaskController
+from dtq.entrypoints.api.webhooks import WebhookController
 from dtq.entrypoints.api.worker_protocol import WorkerProtocolController
 from dtq.entrypoints.api.workers import WorkerController
 from dtq.entrypoints.bundles import ApiServices
@@ -89,6 +91,9 @@ def _dependencies(  # noqa: C901  (one typed provider per service: flat, not com
     def provide_events() -> EventService:
         return services.events
 
+    def provide_webhooks() -> WebhookService:
+        return services.webhooks
+
     def provide_settings() -> Settings:
         return settings
 
@@ -106,6 +111,7 @@ def _dependencies(  # noqa: C901  (one typed provider per service: flat, not com
         "fleet": provide_fleet,
         "remote": provide_remote,
         "events": provide_events,
+        "webhooks": provide_webhooks,
         "settings": provide_settings,
         "registry": provide_registry,
     }
@@ -130,7 +136,8 @@ def create_app(
     item 7), the HTTP worker protocol under ``/v1/worker`` (issue 15 item 1: claim, run
     heartbeat/result/failure/release, batched results, registry), ``POST /v1/tasks/cancel|retry``
     and ``GET /v1/operations/{id}`` (issue 14 item 6), ``GET /v1/events``
-    (issue 16 item 1: Server-Sent Events), the OpenAPI document under ``/schema``
+    (issue 16 item 1: Server-Sent Events), ``/v1/webhooks`` (issue 16 item 2), the OpenAPI
+    document under ``/schema``
     (``/schema/openapi.json``) and the dashboard under ``/ui`` (:mod:`dtq.entrypoints.dashboard`,
     issue 16 item 3; not in ``/schema``).
 
@@ -165,6 +172,7 @@ def create_app(
             BulkController,
             OperationController,
             EventController,
+            WebhookController,
             *dashboard_routes(services, tokens_on=tokens_on),
         ],
         on_shutdown=[services.bulk.aclose],

@@ -1,4 +1,5 @@
-"""``dtq orchestrator`` (and ``dtq-orchestrator``): the HTTP API and the reconciler in one loop.
+"""``dtq orchestrator`` (and ``dtq-orchestrator``): the HTTP API and the reconciler in one loop,
+with the webhook deliveries beside them (``entrypoints/webhooks.py``, issue 16 item 2).
 
 :func:`serve` is also what ``dtq dev`` runs, with a worker added on the memory backend.
 """
@@ -86,7 +87,8 @@ class _Server(uvicorn.Server):
 
 
 async def serve(settings: Settings, *, backend: Backend, runtime: Runtime | None) -> int:
-    """Serve the API and run the reconciler (and, given a ``runtime``, a worker) until a signal.
+    """Serve the API and run the reconciler and the webhook loop (and, given a ``runtime``, a
+    worker) until a signal.
 
     Each loop gets its own bundle (API, reconciler, worker) from one container, so in ``dtq dev``
     all three share the memory store and queue. The worker's metrics are registered in the API's
@@ -103,6 +105,7 @@ async def serve(settings: Settings, *, backend: Backend, runtime: Runtime | None
     from dtq.entrypoints.container import open_services
     from dtq.entrypoints.metrics import OrchestratorMetrics, WorkerMetrics, new_registry
     from dtq.entrypoints.reconciler import Reconciler
+    from dtq.entrypoints.webhooks import WebhookLoop
     from dtq.entrypoints.worker.runtime import stop_on_signals
 
     host, port = listen_address(settings.orchestrator_listen)
@@ -149,6 +152,9 @@ async def serve(settings: Settings, *, backend: Backend, runtime: Runtime | None
             async with asyncio.TaskGroup() as group:
                 group.create_task(_serve_http(server, stop), name="dtq-http")
                 group.create_task(reconciler.run(stop), name="dtq-reconciler")
+                group.create_task(
+                    WebhookLoop(services.reconciler.webhooks).run(stop), name="dtq-webhooks"
+                )
                 if runtime is not None:
                     from dtq.entrypoints.cli.dev import announce
 

@@ -1,0 +1,1 @@
+"""Outgoing HTTP: the webhook sender (issue 16 item 2)."""
