@@ -49,7 +49,7 @@ lint: install
 	$(BIN)/lint-imports
 
 test: install lint
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=15
 
 dev: install
 	$(BIN)/dtq dev
