@@ -25,6 +25,7 @@ from tests.integration.test_store_contract import (  # noqa: F401  (fixtures)
 async def test_several_jobs_tasks_and_edges_read_back_equal(store: Store) -> None:  # noqa: F811
     now = await db_now(store)
     one, two, three = new_job(now), new_job(now, key="k-2"), new_job(now, metadata={"m": 1})
+    two.trace_context = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
     a, b = new_task(one, "a", now), new_task(one, "b", now, position=1)
     c = new_task(two, "c", now)
     d = new_task(three, "d", now)
