@@ -110,18 +110,27 @@ def count_calls(target: Any, names: tuple[str, ...]) -> dict[str, CallStats]:
     return stats
 
 
+#: Wall seconds per statement text, summed by ``counting_statements`` (cleared after each run).
+STATEMENT_SECONDS: dict[str, float] = {}
+
+
 @contextlib.contextmanager
 def counting_statements() -> Iterator[dict[str, int]]:
     """Count the statements sent through ``psycopg.AsyncConnection.execute`` while open, keyed
     by their first 60 characters: a per-batch cost that, unlike the timings, does not move
-    with the load other processes put on the machine."""
+    with the load other processes put on the machine. The wall time of each call (send to
+    result, so it includes waits for the event loop) is summed in ``STATEMENT_SECONDS``."""
     counts: dict[str, int] = {}
     real = psycopg.AsyncConnection.execute
 
     async def execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
         key = " ".join(str(query).split())[:60]
         counts[key] = counts.get(key, 0) + 1
-        return await real(self, query, *args, **kwargs)
+        t0 = time.perf_counter()
+        try:
+            return await real(self, query, *args, **kwargs)
+        finally:
+            STATEMENT_SECONDS[key] = STATEMENT_SECONDS.get(key, 0.0) + time.perf_counter() - t0
 
     psycopg.AsyncConnection.execute = execute  # type: ignore[method-assign]
     try:
@@ -285,6 +294,29 @@ async def _drain_one(
     return elapsed
 
 
+def _backend_cpu(dsn: str) -> dict[int, float]:
+    """CPU seconds (user + system, from /proc) of every PostgreSQL backend connected to the
+    drain's database, by pid; empty where /proc cannot be read (the server is elsewhere)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        pids = [
+            int(row[0])
+            for row in conn.execute(
+                "SELECT pid FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            ).fetchall()
+        ]
+    tick = os.sysconf("SC_CLK_TCK")
+    cpu: dict[int, float] = {}
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        cpu[pid] = (int(fields[11]) + int(fields[12])) / tick
+    return cpu
+
+
 async def drain_once(args: argparse.Namespace, dsn: str, prefix: str) -> dict[str, Any]:
     """Submit, then run one Runtime until every success is committed; return the figures."""
     settings = Settings(
@@ -314,7 +346,12 @@ async def drain_once(args: argparse.Namespace, dsn: str, prefix: str) -> dict[st
         with contextlib.ExitStack() as stack:
             statements = stack.enter_context(counting_statements()) if args.statements else {}
             redis_calls = stack.enter_context(counting_redis_calls()) if args.redis_calls else {}
+            db_before = _backend_cpu(dsn)
+            cpu_before = time.process_time()
             elapsed = await run_until_drained(runtime, services, metrics, args)
+            worker_cpu = time.process_time() - cpu_before
+            db_after = _backend_cpu(dsn)
+    db_cpu = sum(cpu - db_before.get(pid, 0.0) for pid, cpu in db_after.items())
 
     with psycopg.connect(dsn) as conn:
         row = conn.execute("SELECT count(*) FROM tasks WHERE status = 'completed'").fetchone()
@@ -329,6 +366,8 @@ async def drain_once(args: argparse.Namespace, dsn: str, prefix: str) -> dict[st
         "retries": dict(retries),
         "statements": dict(statements),
         "redis_calls": dict(redis_calls),
+        "worker_cpu_us": worker_cpu / args.tasks * 1e6,
+        "db_cpu_us": db_cpu / args.tasks * 1e6,
     }
 
 
@@ -373,11 +412,14 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"run {run}: {args.tasks} tasks in {result['elapsed']:.2f} s = "
                 f"{result['rate']:,.0f} tasks/s (submit {result['submitted_in']:.2f} s; "
-                f"calls: {calls}; store re-runs: {result['retries'] or 0})",
+                f"calls: {calls}; store re-runs: {result['retries'] or 0}; CPU per task: "
+                f"worker {result['worker_cpu_us']:.0f} us, PostgreSQL {result['db_cpu_us']:.0f} us)",
                 flush=True,
             )
             for text, count in sorted(result["statements"].items(), key=lambda kv: -kv[1]):
-                print(f"  {count:6d}  {text}")
+                each = STATEMENT_SECONDS.get(text, 0.0) / count * 1000
+                print(f"  {count:6d}  {each:6.2f} ms  {text}")
+            STATEMENT_SECONDS.clear()
             redis_calls = result["redis_calls"]
             if redis_calls:
                 total = sum(redis_calls.values())

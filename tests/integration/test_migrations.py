@@ -139,8 +139,8 @@ REFERENCE_INDEXES: dict[str, tuple[str, str, bool]] = {  # name -> (table, colum
     "idx_jobs_status_updated": ("jobs", "status, updated_at DESC", False),
     "tasks_pkey": ("tasks", "id", True),
     "idx_tasks_job_id": ("tasks", "job_id, status", False),
-    "idx_tasks_status_scheduled": ("tasks", "status, scheduled_at, id", False),
-    "idx_tasks_status_id_started": ("tasks", "status, id, started_at", False),
+    "idx_tasks_queued_scheduled": ("tasks", "scheduled_at, id WHERE status = 'queued'", False),
+    "idx_tasks_running_id_started": ("tasks", "id, started_at WHERE status = 'running'", False),
     "idx_tasks_job_position": ("tasks", "job_id, job_position, id", False),
     "idx_tasks_status_created": ("tasks", "status, created_at, job_position, id", False),
     "idx_tasks_kind_created": ("tasks", "kind, created_at, job_position, id", False),
@@ -201,9 +201,15 @@ FORBIDDEN = re.compile(
 
 
 def _columns_of(indexdef: str) -> str:
-    """``CREATE INDEX ... USING btree (a ASC, b DESC)`` -> ``a, b DESC`` (PG and CRDB forms)."""
+    """``CREATE INDEX ... USING btree (a ASC, b DESC)`` -> ``a, b DESC`` (PG and CRDB forms);
+    a partial index's predicate follows as ``a, b WHERE status = 'queued'``."""
+    indexdef, _, predicate = indexdef.partition(" WHERE ")
     inner = indexdef[indexdef.index("(", indexdef.index(" USING ")) + 1 : indexdef.rindex(")")]
-    return re.sub(r"\s+ASC\b", "", inner).strip()
+    columns = re.sub(r"\s+ASC\b", "", inner).strip()
+    if not predicate:
+        return columns
+    predicate = re.sub(r"::(text|string)\b|^\(|\)$", "", predicate.strip())
+    return f"{columns} WHERE {predicate}"
 
 
 def snapshot(dsn: str) -> dict[str, Any]:

@@ -8,7 +8,6 @@ buffer (the rolled-back try's events are gone with it).
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from uuid import UUID
@@ -18,7 +17,7 @@ from psycopg.rows import TupleRow
 from psycopg.types.numeric import Int8
 
 from dtq.adapters.cockroach import sql
-from dtq.adapters.cockroach.rows import decode_json, encode_json
+from dtq.adapters.cockroach.rows import decode_json, encode_rows
 from dtq.application.ports import Event, EventCursor
 from dtq.domain.events import NewEvent
 
@@ -49,16 +48,11 @@ class PgEventRepository:
         events, self._buffer = self._buffer, []
         if not events:
             return 0
-        await self._conn.execute(
-            sql.INSERT_EVENTS,
-            (
-                [uuid.uuid4() for _ in events],
-                [e.job_id for e in events],
-                [e.task_id for e in events],
-                [e.type for e in events],
-                [encode_json(e.data) for e in events],
-            ),
-        )
+        # One JSON array of [job_id, task_id, type, data] rows, encoded by one msgspec call
+        # and unpacked by the statement, which also draws the ids (gen_random_uuid()): per
+        # event no Python-side id and no per-element array dumping.
+        rows = encode_rows([(e.job_id, e.task_id, e.type, e.data) for e in events])
+        await self._conn.execute(sql.INSERT_EVENTS, (rows,))
         return len(events)
 
     async def page(

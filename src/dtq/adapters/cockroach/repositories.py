@@ -542,13 +542,10 @@ class PgTaskRepository:
         self, *, now: datetime, after: tuple[datetime, UUID] | None, limit: int
     ) -> list[DueTask]:
         """Queued tasks due by ``now`` in ``(scheduled_at, id)`` order after the cursor."""
-        queued = TaskStatus.QUEUED.value
         if after is None:
-            cur = await self._conn.execute(sql.DUE_QUEUED_FIRST, (queued, now, limit))
+            cur = await self._conn.execute(sql.DUE_QUEUED_FIRST, (now, limit))
         else:
-            cur = await self._conn.execute(
-                sql.DUE_QUEUED_AFTER, (queued, now, after[0], after[1], limit)
-            )
+            cur = await self._conn.execute(sql.DUE_QUEUED_AFTER, (now, after[0], after[1], limit))
         return [
             DueTask(id=r[0], priority=r[1], scheduled_at=r[2], kind=r[3])
             for r in await cur.fetchall()
@@ -558,15 +555,10 @@ class PgTaskRepository:
         self, *, started_before: datetime, after: UUID | None, limit: int
     ) -> list[RunningTask]:
         """Running tasks started before ``started_before``, by id, after the cursor."""
-        running = TaskStatus.RUNNING.value
         if after is None:
-            cur = await self._conn.execute(
-                sql.STALE_RUNNING_FIRST, (running, started_before, limit)
-            )
+            cur = await self._conn.execute(sql.STALE_RUNNING_FIRST, (started_before, limit))
         else:
-            cur = await self._conn.execute(
-                sql.STALE_RUNNING_AFTER, (running, after, started_before, limit)
-            )
+            cur = await self._conn.execute(sql.STALE_RUNNING_AFTER, (after, started_before, limit))
         return [
             RunningTask(id=r[0], run_id=r[1], priority=r[2], started_at=r[3])
             for r in await cur.fetchall()

@@ -37,6 +37,24 @@ def encode_json(value: Any) -> str | None:
         raise InvalidPayload(f"value cannot be stored as JSON: {exc}") from exc
 
 
+def encode_rows(rows: list[tuple[Any, ...]]) -> str:
+    """Encode a batch of rows as one JSON array of arrays: the single ``%s::jsonb`` parameter
+    of ``sql.INSERT_EVENTS``, which unpacks it with ``jsonb_array_elements`` and ``->>`` casts.
+
+    One msgspec call for the whole batch instead of one binary array per column. UUIDs become
+    their text, None JSON null (SQL NULL after ``->>``). Only for rows whose values are mostly
+    JSON already: the server parses the whole array, which costs more than binary arrays of
+    scalars (see benchmarks/PROFILE.md, fourth pass).
+
+    Raises:
+        InvalidPayload: some value is not JSON-encodable (e.g. an int beyond 64 bits).
+    """
+    try:
+        return _ENCODER.encode(rows).decode()
+    except (TypeError, ValueError, OverflowError, msgspec.EncodeError) as exc:
+        raise InvalidPayload(f"value cannot be stored as JSON: {exc}") from exc
+
+
 def decode_json(text: str | None) -> Any:
     """Decode JSONB read back as text (``column::text``); SQL NULL gives None.
 

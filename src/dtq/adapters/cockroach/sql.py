@@ -285,29 +285,31 @@ JOB_HAS_STATUS: Final = (
     " WHERE EXISTS (SELECT 1 FROM tasks t WHERE t.job_id = %s AND t.status = s.status))"
 )
 
-# Served by idx_tasks_status_scheduled (status, scheduled_at, id): range scan, no sort.
+# Served by the partial idx_tasks_queued_scheduled (scheduled_at, id) WHERE status = 'queued':
+# range scan, no sort. The status is a literal, not a parameter, so that both databases prove
+# the predicate (a generic plan could not use the partial index for "status = $1").
 DUE_QUEUED_FIRST: Final = (
     "SELECT id, priority, scheduled_at, kind FROM tasks"
-    " WHERE status = %s AND scheduled_at <= %s"
+    " WHERE status = 'queued' AND scheduled_at <= %s"
     " ORDER BY scheduled_at, id LIMIT %s"
 )
 DUE_QUEUED_AFTER: Final = (
     "SELECT id, priority, scheduled_at, kind FROM tasks"
-    " WHERE status = %s AND scheduled_at <= %s"
+    " WHERE status = 'queued' AND scheduled_at <= %s"
     " AND (scheduled_at, id) > (%s::timestamptz, %s::uuid)"
     " ORDER BY scheduled_at, id LIMIT %s"
 )
 
-# Served by idx_tasks_status_id_started (status, id, started_at): walks running tasks in id
-# order and filters started_at inside the index.
+# Served by the partial idx_tasks_running_id_started (id, started_at) WHERE status = 'running':
+# walks running tasks in id order and filters started_at inside the index.
 STALE_RUNNING_FIRST: Final = (
     "SELECT id, current_run_id, priority, started_at FROM tasks"
-    " WHERE status = %s AND started_at < %s AND current_run_id IS NOT NULL"
+    " WHERE status = 'running' AND started_at < %s AND current_run_id IS NOT NULL"
     " ORDER BY id LIMIT %s"
 )
 STALE_RUNNING_AFTER: Final = (
     "SELECT id, current_run_id, priority, started_at FROM tasks"
-    " WHERE status = %s AND id > %s AND started_at < %s AND current_run_id IS NOT NULL"
+    " WHERE status = 'running' AND id > %s AND started_at < %s AND current_run_id IS NOT NULL"
     " ORDER BY id LIMIT %s"
 )
 
@@ -491,10 +493,9 @@ DELETE_TOMBSTONES: Final = (
 INSERT_EVENTS: Final = (
     "WITH c AS (SELECT clock_timestamp() AS ts)"
     " INSERT INTO events (created_at, id, job_id, task_id, type, data)"
-    " SELECT c.ts + u.n * INTERVAL '1 microsecond', u.id, u.job_id, u.task_id, u.type,"
-    " u.data::jsonb"
-    " FROM c, unnest(%b::uuid[], %b::uuid[], %b::uuid[], %b::text[], %b::text[])"
-    " WITH ORDINALITY AS u(id, job_id, task_id, type, data, n)"
+    " SELECT c.ts + u.n * INTERVAL '1 microsecond', gen_random_uuid(), (u.e->>0)::uuid,"
+    " (u.e->>1)::uuid, u.e->>2, u.e->3"
+    " FROM c, jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS u(e, n)"
 )
 
 # A page of the stream: the keyset after (created_at, id), below the visibility horizon (the
