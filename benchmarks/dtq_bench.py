@@ -130,6 +130,9 @@ class Cluster:
             LOG_FORMAT="json",
             BENCH_APP_PREFIX=self.app_prefix,
             PYTHONPATH=str(ROOT),
+            # the orchestrator's default is API_AUTH=tokens (issue 15); the scenarios measure
+            # the queue, and the peers' enqueues carry no credentials either
+            API_AUTH="none",
         )
         env.update(extra)
         return env

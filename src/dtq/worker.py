@@ -207,7 +207,11 @@ class Options:
         poll_timeout: how long one pop blocks waiting for work; it also bounds how long a
             pop already in flight delays a stop.
         claim_batch: most task ids (a count) popped and claimed together in one store
-            transaction; a pop takes ``min(free slots, claim_batch)``.
+            transaction; a pop takes ``min(free slots, claim_batch)``. None (the default)
+            adapts it: a pop asks for at most 32 ids, twice as many after each pop that came
+            back full (the ready lists hold more), up to 256, and 32 again after one that came
+            back short; so a deep backlog is claimed in large, cheap transactions and the
+            first handlers of a burst start after a small claim.
         complete_batch: most successes (a count) recorded together in one store transaction;
             claiming also pauses while this many successes wait for their commit.
         heartbeat_every: deprecated alias of ``lease_renew_every`` (DeprecationWarning); when
@@ -224,7 +228,7 @@ class Options:
     sync_threads: int = 8
     priorities: tuple[str, ...] = (DEFAULT_PRIORITY,)
     poll_timeout: float = 1.0
-    claim_batch: int = 32
+    claim_batch: int | None = None
     complete_batch: int = 128
     heartbeat_every: float | None = None
 
@@ -249,8 +253,8 @@ class Options:
             raise ValueError("sync_threads must be >= 1")
         if self.poll_timeout <= 0:
             raise ValueError("poll_timeout must be > 0 seconds")
-        if self.claim_batch < 1:
-            raise ValueError("claim_batch must be >= 1 task")
+        if self.claim_batch is not None and self.claim_batch < 1:
+            raise ValueError("claim_batch must be >= 1 task, or None to adapt it")
         if self.complete_batch < 1:
             raise ValueError("complete_batch must be >= 1 task")
         priorities = tuple(self.priorities)

@@ -34,7 +34,7 @@ class WorkerConfig:
     metrics_listen: str | None
     priorities: tuple[str, ...]
     poll_timeout: float
-    claim_batch: int
+    claim_batch: int | None
     complete_batch: int
     default_timeout: float | None
     shutdown_grace: float

@@ -25,6 +25,38 @@ from dtq.entrypoints.worker.completions import REPORT_ATTEMPTS, backoff_delay
 
 T = TypeVar("T")
 
+#: The adaptive claim batch (``Options.claim_batch`` None): where it starts and restarts, and
+#: how far doubling takes it.
+ADAPTIVE_CLAIM_MIN = 32
+ADAPTIVE_CLAIM_MAX = 256
+
+
+class ClaimBatch:
+    """How many ids the next pop asks for.
+
+    Fixed at ``size`` when one is given; else adaptive: ``ADAPTIVE_CLAIM_MIN`` at first,
+    doubled (up to ``ADAPTIVE_CLAIM_MAX``) after each pop that brought every id it asked for at
+    the full size (so the ready lists likely hold more), back to the minimum after a pop that
+    brought fewer (the backlog is drained; an idle task is popped alone anyway).
+    """
+
+    def __init__(self, size: int | None) -> None:
+        self._fixed = size
+        self.size = size if size is not None else ADAPTIVE_CLAIM_MIN
+
+    def ask(self, free: int) -> int:
+        """The count to pop with ``free`` slots free."""
+        return min(free, self.size)
+
+    def popped(self, asked: int, got: int) -> None:
+        """Record a pop that asked for ``asked`` ids and brought ``got``."""
+        if self._fixed is not None:
+            return
+        if got < asked:
+            self.size = ADAPTIVE_CLAIM_MIN
+        elif asked == self.size:
+            self.size = min(self.size * 2, ADAPTIVE_CLAIM_MAX)
+
 
 class Slots:
     """How many handlers may start; the fetch loop takes, finished claims give back."""
@@ -92,6 +124,7 @@ class Fetcher:
         self._queue, self._turn, self._room = queue, turn, room
         self._deliver, self._hand_back = deliver, hand_back
         self.slots = Slots(config.concurrency)
+        self.batch = ClaimBatch(config.claim_batch)
         self._stopping = asyncio.Event()
 
     def stop(self) -> None:
@@ -112,12 +145,14 @@ class Fetcher:
                 await wait_any(self._room, self._stopping)
                 continue
             try:
+                asked = self.batch.ask(free)
                 task_ids = await self._queue.pop_many(
                     config.priorities,
                     timeout=config.poll_timeout,
-                    max_count=min(free, config.claim_batch),
+                    max_count=asked,
                     kinds=self._kinds,
                 )
+                self.batch.popped(asked, len(task_ids))
                 if task_ids and self._stopping.is_set():
                     # popped by a wait that began before the stop: give them to another worker
                     # unclaimed, rather than claim them only to hand them back (dead runs).

@@ -173,7 +173,7 @@ class Runtime:
                     "worker started",
                     kinds=list(self.kinds),
                     concurrency=config.concurrency,
-                    claim_batch=config.claim_batch,
+                    claim_batch=config.claim_batch or "adaptive",
                     complete_batch=config.complete_batch,
                     lease_renew_every=config.lease_renew_every,
                     priorities=list(config.priorities),
