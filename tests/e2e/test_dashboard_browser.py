@@ -114,6 +114,9 @@ def test_every_page_loads_without_console_errors(
 ) -> None:
     cluster.start_orchestrator()
     cluster.start_worker("w1")
+    # nothing listens on port 9 (discard) here: its deliveries fail, the page shows how
+    hook = {"url": "http://127.0.0.1:9/dtq", "events": ["job.completed"], "secret": "s" * 32}
+    cluster.post("/v1/webhooks", hook)
     done = cluster.post("/v1/jobs", {"name": "nightly-etl", "tasks": diamond(0.0)})
     failed = cluster.post(
         "/v1/tasks", {"kind": "always_fail", "payload": {"n": 1}, "max_attempts": 1}
@@ -127,7 +130,8 @@ def test_every_page_loads_without_console_errors(
         "task": f"/ui/tasks/{done['tasks']['train']}",
         "task-failed": f"/ui/tasks/{failed['task_id']}",
         "workers": "/ui/workers",
-        "failures": "/ui/failures",
+        "webhooks": "/ui/webhooks",
+        "failures": "/ui/failures",  # last: its Retry buttons are looked at below
     }
     tab = Tab(browser, cluster.url)
     try:
@@ -137,6 +141,8 @@ def test_every_page_loads_without_console_errors(
             assert tab.page.locator("main h1").count() == 1, name
             tab.page.screenshot(path=str(shots / f"{name}.png"), full_page=True)
         assert tab.page.locator("tr[data-task] button", has_text="Retry").count() >= 1
+        tab.open(pages["webhooks"])
+        assert tab.page.locator("tr[data-webhook]").count() == 1
         tab.open(pages["workers"])
         assert "no live worker" not in tab.page.inner_text("main")
         assert tab.page.locator("main tbody tr").count() == 1  # w1
@@ -221,6 +227,27 @@ def test_a_job_page_turns_green_as_its_job_runs(
     assert rendered == "first"
     assert live == 0  # the finished job's stream was closed
     assert tab.errors == []
+
+
+def test_without_its_stream_a_job_page_falls_back_to_a_slow_poll(
+    cluster: Cluster, browser: Any
+) -> None:
+    cluster.start_orchestrator()
+    submitted = cluster.post("/v1/jobs", {"name": "diamond", "tasks": diamond(0.0)})
+    job_path = f"/ui/jobs/{submitted['job_id']}"
+    tab = Tab(browser, cluster.url)
+    requests: list[str] = []
+    tab.page.on("request", lambda r: requests.append(r.url.removeprefix(cluster.url)))
+    # a proxy that refuses the stream: EventSource gives up (CLOSED) on a 503
+    tab.page.route("**/events?*", lambda route: route.fulfill(status=503, body="no streams"))
+    try:
+        tab.open(job_path)
+        cluster.start_worker("w1")
+        tab.page.wait_for_selector('#graph[data-job-status="completed"]', timeout=60_000)
+    finally:
+        tab.close()
+    assert [r for r in requests if r.startswith(f"{job_path}/graph")] != []  # the poll
+    assert all("503" in e for e in tab.errors), tab.errors  # the refused stream, nothing else
 
 
 def create_token(cluster: Cluster, name: str, scopes: str) -> str:

@@ -466,3 +466,28 @@ def test_the_ready_depths_cover_default_and_every_advertised_priority() -> None:
     ]
     assert reads.advertised_priorities(workers) == ["batch", "default", "high"]
     assert reads.advertised_priorities([]) == ["default"]
+
+
+async def test_the_webhooks_page_shows_each_delivery_state_never_a_secret(api: Api) -> None:
+    hooks = api.services.api.webhooks
+    healthy = await hooks.create(url="https://a.example/h", events=["job.failed"], secret="s" * 20)
+    failing = await hooks.create(url="https://b.example/h", events=["task.failed"], secret="t" * 20)
+    at = datetime.now(UTC)
+    broken = replace(
+        failing,
+        attempts=3,
+        last_status=503,
+        last_error="HTTP 503",
+        last_attempt_at=at,
+        next_attempt_at=at + timedelta(seconds=8),
+    )
+    assert await api.store.run(lambda tx: tx.webhooks.replace(failing, broken))
+
+    page = await api.client.get("/ui/webhooks")
+
+    assert page.status_code == 200
+    rows = dict(re.findall(r'<tr data-webhook="([^"]+)">(.*?)</tr>', page.text, re.S))
+    assert "waiting" in rows[str(healthy.id)] and "https://a.example/h" in rows[str(healthy.id)]
+    assert "failing · 3 in a row" in rows[str(failing.id)]
+    assert "HTTP 503" in rows[str(failing.id)]
+    assert "s" * 20 not in page.text and "t" * 20 not in page.text

@@ -18,6 +18,7 @@ Routes (none in ``/schema``):
 ``GET /ui/tasks/{id}``          a task: payload, result, progress, runs, explain
 ``GET /ui/workers``             live workers
 ``GET /ui/failures``            failed tasks, ``?cursor=``, with retry and cancel
+``GET /ui/webhooks``            webhooks and their delivery state (no secret)
 ``POST /ui/tasks/{id}/retry``   ``/ui/tasks/{id}/cancel``, ``/ui/jobs/{id}/cancel``
 ``GET``/``POST /ui/login``      token login (``API_AUTH=tokens``); ``POST /ui/logout``
 ``GET /ui/static/...``          CSS and htmx (open)
@@ -88,7 +89,8 @@ def dashboard_routes(services: ApiServices, *, tokens_on: bool) -> list[Controll
     """The ``/ui`` routers for ``create_app``.
 
     Args:
-        services: the API's bundle (queries, events, explain, control, tokens, inspector).
+        services: the API's bundle (queries, events, explain, control, tokens, inspector,
+            webhooks).
         tokens_on: ``API_AUTH=tokens``: pages need a login session.
     """
     sessions = SessionStore()
@@ -98,6 +100,7 @@ def dashboard_routes(services: ApiServices, *, tokens_on: bool) -> list[Controll
         "events": services.events,
         "explain": services.explain,
         "control": services.control,
+        "webhooks": services.webhooks,
         "tokens": services.tokens,
         "overviews": OverviewReader(queries=services.queries, inspector=services.inspector),
         "sessions": sessions,

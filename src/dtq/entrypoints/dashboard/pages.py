@@ -1,4 +1,5 @@
-"""The dashboard's read pages (issue 16 item 3): overview, jobs, job, task, workers, failures.
+"""The dashboard's read pages (issue 16 item 3): overview, jobs, job, task, workers, failures,
+webhooks.
 
 Every handler reads through the application's services and renders one template; the
 ``/panel`` and ``/graph`` variants render only the part htmx re-reads (the overview's poll;
@@ -21,6 +22,7 @@ from dtq.application.events import EventService, format_event_id
 from dtq.application.explain import ExplainService, Explanation
 from dtq.application.filters import JobKeyset, TaskFilter
 from dtq.application.queries import QueryService
+from dtq.application.webhooks import WebhookService
 from dtq.domain.errors import DtqError
 from dtq.domain.status import JobStatus, TaskStatus
 from dtq.entrypoints.api.filters import (
@@ -168,6 +170,15 @@ class PagesController(Controller):
         """Workers whose registry heartbeat is within two minutes."""
         found = await queries.list_workers(LIVE_WITHIN)
         return _page(request, "workers.html", workers=found, nav="workers")
+
+    @get("/webhooks")
+    async def webhooks(
+        self, request: Request[Any, Any, Any], webhooks: NamedDependency[WebhookService]
+    ) -> Template:
+        """Every webhook with its delivery state (never its secret): delivered count,
+        failures in a row, the last try's status, error and time, the next try."""
+        found = await webhooks.list()
+        return _page(request, "webhooks.html", webhooks=found, nav="webhooks")
 
     @get("/failures")
     async def failures(
