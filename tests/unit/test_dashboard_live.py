@@ -214,3 +214,25 @@ async def test_an_unknown_job_is_404_before_the_stream_starts() -> None:
         response = await client.get(f"/ui/jobs/{uuid4()}/events")
     assert response.status_code == 404
     assert response.headers["content-type"].startswith("text/html")
+
+
+async def test_a_quiet_stream_sends_keep_alives_and_an_outage_ends_it_with_a_comment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(stream, "KEEPALIVE", 0.1)
+    async with serving(FAST) as server, httpx.AsyncClient(base_url=server.url) as client:
+        job = await submit_pair(client)
+        comments: list[str] = []
+        async with (
+            asyncio.timeout(5),
+            client.stream("GET", f"/ui/jobs/{job['job_id']}/events") as response,
+        ):
+            async for message in messages(response):
+                comments.extend(message.comments)
+                if comments[-1:] == ["keep-alive"]:
+                    server.services.store.available = False  # type: ignore[attr-defined]
+        server.services.store.available = True  # type: ignore[attr-defined]
+
+    assert comments[0] == "dtq job updates"
+    assert "keep-alive" in comments
+    assert comments[-1] == "database unavailable: reconnect"
