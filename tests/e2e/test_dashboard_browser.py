@@ -3,8 +3,9 @@
 here) against a real ``dtq orchestrator`` and ``dtq-worker`` with real jobs.
 
 Each page loads without a console error; retry on a failed task makes it complete; a job page
-turns green by htmx polling alone while its job runs; with ``API_AUTH=tokens`` the dashboard asks
-for a token and keeps the session in an HttpOnly, SameSite=Strict cookie.
+turns green from its event stream alone (no poll, no reload) while its job runs; with
+``API_AUTH=tokens`` the dashboard asks for a token and keeps the session in an HttpOnly,
+SameSite=Strict cookie.
 
 Screenshots of every page go to the test's temporary directory, or to ``docs/screenshots/``
 when ``DTQ_UPDATE_SCREENSHOTS=1`` (how the committed ones were made). Without Chromium these
@@ -113,6 +114,9 @@ def test_every_page_loads_without_console_errors(
 ) -> None:
     cluster.start_orchestrator()
     cluster.start_worker("w1")
+    # nothing listens on port 9 (discard) here: its deliveries fail, the page shows how
+    hook = {"url": "http://127.0.0.1:9/dtq", "events": ["job.completed"], "secret": "s" * 32}
+    cluster.post("/v1/webhooks", hook)
     done = cluster.post("/v1/jobs", {"name": "nightly-etl", "tasks": diamond(0.0)})
     failed = cluster.post(
         "/v1/tasks", {"kind": "always_fail", "payload": {"n": 1}, "max_attempts": 1}
@@ -126,7 +130,8 @@ def test_every_page_loads_without_console_errors(
         "task": f"/ui/tasks/{done['tasks']['train']}",
         "task-failed": f"/ui/tasks/{failed['task_id']}",
         "workers": "/ui/workers",
-        "failures": "/ui/failures",
+        "webhooks": "/ui/webhooks",
+        "failures": "/ui/failures",  # last: its Retry buttons are looked at below
     }
     tab = Tab(browser, cluster.url)
     try:
@@ -136,6 +141,8 @@ def test_every_page_loads_without_console_errors(
             assert tab.page.locator("main h1").count() == 1, name
             tab.page.screenshot(path=str(shots / f"{name}.png"), full_page=True)
         assert tab.page.locator("tr[data-task] button", has_text="Retry").count() >= 1
+        tab.open(pages["webhooks"])
+        assert tab.page.locator("tr[data-webhook]").count() == 1
         tab.open(pages["workers"])
         assert "no live worker" not in tab.page.inner_text("main")
         assert tab.page.locator("main tbody tr").count() == 1  # w1
@@ -188,23 +195,59 @@ def test_a_job_page_turns_green_as_its_job_runs(
 ) -> None:
     cluster.start_orchestrator()
     submitted = cluster.post("/v1/jobs", {"name": "diamond", "tasks": diamond(0.4)})
+    job_path = f"/ui/jobs/{submitted['job_id']}"
     tab = Tab(browser, cluster.url)
+    requests: list[str] = []
+    tab.page.on("request", lambda r: requests.append(r.url.removeprefix(cluster.url)))
     try:
-        tab.open(f"/ui/jobs/{submitted['job_id']}")
+        tab.open(job_path)
         nodes = tab.page.locator("#graph a.node")
         assert nodes.count() == 5
         seen_before = {nodes.nth(i).get_attribute("data-status") for i in range(5)}
+        # the section is the one the page rendered: a poll would have swapped it (outerHTML)
+        tab.page.evaluate("document.getElementById('graph').dataset.rendered = 'first'")
         cluster.start_worker("w1")  # the job runs only now; the page is never reloaded
         tab.page.wait_for_selector('#graph[data-job-status="completed"]', timeout=60_000)
         statuses = {nodes.nth(i).get_attribute("data-status") for i in range(5)}
+        counts = tab.page.inner_text("[data-count=completed] .n")
         colour = tab.page.eval_on_selector("#graph a.node rect", "r => getComputedStyle(r).fill")
+        rendered = tab.page.eval_on_selector("#graph", "g => g.dataset.rendered")
+        live = tab.page.locator("#live").count()
         tab.page.screenshot(path=str(shots / "job-completed.png"), full_page=True)
     finally:
         tab.close()
     assert seen_before == {"queued", "pending"}
     assert statuses == {"completed"}
+    assert counts == "5"
     assert colour == "rgb(22, 163, 74)"  # --completed
+    # the update came through the stream: one stream request, no fragment poll, no reload
+    assert [r for r in requests if r.startswith(f"{job_path}/events?after=")] != []
+    assert [r for r in requests if r.startswith(f"{job_path}/graph")] == []
+    assert [r for r in requests if r == job_path] == [job_path]
+    assert rendered == "first"
+    assert live == 0  # the finished job's stream was closed
     assert tab.errors == []
+
+
+def test_without_its_stream_a_job_page_falls_back_to_a_slow_poll(
+    cluster: Cluster, browser: Any
+) -> None:
+    cluster.start_orchestrator()
+    submitted = cluster.post("/v1/jobs", {"name": "diamond", "tasks": diamond(0.0)})
+    job_path = f"/ui/jobs/{submitted['job_id']}"
+    tab = Tab(browser, cluster.url)
+    requests: list[str] = []
+    tab.page.on("request", lambda r: requests.append(r.url.removeprefix(cluster.url)))
+    # a proxy that refuses the stream: EventSource gives up (CLOSED) on a 503
+    tab.page.route("**/events?*", lambda route: route.fulfill(status=503, body="no streams"))
+    try:
+        tab.open(job_path)
+        cluster.start_worker("w1")
+        tab.page.wait_for_selector('#graph[data-job-status="completed"]', timeout=60_000)
+    finally:
+        tab.close()
+    assert [r for r in requests if r.startswith(f"{job_path}/graph")] != []  # the poll
+    assert all("503" in e for e in tab.errors), tab.errors  # the refused stream, nothing else
 
 
 def create_token(cluster: Cluster, name: str, scopes: str) -> str:
@@ -231,7 +274,7 @@ def test_with_tokens_the_dashboard_asks_for_one_and_keeps_a_strict_cookie(
             tab.page.click("button[type=submit]")
         assert tab.page.url == f"{cluster.url}/ui/jobs"
         assert tab.page.inner_text(".who") == "operator"
-        (cookie,) = tab.context.cookies()
+        (cookie,) = tab.context.cookies()  # the login form's CSRF cookie is gone
         with tab.page.expect_navigation():
             tab.page.click("text=Log out")
         assert "/ui/login" in tab.page.url

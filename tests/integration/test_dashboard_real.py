@@ -98,3 +98,27 @@ async def test_the_job_page_draws_the_dag_from_the_database(client: httpx.AsyncC
     nodes = re.findall(r'data-task="(\w)" data-status="(\w+)"', page.text)
     assert sorted(nodes) == [("a", "queued"), ("b", "pending"), ("c", "pending"), ("d", "pending")]
     assert page.text.count('class="edge"') == 4
+
+
+async def test_job_counts_read_the_statuses_with_the_counts_and_the_database_time(
+    services: Services, client: httpx.AsyncClient
+) -> None:
+    created = await submit_diamond(client)
+    job_id = UUID(created["job_id"])
+    [claim] = await claim_ready(services)
+    await services.worker.execution.complete_many([claim])
+    events = services.api.events
+
+    small = await services.api.queries.job_counts(job_id, max_tasks=4)
+    large = await services.api.queries.job_counts(job_id, max_tasks=3)
+    horizon = events.horizon(small.at)
+
+    assert small.statuses is not None
+    assert small.statuses[UUID(created["tasks"]["a"])] == TaskStatus.COMPLETED
+    assert sorted(small.statuses.values()).count(TaskStatus.QUEUED) == 2
+    assert small.counts[TaskStatus.COMPLETED] == 1 and not small.finished
+    assert large.statuses is None and large.counts == small.counts
+    assert abs((datetime.now(UTC) - small.at).total_seconds()) < 60  # the database's clock
+    # a stream of the job started at the read's horizon begins two settle margins before it
+    assert (small.at - horizon.created_at).total_seconds() == 2 * events.policy.settle
+    assert horizon.id.int == 0

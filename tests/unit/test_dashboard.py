@@ -17,6 +17,7 @@ from litestar.routes import HTTPRoute
 from dtq.domain.entities import Worker
 from dtq.domain.tokens import Scope
 from dtq.entrypoints.dashboard import pages, reads
+from dtq.entrypoints.dashboard.csrf import LoginTokens
 from dtq.entrypoints.dashboard.gate import safe_next
 from tests.unit.api_harness import SETTINGS, Api, running_api
 
@@ -44,8 +45,14 @@ async def token(api: Api, name: str, *scopes: Scope) -> str:
     return created.secret
 
 
+async def post_login(api: Api, **form: str) -> Any:
+    """POST /ui/login with ``form`` and the CSRF token of a login form just fetched."""
+    csrf = await csrf_of(api, "/ui/login")
+    return await api.client.post("/ui/login", data={"csrf": csrf, **form})
+
+
 async def login(api: Api, secret: str) -> None:
-    response = await api.client.post("/ui/login", data={"token": secret, "next": "/ui/jobs"})
+    response = await post_login(api, token=secret, next="/ui/jobs")
     assert response.status_code == 303, response.text
     assert response.headers["location"] == "/ui/jobs"
 
@@ -98,7 +105,9 @@ async def test_every_ui_route_needs_a_session_when_tokens_are_on(secured: Api) -
             secured.client.cookies.clear()
             secured.client.cookies.update(cookies)
             response = await secured.client.request(method, path, data={"csrf": "x"})
-            if method == "GET":
+            if method == "GET" and path.endswith("/events"):  # EventSource: no redirect
+                assert response.status_code == 401, (method, path)
+            elif method == "GET":
                 assert response.status_code == 303, (method, path)
                 assert response.headers["location"].startswith("/ui/login?next=/ui")
             else:
@@ -108,12 +117,12 @@ async def test_every_ui_route_needs_a_session_when_tokens_are_on(secured: Api) -
 async def test_login_sets_a_strict_http_only_session_cookie(secured: Api) -> None:
     secret = await token(secured, "operator", Scope.READ)
 
-    response = await secured.client.post("/ui/login", data={"token": secret, "next": "/ui"})
+    response = await post_login(secured, token=secret, next="/ui")
 
     assert response.status_code == 303
-    cookie = response.headers["set-cookie"]
-    assert cookie.startswith("dtq_session=")
-    assert secret not in cookie
+    cookies = response.headers.get_list("set-cookie")
+    [cookie] = [c for c in cookies if c.startswith("dtq_session=")]
+    assert all(secret not in c for c in cookies)
     attributes = {part.strip().lower() for part in cookie.split(";")[1:]}
     assert {"httponly", "samesite=strict", "path=/ui"} <= attributes
     assert "secure" not in attributes  # served over http here
@@ -123,13 +132,14 @@ async def test_login_sets_a_strict_http_only_session_cookie(secured: Api) -> Non
 async def test_a_wrong_token_or_one_without_read_does_not_log_in(secured: Api) -> None:
     writer = await token(secured, "writer", Scope.SUBMIT)
 
-    wrong = await secured.client.post("/ui/login", data={"token": "dtq_" + "x" * 43})
-    no_read = await secured.client.post("/ui/login", data={"token": writer})
+    wrong = await post_login(secured, token="dtq_" + "x" * 43)
+    no_read = await post_login(secured, token=writer)
 
     assert wrong.status_code == 401
     assert "does not authenticate" in wrong.text
     assert no_read.status_code == 403
-    assert "set-cookie" not in wrong.headers and "set-cookie" not in no_read.headers
+    for refused in (wrong, no_read):
+        assert "dtq_session" not in refused.headers.get("set-cookie", "")
 
 
 async def test_an_action_needs_the_admin_scope(secured: Api) -> None:
@@ -160,13 +170,60 @@ async def test_an_action_without_the_sessions_csrf_token_is_refused(secured: Api
     view = await secured.services.api.queries.get_task(UUID(created["task_id"]))
 
     assert missing.status_code == forged.status_code == 403
+    assert "CSRF token" in forged.text and "Nothing was changed" in forged.text
     assert view.task.status.value == "failed"
+    assert (await secured.client.get("/ui/failures")).status_code == 200  # still logged in
     csrf = await csrf_of(secured, f"/ui/tasks/{created['task_id']}")
     done = await secured.client.post(url, data={"csrf": csrf, "next": "/ui/failures"})
     assert done.status_code == 303
     assert done.headers["location"] == "/ui/failures"
     view = await secured.services.api.queries.get_task(UUID(created["task_id"]))
     assert view.task.status.value == "queued"
+
+
+async def test_an_htmx_request_may_send_the_csrf_token_as_a_header(secured: Api) -> None:
+    submitter = await token(secured, "submitter", Scope.SUBMIT)
+    created = await submit(secured, auth=submitter)
+    await login(secured, await token(secured, "admin", Scope.READ, Scope.ADMIN))
+    page = await secured.client.get(f"/ui/tasks/{created['task_id']}")
+    csrf = CSRF.search(page.text)
+    assert csrf is not None
+    assert f'hx-headers=\'{{"X-CSRF-Token": "{csrf[1]}"}}\'' in page.text
+    url = f"/ui/tasks/{created['task_id']}/cancel"
+
+    wrong = await secured.client.post(url, headers={"X-CSRF-Token": "stale"}, data={"x": "1"})
+    state = (await secured.services.api.queries.get_task(UUID(created["task_id"]))).task.status
+    done = await secured.client.post(url, headers={"X-CSRF-Token": csrf[1]}, data={"x": "1"})
+
+    assert wrong.status_code == 403 and state.value == "queued"
+    assert done.status_code == 303
+    view = await secured.services.api.queries.get_task(UUID(created["task_id"]))
+    assert view.task.status.value == "cancelled"
+
+
+async def test_the_login_form_needs_its_own_signed_csrf_token(secured: Api) -> None:
+    secret = await token(secured, "operator", Scope.READ)
+    login_url = "/ui/login"
+
+    bare = await secured.client.post(login_url, data={"token": secret})
+    form = await csrf_of(secured, login_url)  # sets the dtq_login_csrf cookie too
+    mismatched = await secured.client.post(login_url, data={"token": secret, "csrf": form + "x"})
+    alien = LoginTokens(b"another process").issue()  # equal in cookie and field, not ours
+    secured.client.cookies.set("dtq_login_csrf", alien, path="/ui/login")
+    planted = await secured.client.post(login_url, data={"token": secret, "csrf": alien})
+
+    for refused in (bare, mismatched, planted):
+        assert refused.status_code == 403
+        assert "CSRF token" in refused.text
+        assert "dtq_session" not in refused.headers.get("set-cookie", "")
+        fresh = CSRF.search(refused.text)  # the form again, with a token that works
+        assert fresh is not None and fresh[1] != alien
+    assert (await secured.client.get("/ui")).status_code == 303  # not logged in
+    secured.client.cookies.clear()  # the planted cookie sits beside the server's in the jar
+    good = await csrf_of(secured, login_url)
+    response = await secured.client.post(login_url, data={"token": secret, "csrf": good})
+    assert response.status_code == 303
+    assert (await secured.client.get("/ui")).status_code == 200
 
 
 async def test_a_revoked_token_ends_its_session(secured: Api) -> None:
@@ -272,16 +329,20 @@ async def test_the_job_page_draws_every_task_of_a_small_job_by_layer(api: Api) -
     assert sorted(nodes) == [("a", "queued"), ("b", "pending"), ("c", "pending"), ("d", "pending")]
     assert page.text.count('class="edge"') == 4
     assert "3 layers" in page.text
-    assert 'hx-trigger="every 2s"' in page.text
+    assert 'data-finished="false"' in page.text
+    assert f'data-stream="/ui/jobs/{created["job_id"]}/events?after=' in page.text
+    assert "hx-trigger" not in page.text  # no poll: live.js follows the stream
+    assert "/ui/static/live.js" in page.text
 
 
-async def test_a_finished_job_page_stops_polling(api: Api) -> None:
+async def test_a_finished_job_page_is_not_followed(api: Api) -> None:
     created = await submit(api, max_attempts=1)
     await fail_for_good(api, created["task_id"])
 
     fragment = await api.client.get(f"/ui/jobs/{created['job_id']}/graph")
 
     assert 'data-job-status="failed"' in fragment.text
+    assert 'data-finished="true"' in fragment.text  # live.js opens no stream
     assert "hx-trigger" not in fragment.text
 
 
@@ -299,7 +360,7 @@ async def test_a_large_job_is_paged_not_drawn(api: Api, monkeypatch: pytest.Monk
     assert 'class="node' not in first.text
     assert re.findall(r">(t\d)</a>", first.text) == ["t0", "t1"]
     assert re.findall(r">(t\d)</a>", second.text) == ["t2", "t3"]
-    assert "queued 5" in first.text
+    assert re.search(r'data-count="queued">queued <span class="n">5<', first.text)
 
 
 async def test_the_task_page_shows_payload_runs_error_and_explain(api: Api) -> None:
@@ -405,3 +466,28 @@ def test_the_ready_depths_cover_default_and_every_advertised_priority() -> None:
     ]
     assert reads.advertised_priorities(workers) == ["batch", "default", "high"]
     assert reads.advertised_priorities([]) == ["default"]
+
+
+async def test_the_webhooks_page_shows_each_delivery_state_never_a_secret(api: Api) -> None:
+    hooks = api.services.api.webhooks
+    healthy = await hooks.create(url="https://a.example/h", events=["job.failed"], secret="s" * 20)
+    failing = await hooks.create(url="https://b.example/h", events=["task.failed"], secret="t" * 20)
+    at = datetime.now(UTC)
+    broken = replace(
+        failing,
+        attempts=3,
+        last_status=503,
+        last_error="HTTP 503",
+        last_attempt_at=at,
+        next_attempt_at=at + timedelta(seconds=8),
+    )
+    assert await api.store.run(lambda tx: tx.webhooks.replace(failing, broken))
+
+    page = await api.client.get("/ui/webhooks")
+
+    assert page.status_code == 200
+    rows = dict(re.findall(r'<tr data-webhook="([^"]+)">(.*?)</tr>', page.text, re.S))
+    assert "waiting" in rows[str(healthy.id)] and "https://a.example/h" in rows[str(healthy.id)]
+    assert "failing · 3 in a row" in rows[str(failing.id)]
+    assert "HTTP 503" in rows[str(failing.id)]
+    assert "s" * 20 not in page.text and "t" * 20 not in page.text

@@ -111,6 +111,14 @@ class EventService:
 
         return await self._store.run(read)
 
+    def horizon(self, at: datetime) -> EventCursor:
+        """Where to follow from so that no event is missed of a change that was not yet
+        visible to a read made at database time ``at``: ``2 * settle`` before ``at`` (an
+        event older than ``settle`` has committed, see the policy), before any event id of
+        that instant. Events a little older than the read may come again: the follower's
+        updates must be idempotent (a status set, not a count moved)."""
+        return EventCursor(at - timedelta(seconds=2 * self.policy.settle), UUID(int=0))
+
     async def check_job(self, job_id: UUID) -> None:
         """Raise ``JobNotFound`` (field ``job_id``) unless the job exists."""
 
@@ -126,11 +134,13 @@ class EventService:
         after: EventCursor | None,
         job_id: UUID | None = None,
         types: Sequence[str] | None = None,
+        idle: float | None = None,
     ) -> AsyncIterator[list[Event]]:
         """Every event after ``after``, for ever, in order, each exactly once per follower.
 
         Reads a page; when it is full reads the next at once, else sleeps ``poll_interval``.
-        Yields each non-empty batch, and an empty list after ``heartbeat`` seconds of silence.
+        Yields each non-empty batch, and an empty list after ``idle`` seconds of silence
+        (default: the policy's ``heartbeat``), then again after each further ``idle``.
         ``types`` is applied to the pages read, not in the query, so the cursor moves over the
         events it leaves out and each read costs only the events committed since the last one,
         however rare the wanted types are. Store errors propagate (the caller's stream ends;
@@ -138,6 +148,7 @@ class EventService:
         """
         cursor = after
         quiet = 0.0
+        silence = self.policy.heartbeat if idle is None else idle
         wanted = None if types is None else frozenset(types)
         loop = asyncio.get_running_loop()
         while True:
@@ -153,6 +164,6 @@ class EventService:
                     continue
             await asyncio.sleep(self.policy.poll_interval)
             quiet += loop.time() - began
-            if quiet >= self.policy.heartbeat:
+            if quiet >= silence:
                 quiet = 0.0
                 yield []

@@ -4,7 +4,7 @@ listings (issue 14 item 5), recent workers (spec §7)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from uuid import UUID
 
 from dtq.application.commands import JobPage, JobResultsView, JobView, TaskPage, TaskView
@@ -34,12 +34,39 @@ class JobGraph:
             ``max_tasks`` asked for (the graph is then not read at all).
         edges: ``(depends_on_task_id, task_id)`` pairs among ``tasks``; empty when ``tasks``
             is None.
+        at: the read's time by the database clock (where a stream of the job's events that
+            must miss nothing after this read starts: ``EventService.horizon``).
     """
 
     job: Job
     counts: dict[TaskStatus, int]
     tasks: list[Task] | None
     edges: list[tuple[UUID, UUID]]
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class JobCounts:
+    """A job and its tasks per status, read together (the dashboard's live job page).
+
+    Attributes:
+        job: the job.
+        counts: its tasks per status (every status, 0 when none).
+        at: the read's time by the database clock.
+        statuses: every task's status, when asked for and the job is small enough; else None.
+    """
+
+    job: Job
+    counts: dict[TaskStatus, int]
+    at: datetime
+    statuses: dict[UUID, TaskStatus] | None = None
+
+    @property
+    def finished(self) -> bool:
+        """The job is terminal and none of its tasks is unfinished (a job turns failed at
+        its first failure while other tasks may still run)."""
+        unfinished = (s for s in TaskStatus if not s.terminal)
+        return self.job.status.terminal and not any(self.counts[s] for s in unfinished)
 
 
 class QueryService:
@@ -116,11 +143,34 @@ class QueryService:
                 raise JobNotFound(f"job {job_id} not found", field="id")
             found = await tx.tasks.count_by_status(job_id)
             counts = {status: found.get(status, 0) for status in TaskStatus}
+            at = await tx.now()
             if sum(counts.values()) > max_tasks:
-                return JobGraph(job=job, counts=counts, tasks=None, edges=[])
+                return JobGraph(job=job, counts=counts, tasks=None, edges=[], at=at)
             tasks = await tx.tasks.list_by_job(job_id)
             edges = await tx.tasks.dependents_many([t.id for t in tasks]) if tasks else []
-            return JobGraph(job=job, counts=counts, tasks=tasks, edges=edges)
+            return JobGraph(job=job, counts=counts, tasks=tasks, edges=edges, at=at)
+
+        return await self._store.run(read)
+
+    async def job_counts(self, job_id: UUID, *, max_tasks: int = 0) -> JobCounts:
+        """The job and its tasks per status, and every task's status when the job has at most
+        ``max_tasks`` tasks (one transaction: the job row, one count by status on the job's
+        index, and only for such a small job one range read of its tasks).
+
+        Raises:
+            JobNotFound: unknown id.
+        """
+
+        async def read(tx: Transaction) -> JobCounts:
+            job = await tx.jobs.get(job_id)
+            if job is None:
+                raise JobNotFound(f"job {job_id} not found", field="id")
+            found = await tx.tasks.count_by_status(job_id)
+            counts = {status: found.get(status, 0) for status in TaskStatus}
+            statuses = None
+            if sum(counts.values()) <= max_tasks:
+                statuses = {t.id: t.status for t in await tx.tasks.list_by_job(job_id)}
+            return JobCounts(job=job, counts=counts, at=await tx.now(), statuses=statuses)
 
         return await self._store.run(read)
 

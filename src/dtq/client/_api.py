@@ -11,6 +11,7 @@ from uuid import UUID
 from dtq.client._calls import Call, idempotency_key, struct
 from dtq.client.jobs import JobBuilder, go_duration, task_options
 from dtq.entrypoints.api.schemas import (
+    DeliveryLogBody,
     ExplainBody,
     JobBody,
     JobCancelResponse,
@@ -22,6 +23,8 @@ from dtq.entrypoints.api.schemas import (
     TaskDetailBody,
     TaskListBody,
     TaskRetryResponse,
+    WebhookBody,
+    WebhookList,
     WorkersBody,
 )
 
@@ -37,6 +40,13 @@ _job_cancel = struct(JobCancelResponse)
 _task_retry = struct(TaskRetryResponse)
 _task_list = struct(TaskListBody)
 _job_list = struct(JobListBody)
+_webhook = struct(WebhookBody)
+_webhooks = struct(WebhookList)
+_deliveries = struct(DeliveryLogBody)
+
+
+def _nothing(_: bytes | None) -> None:
+    return None
 
 
 def submit_task(
@@ -161,3 +171,22 @@ def list_jobs_page(
         "cursor": cursor,
     }
     return Call("GET", "/v1/jobs", _job_list, params=params)
+
+
+def create_webhook(url: str, events: Sequence[str], secret: str) -> Call[WebhookBody]:
+    # Not idempotent: a re-sent create whose first try was applied makes a second webhook.
+    body = {"url": url, "events": list(events), "secret": secret}
+    return Call("POST", "/v1/webhooks", _webhook, json=body, safe_to_resend=False)
+
+
+def list_webhooks() -> Call[WebhookList]:
+    return Call("GET", "/v1/webhooks", _webhooks)
+
+
+def delete_webhook(webhook_id: UUID | str) -> Call[None]:
+    # Safe to re-send: a webhook deleted by the first try answers 404 to the second.
+    return Call("DELETE", f"/v1/webhooks/{webhook_id}", _nothing)
+
+
+def webhook_deliveries(webhook_id: UUID | str) -> Call[DeliveryLogBody]:
+    return Call("GET", f"/v1/webhooks/{webhook_id}/deliveries", _deliveries)

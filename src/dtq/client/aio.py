@@ -21,6 +21,7 @@ from dtq.client.config import ClientConfig
 from dtq.client.errors import TransportError, WaitTimeout
 from dtq.client.jobs import JobBuilder
 from dtq.entrypoints.api.schemas import (
+    DeliveryLogBody,
     ExplainBody,
     JobBody,
     JobCancelResponse,
@@ -32,6 +33,7 @@ from dtq.entrypoints.api.schemas import (
     TaskResultBody,
     TaskRetryResponse,
     TaskSummaryBody,
+    WebhookBody,
     WorkersBody,
 )
 
@@ -233,6 +235,40 @@ class AsyncClient:
         async for page in self._follow(pages):
             for job in page.jobs:
                 yield job
+
+    # -- webhooks (issue 16 item 2) -------------------------------------------------------------
+
+    async def create_webhook(self, url: str, events: Sequence[str], secret: str) -> WebhookBody:
+        """``POST /v1/webhooks`` (``admin`` scope): deliver the ``events`` types (``job.completed``,
+        ``task.failed``, …) committed from now on to ``url``, signed with ``secret`` (16..256
+        characters, never shown again). Not re-sent after a lost answer (it would make a second
+        webhook).
+
+        Raises:
+            BadRequest: a bad ``url``, ``events`` or ``secret`` (its ``field`` names which).
+        """
+        return await self.send(_api.create_webhook(url, events, secret))
+
+    async def list_webhooks(self) -> list[WebhookBody]:
+        """``GET /v1/webhooks``: every webhook, oldest first (never a secret)."""
+        return (await self.send(_api.list_webhooks())).webhooks
+
+    async def delete_webhook(self, webhook_id: UUID | str) -> None:
+        """``DELETE /v1/webhooks/{id}`` (``admin`` scope): no delivery starts after it.
+
+        Raises:
+            NotFound: no such webhook.
+        """
+        await self.send(_api.delete_webhook(webhook_id))
+
+    async def webhook_deliveries(self, webhook_id: UUID | str) -> DeliveryLogBody:
+        """``GET /v1/webhooks/{id}/deliveries``: the delivery log (cursor, count delivered,
+        failures in a row, last status and error, next try).
+
+        Raises:
+            NotFound: no such webhook.
+        """
+        return await self.send(_api.webhook_deliveries(webhook_id))
 
     # -- read -----------------------------------------------------------------------------------
 

@@ -549,3 +549,55 @@ class OperationBody(msgspec.Struct, kw_only=True):
     error: str | None
     created_at: datetime
     finished_at: datetime | None
+
+
+# --- webhooks (issue 16 item 2) ----------------------------------------------------------------
+
+
+class WebhookRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``POST /v1/webhooks``."""
+
+    url: Annotated[str, msgspec.Meta(description="http:// or https:// url every delivery goes to")]
+    events: Annotated[
+        list[str], msgspec.Meta(description="Event types to deliver, e.g. job.completed")
+    ]
+    secret: Annotated[
+        str, msgspec.Meta(description="16..256 characters; signs each delivery (write-only)")
+    ]
+
+
+class WebhookBody(msgspec.Struct, kw_only=True):
+    """A webhook (never its secret)."""
+
+    id: str
+    url: str
+    events: list[str]
+    created_at: datetime
+
+
+class WebhookList(msgspec.Struct, kw_only=True):
+    """``GET /v1/webhooks``: every webhook, oldest first."""
+
+    webhooks: list[WebhookBody]
+
+
+class DeliveryLogBody(msgspec.Struct, kw_only=True):
+    """A webhook's delivery log: where it is in the outbox and how its last try went."""
+
+    webhook_id: str
+    cursor: Annotated[
+        str | None,
+        msgspec.Meta(description="Event id delivered (or skipped) up to; None before the first"),
+    ]
+    delivered: Annotated[int, msgspec.Meta(description="Deliveries answered with a 2xx")]
+    attempts: Annotated[
+        int, msgspec.Meta(description="Failed tries in a row of the next event (0: healthy)")
+    ]
+    last_status: Annotated[
+        int | None, msgspec.Meta(description="HTTP status of the last try; None: no response")
+    ]
+    last_error: Annotated[str | None, msgspec.Meta(description="Why the last try failed")]
+    last_attempt_at: datetime | None
+    next_attempt_at: Annotated[
+        datetime | None, msgspec.Meta(description="The next try is not before this time")
+    ]

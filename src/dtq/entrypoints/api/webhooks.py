@@ -1,5 +1,5 @@
 """``/v1/webhooks`` (issue 16 item 2): create, list and delete webhooks, and read a webhook's
-delivery log.
+delivery log. The bodies live in :mod:`~dtq.entrypoints.api.schemas` (the client shares them).
 
 The secret is write-only: no response carries it. Scopes follow the API's rule (``auth.py``):
 ``POST`` and ``DELETE`` need ``admin``, the ``GET`` routes ``read``.
@@ -7,10 +7,6 @@ The secret is write-only: no response carries it. Scopes follow the API's rule (
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Annotated
-
-import msgspec
 from litestar import Controller, Response, delete, get, post
 from litestar.di import NamedDependency
 from litestar.params import JSONBody
@@ -21,55 +17,17 @@ from dtq.application.webhooks import WebhookService
 from dtq.domain.webhooks import Webhook
 from dtq.entrypoints.api import guards, responses
 from dtq.entrypoints.api.params import ResourceId, parse_id
+from dtq.entrypoints.api.schemas import DeliveryLogBody, WebhookBody, WebhookList, WebhookRequest
 
-
-class WebhookRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """``POST /v1/webhooks``."""
-
-    url: Annotated[str, msgspec.Meta(description="http:// or https:// url every delivery goes to")]
-    events: Annotated[
-        list[str], msgspec.Meta(description="Event types to deliver, e.g. job.completed")
-    ]
-    secret: Annotated[
-        str, msgspec.Meta(description="16..256 characters; signs each delivery (write-only)")
-    ]
-
-
-class WebhookBody(msgspec.Struct, kw_only=True):
-    """A webhook (never its secret)."""
-
-    id: str
-    url: str
-    events: list[str]
-    created_at: datetime
-
-
-class WebhookList(msgspec.Struct, kw_only=True):
-    """``GET /v1/webhooks``: every webhook, oldest first."""
-
-    webhooks: list[WebhookBody]
-
-
-class DeliveryLogBody(msgspec.Struct, kw_only=True):
-    """A webhook's delivery log: where it is in the outbox and how its last try went."""
-
-    webhook_id: str
-    cursor: Annotated[
-        str | None,
-        msgspec.Meta(description="Event id delivered (or skipped) up to; None before the first"),
-    ]
-    delivered: Annotated[int, msgspec.Meta(description="Deliveries answered with a 2xx")]
-    attempts: Annotated[
-        int, msgspec.Meta(description="Failed tries in a row of the next event (0: healthy)")
-    ]
-    last_status: Annotated[
-        int | None, msgspec.Meta(description="HTTP status of the last try; None: no response")
-    ]
-    last_error: Annotated[str | None, msgspec.Meta(description="Why the last try failed")]
-    last_attempt_at: datetime | None
-    next_attempt_at: Annotated[
-        datetime | None, msgspec.Meta(description="The next try is not before this time")
-    ]
+__all__ = [
+    "DeliveryLogBody",
+    "WebhookBody",
+    "WebhookController",
+    "WebhookList",
+    "WebhookRequest",
+    "delivery_log_body",
+    "webhook_body",
+]
 
 
 def webhook_body(hook: Webhook) -> WebhookBody:

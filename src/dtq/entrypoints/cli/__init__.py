@@ -12,6 +12,8 @@
     Apply the SQL migrations to ``CRDB_DSN`` and print what was applied.
 ``dtq token create|list|revoke``
     API tokens in ``CRDB_DSN`` (:mod:`.token`); ``create`` prints the secret once, last.
+``dtq webhook create|list|delete|deliveries``
+    The webhooks of a running orchestrator, through its API (:mod:`.webhook`).
 ``dtq dev [--app module:attr] [--port N]``
     API + reconciler + one worker in one process on the in-memory backend: nothing to install.
 

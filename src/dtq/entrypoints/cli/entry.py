@@ -15,6 +15,7 @@ from dtq.entrypoints.cli import (
     submit,
     token,
     watch,
+    webhook,
     worker,
 )
 from dtq.entrypoints.cli.common import (
@@ -28,7 +29,7 @@ from dtq.entrypoints.cli.common import (
 from dtq.entrypoints.config import ConfigError
 
 #: The command groups, in ``--help`` order; each module has ``add_parser(commands, parents)``.
-COMMAND_GROUPS = (orchestrator, worker, migrate, token, dev, submit, watch, control)
+COMMAND_GROUPS = (orchestrator, worker, migrate, token, dev, submit, watch, control, webhook)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -28,11 +28,15 @@ EXIT_JOB_FAILED = 1
 EXIT_WAIT_TIMEOUT = 124
 
 
-def client_options() -> argparse.ArgumentParser:
-    """A parent parser with ``--url``, ``--token`` and ``--json``."""
+def client_options(url_option: str = "--url") -> argparse.ArgumentParser:
+    """A parent parser with ``--url`` (or ``url_option``, for a command whose ``--url`` means
+    something else), ``--token`` and ``--json``."""
     parent = argparse.ArgumentParser(add_help=False)
     parent.add_argument(
-        "--url", metavar="URL", help="orchestrator base URL (default: DTQ_URL, else :8080)"
+        url_option,
+        dest="url",
+        metavar="URL",
+        help="orchestrator base URL (default: DTQ_URL, else :8080)",
     )
     parent.add_argument("--token", metavar="TOKEN", help="API token (default: DTQ_TOKEN)")
     parent.add_argument("--json", action="store_true", help="print JSON instead of a table")

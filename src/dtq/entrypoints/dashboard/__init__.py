@@ -1,7 +1,8 @@
 """The web dashboard (issue 16 items 3 and 4), served by the orchestrator under ``/ui``.
 
 Server-rendered pages (Litestar's Jinja templates in ``templates/``) with htmx (vendored in
-``static/htmx.min.js`` with its licence; never a CDN) polling the parts that change. It takes
+``static/htmx.min.js`` with its licence; never a CDN) polling the overview, and the job page
+kept live from its event stream by ``static/live.js`` (plain ``EventSource``). It takes
 the API's bundle (:class:`dtq.entrypoints.bundles.ApiServices`) like every other process part,
 reads through the same services (keyset pages and bounded reads, never a count of a whole
 table) and names no adapter. Read-only except retry and cancel (``ControlService``).
@@ -11,17 +12,21 @@ Routes (none in ``/schema``):
 ==============================  ========================================================
 ``GET /ui``                     overview (``/ui/overview/panel``: its polled part)
 ``GET /ui/jobs``                jobs, ``?status=&name=&cursor=``
-``GET /ui/jobs/{id}``           a job and its DAG (``/graph``: the polled part, 2 s)
+``GET /ui/jobs/{id}``           a job and its DAG (``/graph``: the part re-read by a
+                                fallback poll, or on a large job's next page)
+``GET /ui/jobs/{id}/events``    the job page's live updates (SSE, :mod:`.stream`)
 ``GET /ui/tasks/{id}``          a task: payload, result, progress, runs, explain
 ``GET /ui/workers``             live workers
 ``GET /ui/failures``            failed tasks, ``?cursor=``, with retry and cancel
+``GET /ui/webhooks``            webhooks and their delivery state (no secret)
 ``POST /ui/tasks/{id}/retry``   ``/ui/tasks/{id}/cancel``, ``/ui/jobs/{id}/cancel``
 ``GET``/``POST /ui/login``      token login (``API_AUTH=tokens``); ``POST /ui/logout``
 ``GET /ui/static/...``          CSS and htmx (open)
 ==============================  ========================================================
 
-Access is decided by :class:`~dtq.entrypoints.dashboard.gate.Gate` (sessions and CSRF); the
-API's bearer guard does not cover ``/ui`` (its scope rule is for ``/v1``).
+Access is decided by :class:`~dtq.entrypoints.dashboard.gate.Gate` (sessions and CSRF; the
+login form's own token: :mod:`~dtq.entrypoints.dashboard.csrf`); the API's bearer guard does
+not cover ``/ui`` (its scope rule is for ``/v1``).
 """
 
 from __future__ import annotations
@@ -40,11 +45,13 @@ from dtq.domain.errors import DtqError
 from dtq.entrypoints.api.errors import status_for
 from dtq.entrypoints.bundles import ApiServices
 from dtq.entrypoints.dashboard.actions import ActionsController, LoginController
+from dtq.entrypoints.dashboard.csrf import LoginTokens
 from dtq.entrypoints.dashboard.filters import install_filters
 from dtq.entrypoints.dashboard.gate import Gate, error_page
 from dtq.entrypoints.dashboard.pages import PagesController
 from dtq.entrypoints.dashboard.reads import OverviewReader
 from dtq.entrypoints.dashboard.sessions import SessionStore
+from dtq.entrypoints.dashboard.stream import StreamController
 
 __all__ = ["dashboard_routes", "template_config"]
 
@@ -82,18 +89,22 @@ def dashboard_routes(services: ApiServices, *, tokens_on: bool) -> list[Controll
     """The ``/ui`` routers for ``create_app``.
 
     Args:
-        services: the API's bundle (queries, explain, control, tokens, inspector).
+        services: the API's bundle (queries, events, explain, control, tokens, inspector,
+            webhooks).
         tokens_on: ``API_AUTH=tokens``: pages need a login session.
     """
     sessions = SessionStore()
     gate = Gate(tokens=services.tokens, sessions=sessions, tokens_on=tokens_on)
     values: dict[str, Any] = {
         "queries": services.queries,
+        "events": services.events,
         "explain": services.explain,
         "control": services.control,
+        "webhooks": services.webhooks,
         "tokens": services.tokens,
         "overviews": OverviewReader(queries=services.queries, inspector=services.inspector),
         "sessions": sessions,
+        "login_tokens": LoginTokens(),
     }
     dependencies = {name: _provider(value) for name, value in values.items()}
 
@@ -105,7 +116,7 @@ def dashboard_routes(services: ApiServices, *, tokens_on: bool) -> list[Controll
     handlers: ExceptionHandlersMap = {DtqError: _html_error}
     protected = Router(
         path="/",
-        route_handlers=[PagesController, ActionsController],
+        route_handlers=[PagesController, StreamController, ActionsController],
         before_request=before_request,
         dependencies=dependencies,
         exception_handlers=handlers,

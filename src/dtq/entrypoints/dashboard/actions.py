@@ -1,6 +1,9 @@
 """The dashboard's writes (issue 16 item 3): retry and cancel (``admin`` scope, CSRF-checked
 by the gate), and the login and logout of ``API_AUTH=tokens``.
 
+The gate has checked the session's CSRF token before an action runs; the login form carries
+its own (a signed double-submit cookie, :mod:`~dtq.entrypoints.dashboard.csrf`).
+
 Each action is a ``POST`` of an HTML form and answers ``303`` to the form's ``next`` field
 (a ``/ui`` path; anything else falls back to the task's or job's page). A refusal of the
 control service (retry of a task that is not failed, cancel of a finished one) is its usual
@@ -20,7 +23,8 @@ from dtq.application.control import ControlService
 from dtq.application.tokens import TokenService
 from dtq.domain.tokens import Scope, Unauthenticated
 from dtq.entrypoints.api.params import ResourceId, parse_id
-from dtq.entrypoints.dashboard.gate import LOGIN_PATH, safe_next
+from dtq.entrypoints.dashboard.csrf import LOGIN_COOKIE, LOGIN_COOKIE_AGE, LoginTokens
+from dtq.entrypoints.dashboard.gate import CSRF_REFUSED, LOGIN_PATH, safe_next
 from dtq.entrypoints.dashboard.sessions import COOKIE, SessionStore
 
 
@@ -89,11 +93,14 @@ class LoginController(Controller):
     include_in_schema = False
 
     @get("/")
-    async def form(self, next: Query[str | None] = None) -> Template:
-        """The login form."""
-        return Template(
-            template_name="login.html", context={"next": safe_next(next), "error": None}
-        )
+    async def form(
+        self,
+        request: Request[Any, Any, Any],
+        login_tokens: NamedDependency[LoginTokens],
+        next: Query[str | None] = None,
+    ) -> Template:
+        """The login form, with its CSRF token (the cookie's, when it is still valid)."""
+        return _login_page(request, login_tokens, safe_next(next), None, 200)
 
     @post("/", status_code=303)
     async def login(
@@ -101,12 +108,17 @@ class LoginController(Controller):
         request: Request[Any, Any, Any],
         tokens: NamedDependency[TokenService],
         sessions: NamedDependency[SessionStore],
+        login_tokens: NamedDependency[LoginTokens],
     ) -> Response[Any]:
-        """Check the posted ``token`` (it needs the ``read`` scope), open a session and set
-        its cookie (HttpOnly, SameSite=Strict, Secure over https, path ``/ui``); a token that
-        does not authenticate renders the form again with 401."""
+        """Check the form's CSRF token against its cookie (else 403 and a fresh form, before
+        the token is even looked at), then the posted ``token`` (it needs the ``read``
+        scope); open a session and set its cookie (HttpOnly, SameSite=Strict, Secure over
+        https, path ``/ui``). A token that does not authenticate renders the form again with
+        401."""
         form = await request.form()
         target = safe_next(form.get("next"))
+        if not login_tokens.accepts(request.cookies.get(LOGIN_COOKIE), form.get("csrf")):
+            return _login_page(request, login_tokens, target, CSRF_REFUSED, 403, fresh=True)
         secret = form.get("token")
         secret = secret.strip() if isinstance(secret, str) else None
         try:
@@ -119,13 +131,11 @@ class LoginController(Controller):
                 if principal is None
                 else "That token lacks the 'read' scope the dashboard needs."
             )
-            return Template(
-                template_name="login.html",
-                context={"next": target, "error": message},
-                status_code=401 if principal is None else 403,
-            )
+            status = 401 if principal is None else 403
+            return _login_page(request, login_tokens, target, message, status)
         sid, _ = sessions.create(secret or "")
         response = Redirect(target, status_code=303)
+        response.delete_cookie(LOGIN_COOKIE, path=LOGIN_PATH)
         response.set_cookie(
             COOKIE,
             sid,
@@ -135,3 +145,36 @@ class LoginController(Controller):
             secure=request.url.scheme == "https",
         )
         return response
+
+
+def _login_page(
+    request: Request[Any, Any, Any],
+    login_tokens: LoginTokens,
+    target: str,
+    error: str | None,
+    status: int,
+    *,
+    fresh: bool = False,
+) -> Template:
+    """The login form with a CSRF token in its ``csrf`` field and the ``dtq_login_csrf``
+    cookie: the browser's current one when this process signed it (several tabs share it),
+    else a new one (always a new one with ``fresh``)."""
+    token = request.cookies.get(LOGIN_COOKIE)
+    if fresh or not login_tokens.signed(token):
+        token = login_tokens.issue()
+    assert token is not None
+    page = Template(
+        template_name="login.html",
+        context={"next": target, "error": error, "csrf": token},
+        status_code=status,
+    )
+    page.set_cookie(
+        LOGIN_COOKIE,
+        token,
+        path=LOGIN_PATH,
+        max_age=LOGIN_COOKIE_AGE,
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+    return page

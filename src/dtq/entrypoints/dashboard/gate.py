@@ -6,11 +6,16 @@ With ``API_AUTH=tokens`` a request needs the ``dtq_session`` cookie of a live se
 route's scope: ``read`` for a page, ``admin`` for an action (a handler may name another in
 ``opt["dashboard_scope"]``: logout needs only a session). No session: a page answers ``303``
 to ``/ui/login?next=<path>`` (an htmx request: ``401`` with ``HX-Redirect``), an action ``401``.
-A missing scope: ``403``. With ``API_AUTH=none`` nobody logs in.
+A missing scope: ``403``. The live-update stream (``opt["dashboard_stream"]``) answers ``401``
+without a redirect: ``EventSource`` cannot follow one to a login form. With ``API_AUTH=none``
+nobody logs in.
 
-Every ``POST`` must carry the form field ``csrf`` equal to the session's CSRF token (with
-``API_AUTH=none``: the process's own, random at start), else ``403``; together with the
-cookie's ``SameSite=Strict`` that makes the actions CSRF-safe.
+Every state-changing request (any method but ``GET``, ``HEAD``, ``OPTIONS``) must carry the
+session's CSRF token (with ``API_AUTH=none``: the process's own, random at start) as the form
+field ``csrf`` or the ``X-CSRF-Token`` header (htmx requests: ``hx-headers`` on ``<body>``),
+else ``403`` before its handler runs, so nothing changes. The synchronizer token, with the
+cookie's ``SameSite=Strict``, makes the actions CSRF-safe; the login form has its own
+pre-session token (:mod:`~dtq.entrypoints.dashboard.csrf`).
 """
 
 from __future__ import annotations
@@ -28,6 +33,16 @@ from dtq.entrypoints.dashboard.sessions import COOKIE, SessionStore, csrf_matche
 
 #: Where the login page lives.
 LOGIN_PATH = "/ui/login"
+#: The header an htmx request may carry the session's CSRF token in (instead of the form field).
+CSRF_HEADER = "X-CSRF-Token"
+#: Methods that change nothing (no CSRF token needed).
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+#: What a request without the right CSRF token is told (403).
+CSRF_REFUSED = (
+    "Refused: this request did not carry the dashboard's CSRF token for your session (it is"
+    " missing, or from an older page or another session). Nothing was changed; reload the"
+    " page and try again."
+)
 
 
 def safe_next(value: object, default: str = "/ui") -> str:
@@ -68,7 +83,8 @@ class Gate:
         """None lets the request through (with ``request.state.csrf`` and, with tokens,
         ``request.state.principal`` set); a response refuses it."""
         opt = request.route_handler.opt
-        needed = Scope(opt.get("dashboard_scope", "admin" if request.method == "POST" else "read"))
+        unsafe = request.method not in SAFE_METHODS
+        needed = Scope(opt.get("dashboard_scope", "admin" if unsafe else "read"))
         request.state.principal = None
         if self.tokens_on:
             refused = await self._authenticate(request, needed)
@@ -76,10 +92,12 @@ class Gate:
                 return refused
         else:
             request.state.csrf = self.anonymous_csrf
-        if request.method == "POST":
-            form = await request.form()
-            if not csrf_matches(request.state.csrf, form.get("csrf")):
-                return error_page(403, "Forbidden", "The form's CSRF token is missing or stale.")
+        if unsafe:
+            sent: object = request.headers.get(CSRF_HEADER)
+            if sent is None:
+                sent = (await request.form()).get("csrf")
+            if not csrf_matches(request.state.csrf, sent):
+                return error_page(403, "Forbidden", CSRF_REFUSED)
         return None
 
     async def _authenticate(
@@ -105,6 +123,10 @@ class Gate:
 
     def _to_login(self, request: Request[Any, Any, Any]) -> Response[Any]:
         target = f"{LOGIN_PATH}?next={quote(safe_next(request.url.path))}"
+        if request.route_handler.opt.get("dashboard_stream"):
+            return Response(
+                "Log in first.", status_code=401, media_type="text/plain; charset=utf-8"
+            )
         if request.method != "GET":
             return error_page(401, "Log in first", "Your session has ended; log in again.")
         if request.headers.get("hx-request"):

@@ -1,7 +1,10 @@
-"""The dashboard's read pages (issue 16 item 3): overview, jobs, job, task, workers, failures.
+"""The dashboard's read pages (issue 16 item 3): overview, jobs, job, task, workers, failures,
+webhooks.
 
 Every handler reads through the application's services and renders one template; the
-``/panel`` and ``/graph`` variants render only the part htmx polls. Query parameters are parsed
+``/panel`` and ``/graph`` variants render only the part htmx re-reads (the overview's poll;
+the job page's next page of tasks, or its fallback poll when the live stream of
+:mod:`~dtq.entrypoints.dashboard.stream` is unavailable). Query parameters are parsed
 by the listing's own parsers, so a bad value is a 400 naming the parameter (the dashboard's
 HTML error page).
 """
@@ -15,9 +18,11 @@ from litestar.di import NamedDependency
 from litestar.params import FromQuery as Query
 from litestar.response import Template
 
+from dtq.application.events import EventService, format_event_id
 from dtq.application.explain import ExplainService, Explanation
 from dtq.application.filters import JobKeyset, TaskFilter
 from dtq.application.queries import QueryService
+from dtq.application.webhooks import WebhookService
 from dtq.domain.errors import DtqError
 from dtq.domain.status import JobStatus, TaskStatus
 from dtq.entrypoints.api.filters import (
@@ -109,21 +114,27 @@ class PagesController(Controller):
         self,
         request: Request[Any, Any, Any],
         queries: NamedDependency[QueryService],
+        events: NamedDependency[EventService],
         id: ResourceId,
     ) -> Template:
-        """A job: its counts and DAG (or a page of its tasks when it is large)."""
-        return _page(request, "job.html", nav="jobs", **await _job_view(queries, id, None))
+        """A job: its counts and DAG (or a page of its tasks when it is large), kept live by
+        ``/ui/jobs/{id}/events`` from the horizon of this read on."""
+        view = await _job_view(queries, events, id, None)
+        return _page(request, "job.html", nav="jobs", **view)
 
     @get("/jobs/{id:str}/graph")
     async def job_graph(
         self,
         request: Request[Any, Any, Any],
         queries: NamedDependency[QueryService],
+        events: NamedDependency[EventService],
         id: ResourceId,
         cursor: Query[str | None] = None,
     ) -> Template:
-        """The job page's polled part (htmx, every 2 s)."""
-        return _page(request, "job_graph.html", **await _job_view(queries, id, cursor))
+        """The job page's status-and-graph section alone (a large job's next page of tasks;
+        the page's slow fallback poll while the live stream is unavailable)."""
+        view = await _job_view(queries, events, id, cursor)
+        return _page(request, "job_graph.html", **view)
 
     @get("/tasks/{id:str}")
     async def task(
@@ -160,6 +171,15 @@ class PagesController(Controller):
         found = await queries.list_workers(LIVE_WITHIN)
         return _page(request, "workers.html", workers=found, nav="workers")
 
+    @get("/webhooks")
+    async def webhooks(
+        self, request: Request[Any, Any, Any], webhooks: NamedDependency[WebhookService]
+    ) -> Template:
+        """Every webhook with its delivery state (never its secret): delivered count,
+        failures in a row, the last try's status, error and time, the next try."""
+        found = await webhooks.list()
+        return _page(request, "webhooks.html", webhooks=found, nav="webhooks")
+
     @get("/failures")
     async def failures(
         self,
@@ -179,15 +199,22 @@ class PagesController(Controller):
         )
 
 
-async def _job_view(queries: QueryService, raw_id: str, cursor: str | None) -> dict[str, Any]:
+async def _job_view(
+    queries: QueryService, events: EventService, raw_id: str, cursor: str | None
+) -> dict[str, Any]:
     """The job page's values: the drawing when the job has at most ``MAX_DRAWN_TASKS`` tasks,
-    else one keyset page of ``JOB_TASK_PAGE`` tasks in submission order."""
+    else one keyset page of ``JOB_TASK_PAGE`` tasks in submission order; ``after``, where
+    its live stream starts (the horizon of this read); ``finished`` (the job is terminal and
+    no task is unfinished: nothing will change, no stream)."""
     job_id = parse_id(raw_id)
     graph = await queries.job_graph(job_id, max_tasks=MAX_DRAWN_TASKS)
+    unfinished = sum(n for status, n in graph.counts.items() if not status.terminal)
     values: dict[str, Any] = {
         "job": graph.job,
         "counts": graph.counts,
         "total": sum(graph.counts.values()),
+        "finished": graph.job.status.terminal and not unfinished,
+        "after": format_event_id(events.horizon(graph.at)),
         "drawing": None,
         "tasks": [],
         "next_cursor": None,
