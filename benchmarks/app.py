@@ -21,6 +21,7 @@ from redis.asyncio import ConnectionPool, Redis
 
 from dtq.worker import Options, Runtime, Task
 
+
 def _options() -> Options:
     """The Runtime's documented defaults, except a shorter shutdown grace; ``BENCH_CLAIM_BATCH``
     overrides ``claim_batch`` (the tuned figure ``make bench`` reports beside the default's)."""

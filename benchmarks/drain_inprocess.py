@@ -413,7 +413,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"run {run}: {args.tasks} tasks in {result['elapsed']:.2f} s = "
                 f"{result['rate']:,.0f} tasks/s (submit {result['submitted_in']:.2f} s; "
                 f"calls: {calls}; store re-runs: {result['retries'] or 0}; CPU per task: "
-                f"worker {result['worker_cpu_us']:.0f} us, PostgreSQL {result['db_cpu_us']:.0f} us)",
+                f"worker {result['worker_cpu_us']:.0f} us, "
+                f"PostgreSQL {result['db_cpu_us']:.0f} us)",
                 flush=True,
             )
             for text, count in sorted(result["statements"].items(), key=lambda kv: -kv[1]):
