@@ -19,6 +19,7 @@ import time
 
 from redis.asyncio import ConnectionPool, Redis
 
+from benchmarks.resp import IncrClient
 from dtq.worker import Options, Runtime, Task
 
 
@@ -60,10 +61,27 @@ async def noop(task: Task) -> None:
     """Do nothing."""
 
 
+_incr: IncrClient | None = None
+
+
+def _incr_client() -> IncrClient:
+    """The ``count`` handler's client (benchmarks/resp.py says why), one per process."""
+    global _incr  # noqa: PLW0603 - a lazily built per-process client
+    if _incr is None:
+        host, _, port = os.environ.get("REDIS_ADDR", "127.0.0.1:6379").rpartition(":")
+        _incr = IncrClient(host or "127.0.0.1", int(port))
+    return _incr
+
+
 @runtime.handler("count")
 async def count(task: Task) -> None:
-    """Count this run in Redis (what each peer's benchmark task does too)."""
-    await _redis().incr(f"{_prefix()}done")
+    """Count this run in Redis (what each peer's benchmark task does too): one ``INCR``
+    acknowledged before the handler returns; ``BENCH_COUNT_CLIENT=redis-py`` sends it through
+    redis-py's asyncio client instead of the minimal one."""
+    if os.environ.get("BENCH_COUNT_CLIENT") == "redis-py":
+        await _redis().incr(f"{_prefix()}done")
+        return
+    await _incr_client().incr(f"{_prefix()}done")
 
 
 @runtime.handler("stamp")

@@ -304,6 +304,25 @@ async def test_batch_with_a_reclaimed_claim_judges_each_claim_on_its_own(app: Ap
     assert await status_of(app, claims[2].task.id) is TaskStatus.COMPLETED
 
 
+async def test_a_success_batch_rerun_after_a_conflict_trusts_the_claims_again(app: App) -> None:
+    """A serialization failure commits nothing, so the re-run may write from the claims again
+    (its compare-and-set still guards every task): no reads of tasks and runs on either try."""
+    await app.submit_tasks(*(TaskSpec(f"t{i}", "echo") for i in range(3)))
+    claims = [await pop_claim(app) for _ in range(3)]
+    assert isinstance(app.store, InMemoryStore)
+    app.store.inject_conflicts(1)
+    counting = _ReadCountingStore(app.store)
+    execution = ExecutionService(store=counting, queue=app.queue, policy=POLICY)
+
+    assert await execution.complete_many(claims) == [ReportOutcome.RECORDED] * 3
+
+    assert app.store.retries == 1  # the first try was re-run
+    assert "tasks.get_many" not in counting.reads
+    assert "runs.get_many" not in counting.reads
+    for claim in claims:
+        assert await status_of(app, claim.task.id) is TaskStatus.COMPLETED
+
+
 async def test_job_row_is_written_only_when_its_status_changes(app: App) -> None:
     result = await app.submit_tasks(*(TaskSpec(f"t{i}", "echo") for i in range(5)))
     claims = [await pop_claim(app) for _ in range(5)]

@@ -287,7 +287,7 @@ class ExecutionService:
         (``DUPLICATE``); a report from a run that is no longer live is refused (``STALE``) and
         changes nothing, without affecting the other claims of the batch.
 
-        The first try trusts the claims: the tasks and runs as this worker claimed them are
+        Every try trusts the claims first: the tasks and runs as this worker claimed them are
         written back with a compare-and-set on the task's claim-time ``version`` (and the run
         still ``running``), without reading them first: two statements and their read locks
         fewer on the hot path. If any task changed since its claim (reclaimed, cancelled, a
@@ -307,15 +307,15 @@ class ExecutionService:
             results = [None] * len(claims)
         elif len(results) != len(claims):
             raise ValueError(f"{len(results)} results for {len(claims)} claims")
-        trust_claims = True
 
         async def tx_fn(tx: Transaction) -> tuple[list[ReportOutcome], list[Task]]:
-            nonlocal trust_claims
-            trusted, trust_claims = trust_claims, False  # a re-run takes the checked path
-            if trusted:
-                recorded = await _complete_as_claimed(tx, claims, results, progress)
-                if recorded is not None:
-                    return recorded
+            # Every try, a re-run after a conflict included, first writes from the claims: a
+            # failed try committed nothing, and the compare-and-set still sends any claim whose
+            # task changed meanwhile to the checked path (issue 17: a re-run that reads every
+            # task and run is slower and conflicts more).
+            recorded = await _complete_as_claimed(tx, claims, results, progress)
+            if recorded is not None:
+                return recorded
             return await _complete_tx(tx, claims, results, progress)
 
         try:
