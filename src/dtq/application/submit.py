@@ -19,6 +19,7 @@ from dtq.domain.errors import (
     IdempotencyConflict,
     ValidationError,
 )
+from dtq.domain.ids import job_task_ids
 from dtq.domain.payload import check_storable
 from dtq.domain.status import JobStatus, TaskStatus
 
@@ -40,7 +41,8 @@ class _Submission:
     def __init__(self, cmd: SubmitJob) -> None:
         self.cmd = cmd
         self.job_id = uuid4()
-        self.task_ids = {spec.name: uuid4() for spec in cmd.tasks}
+        ids = job_task_ids(len(cmd.tasks))  # one job's tasks adjacent in the key (domain/ids.py)
+        self.task_ids = {spec.name: task_id for spec, task_id in zip(cmd.tasks, ids, strict=True)}
         #: due time of each root, as the latest transaction attempt computed it
         self.due: dict[UUID, datetime] = {}
         self.later: set[UUID] = set()

@@ -1,0 +1,41 @@
+"""Task ids of one job (domain/ids.py): version 8, adjacent and ordered by position."""
+
+from __future__ import annotations
+
+import random
+import uuid
+
+import pytest
+
+from dtq.domain.ids import MAX_POSITION, job_task_ids
+
+
+def test_a_jobs_ids_are_distinct_rfc_version_8_and_sorted_by_position() -> None:
+    ids = job_task_ids(5_000)
+    assert len(set(ids)) == 5_000
+    assert ids == sorted(ids)
+    assert {i.version for i in ids} == {8}
+    assert {i.variant for i in ids} == {uuid.RFC_4122}
+    assert len({i.int >> 80 for i in ids}) == 1  # one prefix per job
+
+
+def test_positions_past_the_low_20_bits_keep_the_order() -> None:
+    rng = random.Random(7)
+    low = (1 << 20) - 1
+    # the position's bits 31..20 sit above the variant bits, its bits 19..0 below them
+    many = job_task_ids(low + 3, randbits=rng.getrandbits)
+    assert (many[low + 1].int >> 64) & 0xFFF == 1  # position 2**20 carries into the high part
+    assert many[low] < many[low + 1] < many[low + 2]
+
+
+def test_two_jobs_draw_different_prefixes() -> None:
+    a, b = job_task_ids(1), job_task_ids(1)
+    assert a[0].int >> 80 != b[0].int >> 80
+
+
+def test_count_out_of_range_is_refused() -> None:
+    assert job_task_ids(0) == []
+    with pytest.raises(ValueError, match="task ids number"):
+        job_task_ids(-1)
+    with pytest.raises(ValueError, match="task ids number"):
+        job_task_ids(MAX_POSITION + 2)
