@@ -27,6 +27,7 @@ from dtq.application.sessions import SessionService
 from dtq.domain.tokens import Scope
 from dtq.entrypoints.bundles import Services
 from dtq.entrypoints.config import Settings
+from tests.integration.test_events_real import counting_statements
 from tests.integration.wiring import api_client, services_on
 
 pytestmark = pytest.mark.integration
@@ -141,6 +142,33 @@ async def test_a_login_on_one_orchestrator_works_on_the_other_actions_and_csrf_i
     assert view.task.status.value == "cancelled"
     assert forged.status_code == 403 and "CSRF token" in forged.text
     assert await csrf_of(b, "/ui/workers") == csrf  # one session, one CSRF token on both
+
+
+def auth_statements(sent: list[str]) -> list[str]:
+    """The statements about sessions, tokens or keys (not the page's own reads)."""
+    names = ("dashboard_sessions", "api_tokens", "dashboard_keys")
+    return [text for text in sent if any(name in text for name in names)]
+
+
+async def test_a_page_costs_one_session_statement_and_none_within_the_cache_second(
+    a: Orchestrator, b: Orchestrator
+) -> None:
+    await login(a, await token(a, "ops", Scope.READ))
+    carry(a.http.cookies, b)
+
+    with counting_statements() as first:
+        assert (await b.http.get("/ui/workers")).status_code == 200
+    with counting_statements() as cached:
+        for _ in range(3):
+            assert (await b.http.get("/ui/workers")).status_code == 200
+    b.clock.advance(1.0)
+    with counting_statements() as later:
+        assert (await b.http.get("/ui/workers")).status_code == 200
+
+    [lookup] = auth_statements(first)
+    assert "FROM dashboard_sessions AS s JOIN api_tokens AS t" in lookup
+    assert auth_statements(cached) == []
+    assert auth_statements(later) == [lookup]
 
 
 async def test_a_login_form_from_one_orchestrator_posts_to_the_other(

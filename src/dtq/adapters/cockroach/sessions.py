@@ -18,6 +18,7 @@ from psycopg.rows import TupleRow
 from psycopg.types.numeric import Int8
 
 from dtq.adapters.cockroach.rows import token_from_row
+from dtq.domain.errors import ConcurrentUpdate
 from dtq.domain.sessions import DashboardSession
 from dtq.domain.tokens import ApiToken
 
@@ -115,6 +116,7 @@ class PgSessionRepository:
         if row is None:
             await self._conn.execute(KEYS_INSERT, (name, candidate))
             row = await (await self._conn.execute(KEYS_GET, (name,))).fetchone()
-            assert row is not None  # inserted by us or by the writer we conflicted with
+            if row is None:  # a racing writer's row, not visible to this try: re-run it
+                raise ConcurrentUpdate(f"the key {name!r} was created concurrently")
         secret: str = row[0]
         return secret
