@@ -113,8 +113,9 @@ class LoginController(Controller):
         """Check the form's CSRF token against its cookie (else 403 and a fresh form, before
         the token is even looked at), then the posted ``token`` (it needs the ``read``
         scope); open a session in the store and set its cookie (HttpOnly, SameSite=Strict,
-        Secure over https, path ``/ui``). A token that does not authenticate renders the form
-        again with 401, one without ``read`` with 403."""
+        Secure over https, path ``/ui``), ending the session the browser had before, if any.
+        A token that does not authenticate renders the form again with 401, one without
+        ``read`` with 403."""
         form = await request.form()
         target = safe_next(form.get("next"))
         login_tokens = await _login_tokens(sessions)
@@ -131,6 +132,7 @@ class LoginController(Controller):
         except Forbidden:
             message = "That token lacks the 'read' scope the dashboard needs."
             return _login_page(request, login_tokens, target, message, 403)
+        await sessions.close(request.cookies.get(COOKIE))  # a session this browser had before
         response = Redirect(target, status_code=303)
         response.delete_cookie(LOGIN_COOKIE, path=LOGIN_PATH)
         response.set_cookie(
