@@ -238,7 +238,8 @@ async def test_an_expired_session_is_refused_everywhere_and_pruned_by_retention(
     secret = await token(a, "ops", Scope.READ)
     await login(a, secret)
     expired = httpx.Cookies(a.http.cookies)
-    await login(a, secret)  # a second, live session
+    a.http.cookies.clear()
+    await login(a, secret)  # another browser's session, which stays live
     async with pg_pool.connection() as conn:
         await conn.execute(
             "UPDATE dashboard_sessions SET expires_at = now() - interval '1 second'"
