@@ -251,6 +251,8 @@ PG_TABLES = (
     "idempotency_tombstones",
     "events",
     "webhooks",
+    "dashboard_sessions",
+    "dashboard_keys",
 )
 
 

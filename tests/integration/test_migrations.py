@@ -28,6 +28,8 @@ OUR_TABLES = (
     "idempotency_tombstones",
     "events",
     "webhooks",
+    "dashboard_sessions",
+    "dashboard_keys",
 )
 YOYO_TABLES = ("_yoyo_log", "_yoyo_migration", "_yoyo_version", "yoyo_lock")
 
@@ -131,6 +133,18 @@ REFERENCE_COLUMNS: dict[str, list[tuple[str, str, bool]]] = {  # (name, type, nu
         ("last_attempt_at", TS, True),
         ("delivered", "bigint", False),
     ],
+    "dashboard_sessions": [
+        ("id_hash", "text", False),
+        ("token_id", "uuid", False),
+        ("csrf", "text", False),
+        ("created_at", TS, False),
+        ("expires_at", TS, False),
+    ],
+    "dashboard_keys": [
+        ("name", "text", False),
+        ("secret", "text", False),
+        ("created_at", TS, False),
+    ],
 }
 
 REFERENCE_INDEXES: dict[str, tuple[str, str, bool]] = {  # name -> (table, columns, unique)
@@ -165,6 +179,9 @@ REFERENCE_INDEXES: dict[str, tuple[str, str, bool]] = {  # name -> (table, colum
     "events_pkey": ("events", "created_at, id", True),
     "idx_events_job_created": ("events", "job_id, created_at, id", False),
     "webhooks_pkey": ("webhooks", "id", True),
+    "dashboard_sessions_pkey": ("dashboard_sessions", "id_hash", True),
+    "idx_dashboard_sessions_expires": ("dashboard_sessions", "expires_at, id_hash", False),
+    "dashboard_keys_pkey": ("dashboard_keys", "name", True),
 }
 
 REFERENCE_CONSTRAINTS: dict[str, tuple[str, str]] = {  # name -> (table, type)
@@ -188,6 +205,8 @@ REFERENCE_CONSTRAINTS: dict[str, tuple[str, str]] = {  # name -> (table, type)
     "idempotency_tombstones_pkey": ("idempotency_tombstones", "PRIMARY KEY"),
     "events_pkey": ("events", "PRIMARY KEY"),
     "webhooks_pkey": ("webhooks", "PRIMARY KEY"),
+    "dashboard_sessions_pkey": ("dashboard_sessions", "PRIMARY KEY"),
+    "dashboard_keys_pkey": ("dashboard_keys", "PRIMARY KEY"),
 }
 
 FORBIDDEN = re.compile(

@@ -46,6 +46,7 @@ from dtq.application.ports import DeliveryFailed  # noqa: E402
 from dtq.application.queries import QueryService  # noqa: E402
 from dtq.application.registry import WorkerRegistryService  # noqa: E402
 from dtq.application.remote import RemoteWorkerService  # noqa: E402
+from dtq.application.sessions import SessionService  # noqa: E402
 from dtq.application.submit import SubmitService  # noqa: E402
 from dtq.application.tokens import TokenService  # noqa: E402
 from dtq.application.webhooks import WebhookService  # noqa: E402
@@ -112,6 +113,7 @@ def memory_services() -> tuple[ApiServices, str]:
         events=EventService(store=store),
         inspector=queue.inspector(),
         webhooks=WebhookService(store=store, sender=RefusingSender()),
+        sessions=SessionService(store=store, clock=clock),
     )
     return services, created.secret
 

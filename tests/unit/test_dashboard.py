@@ -258,6 +258,20 @@ async def test_logout_ends_the_session(secured: Api) -> None:
     assert (await secured.client.get("/ui")).status_code == 303
 
 
+async def test_logging_in_again_ends_the_browsers_previous_session(secured: Api) -> None:
+    secret = await token(secured, "operator", Scope.READ)
+    await login(secured, secret)
+    first = secured.client.cookies.get("dtq_session")
+
+    await login(secured, secret)
+    second = secured.client.cookies.get("dtq_session")
+    secured.client.cookies.set("dtq_session", first or "", path="/ui")
+
+    assert first and second and first != second  # a new id at every login (no fixation)
+    assert (await secured.client.get("/ui")).status_code == 303
+    assert len(secured.store._tables.dashboard.sessions) == 1
+
+
 def test_a_redirect_target_stays_inside_the_dashboard() -> None:
     assert safe_next("/ui/jobs?status=failed") == "/ui/jobs?status=failed"
     for hostile in ("//evil.example/ui", "https://evil.example", "/ui//evil", "/uix", None, 3):

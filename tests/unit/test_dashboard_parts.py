@@ -1,5 +1,5 @@
 """The dashboard's pure parts and its one new read (issue 16 item 3): DAG layers and drawing,
-the session store's bounds, and ``QueryService.job_graph`` on the memory store."""
+the CSRF comparison, and ``QueryService.job_graph`` on the memory store."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from dtq.domain.entities import Job, Task
 from dtq.domain.errors import JobNotFound, ValidationError
 from dtq.domain.status import JobStatus, TaskStatus
 from dtq.entrypoints.dashboard.graph import COL_GAP, NODE_W, draw, layers
-from dtq.entrypoints.dashboard.sessions import SessionStore, csrf_matches
+from dtq.entrypoints.dashboard.sessions import csrf_matches
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
@@ -62,21 +62,6 @@ def test_the_drawing_puts_layers_in_columns_and_routes_every_edge() -> None:
 def test_a_long_name_is_cut_in_its_box() -> None:
     (node,) = draw([task("a" * 40, 0)], []).nodes
     assert len(node.label) == 18 and node.label.endswith("…")
-
-
-def test_sessions_expire_and_the_oldest_goes_when_full() -> None:
-    now = [0.0]
-    store = SessionStore(ttl=10.0, limit=2, clock=lambda: now[0])
-    first, _ = store.create("dtq_a")
-    second, session = store.create("dtq_b")
-    third, _ = store.create("dtq_c")
-
-    assert store.get(first) is None  # dropped: the store holds two
-    assert store.get(second) == session
-    now[0] = 10.0
-    assert store.get(second) is None and store.get(third) is None
-    assert len(store) == 0
-    assert store.get(None) is None and store.get("") is None
 
 
 def test_the_csrf_check_wants_the_exact_token() -> None:

@@ -20,6 +20,7 @@ from uuid import UUID
 from dtq.application.filters import JobFilter, JobKeyset, TaskFilter, TaskKeyset
 from dtq.domain.entities import Job, Task, TaskRun, Worker
 from dtq.domain.events import NewEvent
+from dtq.domain.sessions import DashboardSession
 from dtq.domain.status import JobStatus, TaskStatus
 from dtq.domain.tokens import ApiToken
 from dtq.domain.webhooks import Webhook
@@ -323,6 +324,38 @@ class ApiTokenRepository(Protocol):
         ...
 
 
+class DashboardSessionRepository(Protocol):
+    """Dashboard login sessions (``dashboard_sessions``, issue 16 item 3), keyed by the hash of
+    the cookie's random id, and the dashboard's shared signing keys (``dashboard_keys``)."""
+
+    async def add(self, session: DashboardSession) -> None:
+        """Insert ``session`` (its ``id_hash`` is new: 256 random bits behind it)."""
+        ...
+
+    async def get(self, id_hash: str) -> tuple[DashboardSession, ApiToken] | None:
+        """The session and the token it logged in with, in one statement (two primary-key
+        reads), or None when there is no such session or its token is gone. Expired
+        sessions and revoked or expired tokens are returned too: the caller judges them."""
+        ...
+
+    async def delete(self, id_hash: str) -> bool:
+        """Delete the session; True when it existed (idempotent)."""
+        ...
+
+    async def delete_expired(self, before: datetime, limit: int) -> int:
+        """Delete at most ``limit`` sessions with ``expires_at <= before``, oldest first.
+
+        Returns:
+            How many were deleted (``limit`` means more may be left).
+        """
+        ...
+
+    async def key(self, name: str, candidate: str) -> str:
+        """The signing key named ``name``: the stored one, else ``candidate``, stored now.
+        Writers racing on a new name all get the one that was stored first."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class FinishedJob:
     """A terminal job as listed by the retention pass (issue 14 item 8), in keyset order."""
@@ -550,6 +583,9 @@ class Transaction(Protocol):
 
     @property
     def webhooks(self) -> WebhookRepository: ...
+
+    @property
+    def sessions(self) -> DashboardSessionRepository: ...
 
     async def now(self) -> datetime:
         """The transaction's timestamp (database clock, aware UTC; fixed within one try)."""

@@ -1,4 +1,5 @@
-"""Retention: deleting finished jobs and expired idempotency tombstones (issue 14 item 8).
+"""Retention: deleting finished jobs and expired idempotency tombstones (issue 14 item 8), and
+expired dashboard sessions (issue 16 item 3).
 
 A job whose tasks are all terminal is deleted, with its tasks, dependency edges and runs (a
 task's result lives on its row), once it finished longer ago than its status's retention. A
@@ -45,6 +46,7 @@ class PruneReport:
         jobs, tasks, runs: rows deleted with their jobs.
         tombstones_written: tombstones left by deleted jobs holding an idempotency key.
         tombstones: expired tombstones deleted.
+        sessions: expired dashboard sessions deleted.
         more: the pass stopped at its page bound with candidates left; run the next one soon.
     """
 
@@ -53,12 +55,13 @@ class PruneReport:
     runs: int = 0
     tombstones_written: int = 0
     tombstones: int = 0
+    sessions: int = 0
     more: bool = False
 
     @property
     def pruned(self) -> bool:
         """True when the pass deleted anything."""
-        return bool(self.jobs or self.tombstones)
+        return bool(self.jobs or self.tombstones or self.sessions)
 
 
 class RetentionService:
@@ -101,7 +104,8 @@ class RetentionService:
         self._cursors: dict[JobStatus, tuple[datetime, UUID] | None] = {}
 
     async def prune_once(self) -> PruneReport:
-        """One pass: completed jobs, then failed, then cancelled ones, then expired tombstones.
+        """One pass: completed jobs, then failed, then cancelled ones, then expired tombstones,
+        then expired dashboard sessions.
 
         Returns:
             What was deleted.
@@ -118,13 +122,16 @@ class RetentionService:
             if seconds > 0:
                 totals = _add(totals, await self._prune_status(status, timedelta(seconds=seconds)))
         tombstones, tombstones_left = await self._prune_tombstones()
+        sessions, sessions_left = await self._prune_sessions()
+        jobs_left = any(c is not None for c in self._cursors.values())
         return PruneReport(
             jobs=totals.jobs,
             tasks=totals.tasks,
             runs=totals.runs,
             tombstones_written=totals.tombstones_written,
             tombstones=tombstones,
-            more=tombstones_left or any(c is not None for c in self._cursors.values()),
+            sessions=sessions,
+            more=tombstones_left or sessions_left or jobs_left,
         )
 
     async def _prune_status(self, status: JobStatus, retention: timedelta) -> PrunedJobs:
@@ -183,6 +190,25 @@ class RetentionService:
             async def delete(tx: Transaction) -> int:
                 before = await tx.now() - ttl
                 return await tx.retention.delete_tombstones(pruned_before=before, limit=limit)
+
+            count = await self._store.run(delete)
+            deleted += count
+            if count < limit:
+                return deleted, False
+        return deleted, True
+
+    async def _prune_sessions(self) -> tuple[int, bool]:
+        """Delete expired dashboard sessions, a bounded page per transaction (like tombstones).
+
+        Returns:
+            How many were deleted, and whether the pass stopped at its bound.
+        """
+        limit = self._batch_jobs * 10
+        deleted = 0
+        for _ in range(self._max_pages):
+
+            async def delete(tx: Transaction) -> int:
+                return await tx.sessions.delete_expired(await tx.now(), limit)
 
             count = await self._store.run(delete)
             deleted += count

@@ -202,11 +202,7 @@ class TokenService:
                 The message never contains the secret or its hash.
             BackendUnavailable: the database could not be asked (HTTP 503).
         """
-        if not secret:
-            raise Unauthenticated()
-        if not secret.startswith(SECRET_PREFIX) or len(secret) > 200:
-            raise Unauthenticated("the bearer token is not a dtq API token")
-        digest = hash_secret(secret)
+        digest = secret_digest(secret)
         now = self._clock.now()
         cached = self._cache.get(digest)
         if cached is not None and now < cached.until:
@@ -239,15 +235,44 @@ def _judge(
     """The cache entry for a token read at ``db_now`` (database clock) and ``host_now`` (host
     clock): refused, or accepted for ``ttl`` or until its expiry, whichever comes first."""
     until = host_now + ttl
-    if token is None or not same_hash(token.secret_hash, digest):
-        return _Cached(None, "the API token is not valid", until)
-    if token.revoked_at is not None:
-        return _Cached(None, "the API token was revoked", until)
-    if not token.usable_at(db_now):
-        return _Cached(None, "the API token has expired", until)
-    if token.expires_at is not None:
+    try:
+        principal = principal_of(token, digest, db_now)
+    except Unauthenticated as exc:
+        return _Cached(None, exc.detail, until)
+    if token is not None and token.expires_at is not None:
         until = min(until, host_now + (token.expires_at - db_now))
-    return _Cached(Principal(name=token.name, scopes=token.scopes), "", until)
+    return _Cached(principal, "", until)
+
+
+def secret_digest(secret: str | None) -> str:
+    """The stored hash of a presented ``secret`` (``hash_secret``), once it looks like one.
+
+    Raises:
+        Unauthenticated: no secret, or one that cannot be a dtq API token (no ``dtq_``
+            prefix, or over 200 characters).
+    """
+    if not secret:
+        raise Unauthenticated()
+    if not secret.startswith(SECRET_PREFIX) or len(secret) > 200:
+        raise Unauthenticated("the bearer token is not a dtq API token")
+    return hash_secret(secret)
+
+
+def principal_of(token: ApiToken | None, digest: str, at: datetime) -> Principal:
+    """The caller ``token`` names, found by the secret hash ``digest``, if it is usable at
+    ``at`` (database clock).
+
+    Raises:
+        Unauthenticated: no token, a hash that does not match (compared in constant time), or
+            a revoked or expired token; the message says which, never the secret or its hash.
+    """
+    if token is None or not same_hash(token.secret_hash, digest):
+        raise Unauthenticated("the API token is not valid")
+    if token.revoked_at is not None:
+        raise Unauthenticated("the API token was revoked")
+    if not token.usable_at(at):
+        raise Unauthenticated("the API token has expired")
+    return Principal(name=token.name, scopes=token.scopes)
 
 
 def _result(entry: _Cached) -> Principal:

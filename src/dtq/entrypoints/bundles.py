@@ -30,6 +30,7 @@ from dtq.application.reconcile import ReconcileService
 from dtq.application.registry import WorkerRegistryService
 from dtq.application.remote import RemoteWorkerService
 from dtq.application.retention import RetentionService
+from dtq.application.sessions import SessionService
 from dtq.application.submit import SubmitService
 from dtq.application.tokens import TokenService
 from dtq.application.webhooks import WebhookService
@@ -58,6 +59,8 @@ class ApiServices:
             (issue 16 item 3).
         webhooks: webhook subscriptions and their delivery state (``/v1/webhooks``, issue 16
             item 2).
+        sessions: the dashboard's login sessions and shared keys, in the store so every
+            orchestrator honours them (issue 16 item 3).
     """
 
     submit: SubmitService
@@ -73,6 +76,7 @@ class ApiServices:
     events: EventService
     inspector: QueueInspector
     webhooks: WebhookService
+    sessions: SessionService
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,6 +45,7 @@ from dtq.application.reconcile import ReconcileService
 from dtq.application.registry import WorkerRegistryService
 from dtq.application.remote import RemoteWorkerService
 from dtq.application.retention import RetentionPolicy, RetentionService
+from dtq.application.sessions import SessionService
 from dtq.application.submit import SubmitService
 from dtq.application.tokens import TokenService
 from dtq.application.webhooks import WebhookService
@@ -197,6 +198,7 @@ class Container(containers.DeclarativeContainer):
         fleet: the worker-registry view (a singleton: it caches the submit warnings' read);
             its live window is ``FLEET_ALIVE_WITHIN``.
         tokens: the API token service; a singleton, since it keeps the authentication cache.
+        sessions: the dashboard's sessions; a singleton, for its lookup cache and keys.
         submit, queries, health, execution, registry, remote: stateless services (factories);
             ``remote`` serves the HTTP worker protocol (issue 15 item 1).
         artifact_store, artifacts: the ``ARTIFACT_BACKEND`` store (one per container) and the
@@ -278,6 +280,7 @@ class Container(containers.DeclarativeContainer):
         reconcile_interval=settings.provided.reconcile_interval,
     )
     tokens = providers.Singleton(TokenService, store=store, clock=clock)
+    sessions = providers.Singleton(SessionService, store=store, clock=clock)
     retention = providers.Singleton(
         RetentionService, store=store, policy=providers.Callable(_retention_policy, settings)
     )
@@ -309,6 +312,7 @@ class Container(containers.DeclarativeContainer):
         events=events,
         inspector=inspector,
         webhooks=webhooks,
+        sessions=sessions,
     )
     worker_services = providers.Factory(
         WorkerServices, execution=execution, registry=registry, queue=queue, artifacts=artifacts

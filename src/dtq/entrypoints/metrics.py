@@ -104,14 +104,16 @@ class OrchestratorMetrics:
             a priority's series exists only while it has some (bounded label set).
         pruned: ``orchestrator_pruned_total{what}``: rows deleted by the retention pass,
             ``what`` one of ``jobs``, ``tasks``, ``runs``, ``tombstones`` (expired
-            idempotency tombstones) (issue 14 item 8).
+            idempotency tombstones) (issue 14 item 8), ``sessions`` (expired dashboard
+            sessions, issue 16 item 3).
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
         self.pruned = Counter(
             "orchestrator_pruned",
-            "Rows deleted by the retention pass, by what (jobs, tasks, runs, tombstones).",
+            "Rows deleted by the retention pass, by what"
+            " (jobs, tasks, runs, tombstones, sessions).",
             ("what",),
             registry=registry,
         )

@@ -180,6 +180,7 @@ class Reconciler:
                 ("tasks", report.tasks),
                 ("runs", report.runs),
                 ("tombstones", report.tombstones),
+                ("sessions", report.sessions),
             ):
                 if count:
                     pruned.labels(what=what).inc(count)
@@ -191,6 +192,7 @@ class Reconciler:
                 runs=report.runs,
                 tombstones_written=report.tombstones_written,
                 tombstones_expired=report.tombstones,
+                sessions_expired=report.sessions,
                 duration_s=round(loop.time() - started, 6),
             )
         return report

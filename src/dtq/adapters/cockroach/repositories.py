@@ -39,6 +39,7 @@ from dtq.adapters.cockroach.rows import (
     token_from_row,
     worker_from_row,
 )
+from dtq.adapters.cockroach.sessions import PgSessionRepository
 from dtq.adapters.cockroach.webhooks import PgWebhookRepository
 from dtq.application.filters import JobFilter, JobKeyset, TaskFilter, TaskKeyset
 from dtq.application.ports import DueTask, RunningTask
@@ -770,6 +771,7 @@ class PgTransaction:
         self.tokens = PgApiTokenRepository(conn)
         self.retention = PgRetentionRepository(conn)
         self.webhooks = PgWebhookRepository(conn)
+        self.sessions = PgSessionRepository(conn, self._clock.offer)
 
     async def now(self) -> datetime:
         """The transaction timestamp (database ``now()``, aware UTC), fixed for this try."""

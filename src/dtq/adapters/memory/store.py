@@ -20,6 +20,7 @@ from uuid import UUID
 
 from dtq.adapters.memory.events import EventLog, MemoryEvents
 from dtq.adapters.memory.retention import MemoryRetention
+from dtq.adapters.memory.sessions import MemorySessions, SessionTables
 from dtq.application.filters import (
     JobFilter,
     JobKeyset,
@@ -62,6 +63,7 @@ class _Tables:
         self.dependencies: dict[UUID, list[UUID]] = defaultdict(list)
         self.tombstones: dict[str, Tombstone] = {}
         self.events = EventLog()
+        self.dashboard = SessionTables()
 
     def delete_job(self, job_id: UUID) -> None:
         """Drop a job with its tasks, their runs and edges, and its idempotency key."""
@@ -169,6 +171,7 @@ class _MemoryTransaction:
         self.retention = MemoryRetention(self)
         self.events = MemoryEvents(tables.events)
         self.webhooks = _Webhooks(self)
+        self.sessions = MemorySessions(self, tables)
 
     async def now(self) -> datetime:
         """The transaction's fixed timestamp."""
@@ -198,6 +201,9 @@ class _MemoryTransaction:
         ids = list(self._t.task_runs.get(task_id, ()))
         ids.extend(r.id for r in self._runs.values() if r.task_id == task_id and r.id not in ids)
         return ids
+
+    def token(self, token_id: UUID) -> ApiToken | None:
+        return self._tokens.get(token_id) or self._t.tokens.get(token_id)
 
     def task(self, task_id: UUID) -> Task | None:
         return self._tasks.get(task_id) or self._t.tasks.get(task_id)
@@ -240,6 +246,7 @@ class _MemoryTransaction:
             else:
                 t.tombstones[key] = tombstone
         t.events.append(self.events.buffer, self._now)
+        self.sessions.commit()
 
 
 class _Jobs:

@@ -45,12 +45,10 @@ from dtq.domain.errors import DtqError
 from dtq.entrypoints.api.errors import status_for
 from dtq.entrypoints.bundles import ApiServices
 from dtq.entrypoints.dashboard.actions import ActionsController, LoginController
-from dtq.entrypoints.dashboard.csrf import LoginTokens
 from dtq.entrypoints.dashboard.filters import install_filters
 from dtq.entrypoints.dashboard.gate import Gate, error_page
 from dtq.entrypoints.dashboard.pages import PagesController
 from dtq.entrypoints.dashboard.reads import OverviewReader
-from dtq.entrypoints.dashboard.sessions import SessionStore
 from dtq.entrypoints.dashboard.stream import StreamController
 
 __all__ = ["dashboard_routes", "template_config"]
@@ -89,22 +87,19 @@ def dashboard_routes(services: ApiServices, *, tokens_on: bool) -> list[Controll
     """The ``/ui`` routers for ``create_app``.
 
     Args:
-        services: the API's bundle (queries, events, explain, control, tokens, inspector,
+        services: the API's bundle (queries, events, explain, control, sessions, inspector,
             webhooks).
         tokens_on: ``API_AUTH=tokens``: pages need a login session.
     """
-    sessions = SessionStore()
-    gate = Gate(tokens=services.tokens, sessions=sessions, tokens_on=tokens_on)
+    gate = Gate(sessions=services.sessions, tokens_on=tokens_on)
     values: dict[str, Any] = {
         "queries": services.queries,
         "events": services.events,
         "explain": services.explain,
         "control": services.control,
         "webhooks": services.webhooks,
-        "tokens": services.tokens,
         "overviews": OverviewReader(queries=services.queries, inspector=services.inspector),
-        "sessions": sessions,
-        "login_tokens": LoginTokens(),
+        "sessions": services.sessions,
     }
     dependencies = {name: _provider(value) for name, value in values.items()}
 

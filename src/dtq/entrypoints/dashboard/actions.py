@@ -20,12 +20,12 @@ from litestar.params import FromQuery as Query
 from litestar.response import Redirect, Template
 
 from dtq.application.control import ControlService
-from dtq.application.tokens import TokenService
-from dtq.domain.tokens import Scope, Unauthenticated
+from dtq.application.sessions import SessionService
+from dtq.domain.tokens import Forbidden, Scope, Unauthenticated
 from dtq.entrypoints.api.params import ResourceId, parse_id
 from dtq.entrypoints.dashboard.csrf import LOGIN_COOKIE, LOGIN_COOKIE_AGE, LoginTokens
 from dtq.entrypoints.dashboard.gate import CSRF_REFUSED, LOGIN_PATH, safe_next
-from dtq.entrypoints.dashboard.sessions import COOKIE, SessionStore
+from dtq.entrypoints.dashboard.sessions import COOKIE, LOGIN_KEY
 
 
 async def _next(request: Request[Any, Any, Any], default: str) -> Redirect:
@@ -77,10 +77,11 @@ class ActionsController(Controller):
 
     @post("/logout", status_code=303, opt={"dashboard_scope": Scope.READ.value})
     async def logout(
-        self, request: Request[Any, Any, Any], sessions: NamedDependency[SessionStore]
+        self, request: Request[Any, Any, Any], sessions: NamedDependency[SessionService]
     ) -> Redirect:
-        """End the session and forget its cookie."""
-        sessions.drop(request.cookies.get(COOKIE))
+        """End the session (on every orchestrator: it is deleted from the store) and forget
+        its cookie."""
+        await sessions.close(request.cookies.get(COOKIE))
         response = Redirect(LOGIN_PATH, status_code=303)
         response.delete_cookie(COOKIE, path="/ui")
         return response
@@ -96,55 +97,58 @@ class LoginController(Controller):
     async def form(
         self,
         request: Request[Any, Any, Any],
-        login_tokens: NamedDependency[LoginTokens],
+        sessions: NamedDependency[SessionService],
         next: Query[str | None] = None,
     ) -> Template:
         """The login form, with its CSRF token (the cookie's, when it is still valid)."""
+        login_tokens = await _login_tokens(sessions)
         return _login_page(request, login_tokens, safe_next(next), None, 200)
 
     @post("/", status_code=303)
     async def login(
         self,
         request: Request[Any, Any, Any],
-        tokens: NamedDependency[TokenService],
-        sessions: NamedDependency[SessionStore],
-        login_tokens: NamedDependency[LoginTokens],
+        sessions: NamedDependency[SessionService],
     ) -> Response[Any]:
         """Check the form's CSRF token against its cookie (else 403 and a fresh form, before
         the token is even looked at), then the posted ``token`` (it needs the ``read``
-        scope); open a session and set its cookie (HttpOnly, SameSite=Strict, Secure over
-        https, path ``/ui``). A token that does not authenticate renders the form again with
-        401."""
+        scope); open a session in the store and set its cookie (HttpOnly, SameSite=Strict,
+        Secure over https, path ``/ui``), ending the session the browser had before, if any.
+        A token that does not authenticate renders the form again with 401, one without
+        ``read`` with 403."""
         form = await request.form()
         target = safe_next(form.get("next"))
+        login_tokens = await _login_tokens(sessions)
         if not login_tokens.accepts(request.cookies.get(LOGIN_COOKIE), form.get("csrf")):
             return _login_page(request, login_tokens, target, CSRF_REFUSED, 403, fresh=True)
         secret = form.get("token")
-        secret = secret.strip() if isinstance(secret, str) else None
         try:
-            principal = await tokens.authenticate(secret)
-        except Unauthenticated:
-            principal = None
-        if principal is None or Scope.READ not in principal.scopes:
-            message = (
-                "That token does not authenticate."
-                if principal is None
-                else "That token lacks the 'read' scope the dashboard needs."
+            opened = await sessions.open(
+                secret.strip() if isinstance(secret, str) else None, scope=Scope.READ
             )
-            status = 401 if principal is None else 403
-            return _login_page(request, login_tokens, target, message, status)
-        sid, _ = sessions.create(secret or "")
+        except Unauthenticated:
+            message = "That token does not authenticate."
+            return _login_page(request, login_tokens, target, message, 401)
+        except Forbidden:
+            message = "That token lacks the 'read' scope the dashboard needs."
+            return _login_page(request, login_tokens, target, message, 403)
+        await sessions.close(request.cookies.get(COOKIE))  # a session this browser had before
         response = Redirect(target, status_code=303)
         response.delete_cookie(LOGIN_COOKIE, path=LOGIN_PATH)
         response.set_cookie(
             COOKIE,
-            sid,
+            opened.cookie,
             path="/ui",
             httponly=True,
             samesite="strict",
             secure=request.url.scheme == "https",
         )
         return response
+
+
+async def _login_tokens(sessions: SessionService) -> LoginTokens:
+    """The login form's token signer, on the key every orchestrator shares."""
+    return LoginTokens((await sessions.shared_key(LOGIN_KEY)).encode())
 
 
 def _login_page(

@@ -3,11 +3,13 @@
 Before there is a session there is no server-side place for a synchronizer token, so
 ``GET /ui/login`` gives the browser a token twice: in the ``dtq_login_csrf`` cookie
 (HttpOnly, SameSite=Strict, path ``/ui/login``, an hour) and in the form's hidden ``csrf``
-field. ``POST /ui/login`` accepts only when both are present, equal, and signed by this
-process (``<nonce>.<HMAC-SHA256(key, nonce)>``, the key random at start). A cross-site page
-cannot read the cookie to copy it into its form, and a cookie planted from a sibling host
-(which a plain double-submit would trust) fails the signature. An orchestrator restart makes
-open login forms stale: the next try gets a fresh form.
+field. ``POST /ui/login`` accepts only when both are present, equal, and signed with the
+dashboard's login key (``<nonce>.<HMAC-SHA256(key, nonce)>``). The key is random, created in
+the store by the first orchestrator that needs it and shared by all of them
+(``SessionService.shared_key``, table ``dashboard_keys``), so a form served by one orchestrator
+posts to another, and a restart leaves open forms valid. A cross-site page cannot read the
+cookie to copy it into its form, and a cookie planted from a sibling host (which a plain
+double-submit would trust) fails the signature.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ class LoginTokens:
     """Issues and checks the login form's signed tokens.
 
     Args:
-        key: the signing key (tests pass their own); default 32 random bytes.
+        key: the signing key (the dashboard passes the shared one); default 32 random bytes.
     """
 
     def __init__(self, key: bytes | None = None) -> None:
@@ -41,7 +43,7 @@ class LoginTokens:
         return f"{nonce}.{self._sign(nonce)}"
 
     def signed(self, token: object) -> bool:
-        """True when ``token`` is a token this process issued (whatever its age)."""
+        """True when ``token`` was signed with this key (whatever its age)."""
         if not isinstance(token, str) or not token.isascii():
             return False
         nonce, _, mac = token.partition(".")

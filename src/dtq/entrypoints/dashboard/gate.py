@@ -2,16 +2,18 @@
 ``/ui`` route except the login page and the static files.
 
 With ``API_AUTH=tokens`` a request needs the ``dtq_session`` cookie of a live session
-(:mod:`~dtq.entrypoints.dashboard.sessions`) whose token still authenticates and holds the
-route's scope: ``read`` for a page, ``admin`` for an action (a handler may name another in
-``opt["dashboard_scope"]``: logout needs only a session). No session: a page answers ``303``
+(:mod:`~dtq.entrypoints.dashboard.sessions`; one lookup through ``SessionService.resolve``,
+cached for a second) whose token is still valid and holds the route's scope: ``read`` for a
+page, ``admin`` for an action (a handler may name another in ``opt["dashboard_scope"]``:
+logout needs only a session). No session: a page answers ``303``
 to ``/ui/login?next=<path>`` (an htmx request: ``401`` with ``HX-Redirect``), an action ``401``.
 A missing scope: ``403``. The live-update stream (``opt["dashboard_stream"]``) answers ``401``
 without a redirect: ``EventSource`` cannot follow one to a login form. With ``API_AUTH=none``
 nobody logs in.
 
 Every state-changing request (any method but ``GET``, ``HEAD``, ``OPTIONS``) must carry the
-session's CSRF token (with ``API_AUTH=none``: the process's own, random at start) as the form
+session's CSRF token (with ``API_AUTH=none``: one random token every orchestrator on the
+database shares, ``SessionService.shared_key(ANONYMOUS_KEY)``) as the form
 field ``csrf`` or the ``X-CSRF-Token`` header (htmx requests: ``hx-headers`` on ``<body>``),
 else ``403`` before its handler runs, so nothing changes. The synchronizer token, with the
 cookie's ``SameSite=Strict``, makes the actions CSRF-safe; the login form has its own
@@ -20,16 +22,15 @@ pre-session token (:mod:`~dtq.entrypoints.dashboard.csrf`).
 
 from __future__ import annotations
 
-import secrets
 from typing import Any
 from urllib.parse import quote
 
 from litestar import Request, Response
 from litestar.response import Redirect, Template
 
-from dtq.application.tokens import Principal, TokenService
-from dtq.domain.tokens import Scope, Unauthenticated
-from dtq.entrypoints.dashboard.sessions import COOKIE, SessionStore, csrf_matches
+from dtq.application.sessions import SessionService
+from dtq.domain.tokens import Scope
+from dtq.entrypoints.dashboard.sessions import ANONYMOUS_KEY, COOKIE, csrf_matches
 
 #: Where the login page lives.
 LOGIN_PATH = "/ui/login"
@@ -68,16 +69,13 @@ class Gate:
     """The ``before_request`` hook of the protected ``/ui`` routes.
 
     Args:
-        tokens: checks the session's token on every request.
-        sessions: the process's sessions.
+        sessions: the shared sessions (and, with ``API_AUTH=none``, the shared CSRF token).
         tokens_on: ``API_AUTH=tokens``.
     """
 
-    def __init__(self, *, tokens: TokenService, sessions: SessionStore, tokens_on: bool) -> None:
-        self.tokens = tokens
+    def __init__(self, *, sessions: SessionService, tokens_on: bool) -> None:
         self.sessions = sessions
         self.tokens_on = tokens_on
-        self.anonymous_csrf = secrets.token_urlsafe(32)
 
     async def __call__(self, request: Request[Any, Any, Any]) -> Response[Any] | None:
         """None lets the request through (with ``request.state.csrf`` and, with tokens,
@@ -91,7 +89,7 @@ class Gate:
             if refused is not None:
                 return refused
         else:
-            request.state.csrf = self.anonymous_csrf
+            request.state.csrf = await self.sessions.shared_key(ANONYMOUS_KEY)
         if unsafe:
             sent: object = request.headers.get(CSRF_HEADER)
             if sent is None:
@@ -103,16 +101,10 @@ class Gate:
     async def _authenticate(
         self, request: Request[Any, Any, Any], needed: Scope
     ) -> Response[Any] | None:
-        sid = request.cookies.get(COOKIE)
-        session = self.sessions.get(sid)
-        principal: Principal | None = None
-        if session is not None:
-            try:
-                principal = await self.tokens.authenticate(session.secret)
-            except Unauthenticated:
-                self.sessions.drop(sid)
-        if session is None or principal is None:
+        session = await self.sessions.resolve(request.cookies.get(COOKIE))
+        if session is None:
             return self._to_login(request)
+        principal = session.principal
         if needed not in principal.scopes:
             return error_page(
                 403, "Forbidden", f"This needs a token with the {needed.value!r} scope."
