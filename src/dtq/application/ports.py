@@ -620,7 +620,7 @@ class Queue(Protocol):
         pending marker (it lives for the adapter's marker TTL) and append the id to the ready
         list of ``priority``, unless a live marker already exists (a delivery is in flight, or
         the id appeared earlier in the batch). One round trip (a batch larger than the adapter's
-        chunk, 1,000 ids on Redis, takes one per chunk, so no call holds the server long).
+        chunk, 500 ids on Redis, takes one per chunk, so no call holds the server long).
 
         Returns:
             How many ids were pushed.

@@ -30,7 +30,7 @@ Every compound operation is one Lua script (``dtq.adapters.redis.scripts``) regi
 ``RedisQueue``: enqueue (marker + LPUSH) of one id or a batch, extend and delete of lease hashes
 guarded by their ``run_id``, promotion of due scheduled entries (which reads ``TIME``, the Redis
 server's clock), and the non-blocking pop of up to N ids over several tiers. Every batch method
-costs one round trip, and none for an empty batch; the push scripts take 1,000 ids per call
+costs one round trip, and none for an empty batch; the push scripts take 500 ids per call
 (``_SCRIPT_IDS``), so no single call holds the server for long.
 
 Redis Cluster (issue 17 item 6): every script declares the keys it touches in KEYS, except
@@ -80,10 +80,10 @@ from dtq.application.ports import QueueEpoch
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_MS = timedelta(milliseconds=1)
 _MIN_BLOCK = 0.01  # seconds; BRPOP rounds to ms and a 0 timeout would block forever
-# Most ids one push script takes: a 10,000-task submit is ten calls of ~5 ms on the Redis server
-# rather than one that blocks every other client for ~100 ms (issue 17 item 5, measured on the
-# 2-core box); the round trips cost ~0.1 ms each.
-_SCRIPT_IDS = 1_000
+# Most ids one push script takes: a 10,000-task submit is twenty calls of 2-6 ms on the Redis
+# server rather than one that blocks every other client for ~70-120 ms (issue 17 item 5,
+# measured on the loaded 2-core box); the round trips cost ~0.1 ms each.
+_SCRIPT_IDS = 500
 
 
 def _epoch_ms(moment: datetime) -> int:
@@ -214,7 +214,7 @@ class RedisQueue(RedisLeases):
     async def enqueue_many(self, items: Sequence[tuple[UUID, str]]) -> int:
         """For each ``(task_id, priority)`` in order: SET NX PX its pending marker and push the
         id onto its ready list (LPUSH, numbered in the list's books: ``scripts._BOOKS``), in one
-        script per 1,000 ids (one round trip for a batch up to that size; none for no items).
+        script per 500 ids (one round trip for a batch up to that size; none for no items).
 
         An id whose marker is live, including one set earlier in the same batch, is skipped.
 
@@ -235,7 +235,7 @@ class RedisQueue(RedisLeases):
     async def enqueue_unlisted(self, items: Sequence[tuple[UUID, str, str]]) -> int:
         """``enqueue_many`` over ``(task_id, priority, kind)`` that does not push an id still
         waiting in its ready list or in the routed list of its ``(priority, kind)``; one script
-        (one round trip) per 1,000 ids. Whether an id waits on a list is read from the list's
+        (one round trip) per 500 ids. Whether an id waits on a list is read from the list's
         books (one ZSCORE, ``scripts._BOOKS``), never from its entries: O(log n) per id on the
         Redis server at any list length. An id pushed without books (by a version before them)
         reads as not listed and is pushed once more (a duplicate entry, refused at claim).
@@ -262,7 +262,7 @@ class RedisQueue(RedisLeases):
     async def route(self, items: Sequence[tuple[UUID, str, str]]) -> None:
         """For each ``(task_id, priority, kind)``: SET its pending marker (a full TTL) and push
         the id onto the routed list of ``(priority, kind)`` (numbered in its books), in one
-        script (``ROUTE``) per 1,000 ids, none for no items. Never re-sent (see the module
+        script (``ROUTE``) per 500 ids, none for no items. Never re-sent (see the module
         docstring).
 
         Raises:
