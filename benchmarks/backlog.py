@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psycopg
 import redis
 
@@ -157,6 +158,8 @@ class Figures:
     drain_cpu_us: dict[str, float] = field(default_factory=dict)
     reconcile: list[dict[str, Any]] = field(default_factory=list)
     explain_ms: float = 0.0
+    explain: dict[str, Any] = field(default_factory=dict)  # GET /v1/tasks/{id}/explain, 90 %
+    explain_target: str = ""  # the task at 90 % depth of the due listing
     slowlog: dict[str, tuple[float, str]] = field(default_factory=dict)
     memory: list[Memory] = field(default_factory=list)
     queued_after: int = 0
@@ -211,6 +214,7 @@ async def _reconcile(c: Cluster, f: Figures, client: redis.Redis) -> None:
             ).fetchall()
             for start in range(0, len(ids), 1_000):
                 client.delete(*(layout.marker(r[0]) for r in ids[start : start + 1_000]))
+    f.explain_target = str(row[1])
     async with open_services(settings, backend="real") as services:
         reconcile = services.reconciler.reconcile
         reconcile._due_cursor = warm  # a first pass elsewhere: pools, scripts, epoch (bench only)
@@ -256,6 +260,8 @@ def _drain(c: Cluster, f: Figures, window: int, concurrency: int, client: redis.
             c.check_workers()
             time.sleep(0.02)
         f.memory.append(memory(c, f"drain: {done:,} done", client))
+        if f.explain_target:
+            _explain(c, f, client)
     finally:
         c.stop_workers()
     assert started is not None
@@ -265,6 +271,23 @@ def _drain(c: Cluster, f: Figures, window: int, concurrency: int, client: redis.
     f.drain_cpu_us["dtq + PostgreSQL"] = round(
         sum(v for k, v in f.drain_cpu_us.items() if k != "redis (shared)"), 1
     )
+
+
+def _explain(c: Cluster, f: Figures, client: redis.Redis) -> None:
+    """Time ``GET /v1/tasks/{id}/explain`` of the task at 90 % depth, workers live."""
+    url = f"{c.url}/v1/tasks/{f.explain_target}/explain"
+    httpx.get(url, timeout=30)  # warm-up
+    slowest(client, KeyLayout(c.prefix).prefix)
+    started = time.perf_counter()
+    answer = httpx.get(url, timeout=30).json()
+    details = answer.get("details", {})
+    f.explain = {
+        "ms": (time.perf_counter() - started) * 1e3,
+        "reason": answer.get("reason"),
+        "position": details.get("position"),
+        "ready_depth": details.get("ready_depth"),
+        "redis_ms": slowest(client, KeyLayout(c.prefix).prefix)[0],
+    }
 
 
 def _cpu(c: Cluster, pids: dict[str, int], client: redis.Redis) -> dict[str, float]:
@@ -346,6 +369,12 @@ def table(base: Figures, big: Figures, info: dict[str, Any], load: str) -> str:
     rows.append(
         f"| due listing page at 90 % depth (EXPLAIN ANALYZE) | | {big.explain_ms:.2f} ms | |"
     )
+    if big.explain:
+        e = big.explain
+        rows.append(
+            f"| GET /v1/tasks/{{id}}/explain at 90 % depth | | {e['ms']:.1f} ms: {e['reason']}, "
+            f"position {e['position']} of {e['ready_depth']}, Redis max {e['redis_ms']:.1f} ms | |"
+        )
     rows.append(
         "| ready list after the drain / queued tasks | "
         f"{base.ready_after:,} / {base.queued_after:,} | "
