@@ -32,6 +32,7 @@ import argparse
 import asyncio
 import contextlib
 import datetime as dt
+import hashlib
 import json
 import os
 import tempfile
@@ -50,7 +51,7 @@ from benchmarks.common import BenchError, check_services, median, redis_addr, re
 from benchmarks.dtq_bench import Cluster, cluster, flat_job, post_json
 from benchmarks.run import machine
 from dtq.adapters.cockroach import sql
-from dtq.adapters.redis import KeyLayout
+from dtq.adapters.redis import KeyLayout, scripts
 from dtq.entrypoints.config import Settings
 from dtq.entrypoints.container import open_services
 
@@ -132,16 +133,31 @@ def slowlog(client: redis.Redis) -> Iterator[None]:
             client.config_set(name, value)
 
 
+#: EVALSHA digest -> the name of the dtq script it runs
+_SCRIPTS = {
+    hashlib.sha1(text.encode()).hexdigest(): name  # Redis names scripts by SHA-1
+    for name, text in vars(scripts).items()
+    if name.isupper() and isinstance(text, str)
+}
+
+
 def slowest(client: redis.Redis, tag: str) -> tuple[float, str]:
-    """The longest logged command that names a key of this run (ms, its name), then reset."""
-    worst, name = 0.0, ""
+    """The longest logged command that names a key of this run (ms; its name, a script's by
+    its digest, and how many of this run's entries took 10 ms or more), then reset."""
+    worst, name, over = 0.0, "", 0
     for entry in client.slowlog_get(1024):
         command = entry["command"]
         text = command.decode(errors="replace") if isinstance(command, bytes) else str(command)
-        if tag in text and entry["duration"] / 1000 > worst:
-            worst, name = entry["duration"] / 1000, text.split(" ", 1)[0]
+        if tag not in text:
+            continue
+        ms = entry["duration"] / 1000
+        over += ms >= 10
+        if ms > worst:
+            words = text.split(" ", 2)
+            worst = ms
+            name = _SCRIPTS.get(words[1], words[0]) if words[0].upper() == "EVALSHA" else words[0]
     client.slowlog_reset()
-    return worst, name
+    return worst, f"{name} ({over} ≥ 10 ms)" if over else name
 
 
 # --- the scenario ------------------------------------------------------------------------------
@@ -153,11 +169,15 @@ class Figures:
 
     tasks: int
     submit_us: list[float] = field(default_factory=list)  # per job, µs per task
+    # per job, CPU µs per task: orchestrator, this database's backends, Redis (shared)
+    submit_cpu_us: list[list[float]] = field(default_factory=list)
+    submit_blocks: list[list[float]] = field(default_factory=list)  # per job: reads, hits / task
     drain_tasks: int = 0
     drain_us: float = 0.0
     drain_cpu_us: dict[str, float] = field(default_factory=dict)
     reconcile: list[dict[str, Any]] = field(default_factory=list)
-    explain_ms: float = 0.0
+    explain_ms: list[float] = field(default_factory=list)  # the due listing page, cold + warm
+    explain_plan: str = ""
     explain: dict[str, Any] = field(default_factory=dict)  # GET /v1/tasks/{id}/explain, 90 %
     explain_target: str = ""  # the task at 90 % depth of the due listing
     slowlog: dict[str, tuple[float, str]] = field(default_factory=dict)
@@ -166,16 +186,37 @@ class Figures:
     ready_after: int = 0
 
 
+def _blocks(conn: psycopg.Connection[Any]) -> tuple[int, int]:
+    """This database's (blocks read, buffer hits) so far (``pg_stat_database``)."""
+    conn.execute("SELECT pg_stat_clear_snapshot()")
+    row = conn.execute(
+        "SELECT blks_read, blks_hit FROM pg_stat_database WHERE datname = current_database()"
+    ).fetchone()
+    return (int(row[0]), int(row[1])) if row else (0, 0)
+
+
 def _submit(c: Cluster, f: Figures, jobs: int, job_size: int, client: redis.Redis) -> None:
     post_json(f"{c.url}/v1/jobs", flat_job(10))  # warm-up (not counted, not drained)
-    for job in range(jobs):
-        started = time.perf_counter()
-        post_json(f"{c.url}/v1/jobs", flat_job(job_size))
-        f.submit_us.append((time.perf_counter() - started) * 1e6 / job_size)
-        if jobs > 1 and job + 1 == jobs // 2:
-            f.memory.append(memory(c, f"submit: {(job + 1) * job_size:,} queued", client))
-        if (job + 1) % 10 == 0 or job + 1 == jobs:
-            say(f"  submitted {(job + 1) * job_size:,} ({f.submit_us[-1]:.0f} µs/task)")
+    pid = c.procs.procs["orchestrator"].pid
+    with psycopg.connect(c.dsn, autocommit=True) as probe:
+        for job in range(jobs):
+            body = flat_job(job_size)
+            backends = backend_pids(c.dsn)
+            cpu0 = cpu_seconds(pid), sum(map(cpu_seconds, backends)), redis_cpu(client)
+            reads0, hits0 = _blocks(probe)
+            started = time.perf_counter()
+            post_json(f"{c.url}/v1/jobs", body)
+            f.submit_us.append((time.perf_counter() - started) * 1e6 / job_size)
+            cpu1 = cpu_seconds(pid), sum(map(cpu_seconds, backends)), redis_cpu(client)
+            reads1, hits1 = _blocks(probe)
+            f.submit_cpu_us.append(
+                [round((b - a) * 1e6 / job_size, 1) for a, b in zip(cpu0, cpu1, strict=True)]
+            )
+            f.submit_blocks.append([(reads1 - reads0) / job_size, (hits1 - hits0) / job_size])
+            if jobs > 1 and job + 1 == jobs // 2:
+                f.memory.append(memory(c, f"submit: {(job + 1) * job_size:,} queued", client))
+            if (job + 1) % 10 == 0 or job + 1 == jobs:
+                say(f"  submitted {(job + 1) * job_size:,} ({f.submit_us[-1]:.0f} µs/task)")
 
 
 async def _reconcile(c: Cluster, f: Figures, client: redis.Redis) -> None:
@@ -196,15 +237,17 @@ async def _reconcile(c: Cluster, f: Figures, client: redis.Redis) -> None:
         row = conn.execute(place, (max(0, int(queued * 0.9) - 1),)).fetchone()
         warm = conn.execute(place, (queued // 2,)).fetchone()
         cursors: list[tuple[str, Any]] = [("oldest 5,000", None), ("at 90 % depth", row)]
-        plan = (
-            psycopg.ClientCursor(conn)
-            .execute(
-                "EXPLAIN (ANALYZE, FORMAT JSON) " + sql.DUE_QUEUED_AFTER,
-                ("queued", dt.datetime.now(dt.UTC), row[0], row[1], 500),
+        for _ in range(2):  # cold, then warm
+            plan = (
+                psycopg.ClientCursor(conn)
+                .execute(
+                    "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql.DUE_QUEUED_AFTER,
+                    ("queued", dt.datetime.now(dt.UTC), row[0], row[1], 500),
+                )
+                .fetchone()[0][0]
             )
-            .fetchone()[0]
-        )
-        f.explain_ms = float(plan[0]["Execution Time"])
+            f.explain_ms.append(float(plan["Execution Time"]))
+        f.explain_plan = _plan(plan["Plan"])
         for _, after in cursors:
             ids = conn.execute(
                 "SELECT id FROM tasks WHERE status = 'queued'"
@@ -230,6 +273,19 @@ async def _reconcile(c: Cluster, f: Figures, client: redis.Redis) -> None:
                 {"pass": label, "seconds": took, "pushed": report.enqueued, "redis_ms": worst}
             )
             say(f"  reconcile {label}: {took:.2f}s, pushed {report.enqueued}, Redis {worst:.2f} ms")
+
+
+def _plan(node: dict[str, Any]) -> str:
+    """``Limit > Index Scan using idx (shared hit N, read M)`` of an EXPLAIN JSON plan."""
+    parts = []
+    last = node
+    while node:
+        label = node["Node Type"] + (f" using {node['Index Name']}" if "Index Name" in node else "")
+        parts.append(label)
+        last = node
+        node = (node.get("Plans") or [{}])[0]
+    hit, read = last.get("Shared Hit Blocks", 0), last.get("Shared Read Blocks", 0)
+    return " > ".join(parts) + f" (shared hit {hit}, read {read})"
 
 
 def _drain(c: Cluster, f: Figures, window: int, concurrency: int, client: redis.Redis) -> None:
@@ -338,6 +394,14 @@ def table(base: Figures, big: Figures, info: dict[str, Any], load: str) -> str:
     last = median(big.submit_us[-10:])
     overall = sum(big.submit_us) / len(big.submit_us)
     base_submit = median(base.submit_us)
+
+    def cpu(fig: Figures, part: int, jobs: slice) -> float:
+        return median([job[part] for job in fig.submit_cpu_us[jobs]])
+
+    def blocks(fig: Figures, part: int, jobs: slice) -> float:
+        return median([job[part] for job in fig.submit_blocks[jobs]])
+
+    every, last10 = slice(None), slice(-10, None)
     rows = [
         f"**Backlog** ({big.tasks:,} tasks in jobs of {base.tasks:,}) vs **baseline** "
         f"({base.tasks:,}); {info['nproc']} cores ({info['cpu']}); {info['redis']}; "
@@ -347,6 +411,20 @@ def table(base: Figures, big: Figures, info: dict[str, Any], load: str) -> str:
         "| --- | ---: | ---: | ---: |",
         f"| submit µs/task (median per job) | {base_submit:.1f} | first 10 jobs {first:.1f}, "
         f"last 10 {last:.1f}, all {overall:.1f} | {_ratio(last, base_submit)} (last 10) |",
+    ]
+    for part, name in enumerate(("orchestrator", "postgres", "redis (shared)")):
+        b, g = cpu(base, part, every), cpu(big, part, last10)
+        rows.append(
+            f"| submit CPU µs/task: {name} (last 10 jobs) | {b:.0f} | "
+            f"first 10 {cpu(big, part, slice(10)):.0f}, last 10 {g:.0f} | {_ratio(g, b)} |"
+        )
+    for part, name in enumerate(("blocks read", "buffer hits")):
+        b, g = blocks(base, part, every), blocks(big, part, last10)
+        rows.append(
+            f"| submit PostgreSQL {name} per task (last 10 jobs) | {b:.1f} | "
+            f"first 10 {blocks(big, part, slice(10)):.1f}, last 10 {g:.1f} | |"
+        )
+    rows += [
         f"| drain µs/task (wall, {base.drain_tasks:,} vs first {big.drain_tasks:,}) | "
         f"{base.drain_us:.0f} | {big.drain_us:.0f} | {_ratio(big.drain_us, base.drain_us)} |",
     ]
@@ -366,8 +444,10 @@ def table(base: Figures, big: Figures, info: dict[str, Any], load: str) -> str:
             f"{p['seconds'] * 1e3:.0f} ms, {p['pushed']} pushed, "
             f"Redis max {p['redis_ms']:.1f} ms | |"
         )
+    cold, warm = big.explain_ms or [0.0, 0.0]
     rows.append(
-        f"| due listing page at 90 % depth (EXPLAIN ANALYZE) | | {big.explain_ms:.2f} ms | |"
+        f"| due listing page of 500 at 90 % depth (EXPLAIN ANALYZE) | | cold {cold:.1f} ms, "
+        f"warm {warm:.1f} ms: {big.explain_plan} | |"
     )
     if big.explain:
         e = big.explain
