@@ -237,6 +237,8 @@ async def _reconcile(c: Cluster, f: Figures, client: redis.Redis) -> None:
         row = conn.execute(place, (max(0, int(queued * 0.9) - 1),)).fetchone()
         warm = conn.execute(place, (queued // 2,)).fetchone()
         cursors: list[tuple[str, Any]] = [("oldest 5,000", None), ("at 90 % depth", row)]
+        conn.execute("SET enable_seqscan = off")  # the pool's session settings (pool.py)
+        conn.execute("SET enable_bitmapscan = off")
         for _ in range(2):  # cold, then warm
             plan = (
                 psycopg.ClientCursor(conn)
@@ -456,7 +458,8 @@ def table(base: Figures, big: Figures, info: dict[str, Any], load: str) -> str:
             f"position {e['position']} of {e['ready_depth']}, Redis max {e['redis_ms']:.1f} ms | |"
         )
     rows.append(
-        "| ready list after the drain / queued tasks | "
+        "| ready list after the drain / queued tasks (the excess: entries of tasks no longer "
+        "queued, refused at claim) | "
         f"{base.ready_after:,} / {base.queued_after:,} | "
         f"{big.ready_after:,} / {big.queued_after:,} | |"
     )
