@@ -171,7 +171,7 @@ async def test_memory_place_is_exact_at_any_depth(memory_queue: InMemoryQueue) -
     ids = [uuid4() for _ in range(3)]
     await memory_queue.enqueue_many([(task_id, "default") for task_id in ids])
 
-    newest = await memory_queue.inspect(ids[2], "default", scan_limit=2)
+    newest = await memory_queue.inspect(ids[2], "default")
 
     assert (newest.ready_position, newest.searched, newest.ready_depth) == (2, 3, 3)
 

@@ -401,16 +401,12 @@ class InMemoryQueue:
         """This fake as the ``QueueInspector`` of its own state (the composition root's hook)."""
         return self
 
-    async def inspect(
-        self, task_id: UUID, priority: str, kind: str | None = None, *, scan_limit: int = 10_000
-    ) -> QueueSnapshot:
+    async def inspect(self, task_id: UUID, priority: str, kind: str | None = None) -> QueueSnapshot:
         """The marker, lease, scheduled entry and ready-list place of ``task_id`` under
         ``priority``, as ``RedisQueueInspector`` reads them: the place is exact at any depth
-        (the lists' books), so ``searched`` is the whole list (``scan_limit`` is accepted for
-        the Redis inspector's signature: the fake keeps books of every push); with ``kind``,
-        the routed list of ``(priority, kind)`` when the task is found there. Expiry is by the
-        clock port."""
-        del scan_limit
+        (the fake keeps books of every push, as the Redis lists do), so ``searched`` is the
+        whole list; with ``kind``, the routed list of ``(priority, kind)`` when the task is
+        found there. Expiry is by the clock port."""
         now = self._clock.now()
         marker_ttl = lease_ttl = None
         if self._marker_live(task_id):

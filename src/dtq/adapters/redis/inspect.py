@@ -83,7 +83,7 @@ class RedisQueueInspector:
         self._scan_limit = scan_limit
 
     async def inspect(self, task_id: UUID, priority: str, kind: str | None = None) -> QueueSnapshot:
-        """One MULTI/EXEC of eleven reads, fifteen with ``kind`` (see the module docstring).
+        """One MULTI/EXEC of nine reads, thirteen with ``kind`` (see the module docstring).
 
         Raises:
             BackendUnavailable: Redis failed or is unreachable.

@@ -75,7 +75,7 @@ local function flush()
 end
 """
 
-# The push scripts' KEYS and ARGV (``RedisQueue._books``): KEYS[1..n] the markers of the n ids,
+# The push scripts' KEYS and ARGV (``queue._Books``): KEYS[1..n] the markers of the n ids,
 # then the books of each list the call pushes to or looks at, once per list: (list, pushes,
 # listed) triples, the j-th at KEYS[n + 3j - 2 .. n + 3j]. ARGV[1] marker ttl ms, ARGV[2] n,
 # ARGV[3 .. n + 2] the ids, then for each id the number j of its list(s).
