@@ -80,8 +80,8 @@ from dtq.application.ports import QueueEpoch
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_MS = timedelta(milliseconds=1)
 _MIN_BLOCK = 0.01  # seconds; BRPOP rounds to ms and a 0 timeout would block forever
-# Most ids one push script takes: a 10,000-task submit is twenty calls of 2-6 ms on the Redis
-# server rather than one that blocks every other client for ~70-120 ms (issue 17 item 5,
+# Most ids one push script takes: a 10,000-task submit is twenty calls of ~4 ms (median) on the
+# Redis server rather than one that blocks every other client for ~40-100 ms (issue 17 item 5,
 # measured on the loaded 2-core box); the round trips cost ~0.1 ms each.
 _SCRIPT_IDS = 500
 
