@@ -93,8 +93,10 @@ cluster-down:
 #   make bench         install the bench extra (peers, profilers), run every scenario and peer
 #   make bench-quick   the same, 1 run and smaller sizes (a smoke test, ~2 minutes)
 #   make bench-micro   pytest-benchmark micro-benchmarks of the pure parts (no services)
+#   make bench-backlog a million-task backlog (opt-in, several minutes): submit, reconcile,
+#                      drain and memory at 1,000,000 tasks vs 10,000 (BACKLOG_TASKS=100000 for less)
 
-.PHONY: bench bench-install bench-quick bench-micro
+.PHONY: bench bench-install bench-quick bench-micro bench-backlog
 
 bench-install: install
 	$(BIN)/python -m pip install --quiet -e ".[dev,bench]"
@@ -104,6 +106,11 @@ bench: bench-install
 
 bench-quick: bench-install
 	$(BIN)/python -m benchmarks.run --quick
+
+BACKLOG_TASKS ?= 1000000
+
+bench-backlog: bench-install
+	$(BIN)/python -m benchmarks.backlog --tasks $(BACKLOG_TASKS)
 
 bench-micro: install
 	$(BIN)/pytest benchmarks/micro -q -p no:cacheprovider --benchmark-sort=name \

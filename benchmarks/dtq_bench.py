@@ -129,7 +129,8 @@ class Cluster:
             RETRY_BACKOFF=f"{RETRY_BACKOFF:g}s",
             LOG_FORMAT="json",
             BENCH_APP_PREFIX=self.app_prefix,
-            PYTHONPATH=str(ROOT),
+            # this tree's dtq, also where the venv's editable install points at another tree
+            PYTHONPATH=os.pathsep.join((str(ROOT / "src"), str(ROOT))),
             # the orchestrator's default is API_AUTH=tokens (issue 15); the scenarios measure
             # the queue, and the peers' enqueues carry no credentials either
             API_AUTH="none",

@@ -1,15 +1,14 @@
 """What a short pending-marker TTL costs the reconciler on real Redis (issue 12 bug 4).
 
 A marker that expires while its id still waits in a long ready list makes the next reconcile
-pass run the backlog guard (``Queue.enqueue_unlisted``) for that id: SET NX the marker, then look
-for the id among the oldest ``listed_scan_limit`` list entries before pushing. A shorter TTL makes
-that happen more often. This script fills a ready list with a backlog of N ids whose markers have
-expired, then times one reconcile pass's pushes (pages of 500 ids, at most 10 pages), twice:
-first with every marker expired (the guard runs for every id), then again at once (every marker
-live: SET NX fails, nothing is scanned). It times the current script (chunked LRANGE into a Lua set)
-and, for comparison, the former one (one LPOS per id). Then it sweeps whole backlogs with every
-marker expired, for two scan limits, and counts the duplicates pushed (ids deeper than the
-limit) and the cost of a page holding an id that is on no list.
+pass run the backlog guard (``Queue.enqueue_unlisted``) for that id: SET NX the marker, then ask
+the list's books whether the id still waits (one ZSCORE, issue 17 item 5; the guard used to
+read the list's oldest entries, up to 100,000 of them). A shorter TTL makes that happen more
+often. This script fills a ready list with a backlog of N ids (``enqueue_many``) whose markers
+have expired, then times one reconcile pass's pushes (pages of 500 ids, at most 10 pages),
+twice: first with every marker expired (the guard runs for every id), then again at once (every
+marker live: SET NX fails). Then it sweeps whole backlogs with every marker expired and counts
+the duplicates pushed and the cost of a page holding an id that is on no list.
 
 Run: ``PYTHONPATH=src python -m benchmarks.marker_ttl`` (Redis at ``BENCH_REDIS_URL``).
 """
@@ -30,27 +29,14 @@ PAGE = 500  # RECONCILE_BATCH default
 PAGES = 10  # reconcile_once's max_pages
 BACKLOGS = (1_000, 10_000, 50_000)
 
-# The guard before this change: one LPOS over the oldest ``limit`` entries per id.
-_LPOS_PER_ID = """
-local pushed = 0
-local limit = tonumber(ARGV[2])
-for i = 1, #ARGV - 2 do
-  local id = ARGV[i + 2]
-  if redis.call('SET', KEYS[3 * i - 2], '1', 'NX', 'PX', ARGV[1]) then
-    if not redis.call('LPOS', KEYS[3 * i - 1], id, 'RANK', -1, 'MAXLEN', limit) then
-      redis.call('LPUSH', KEYS[3 * i - 1], id)
-      pushed = pushed + 1
-    end
-  end
-end
-return pushed
-"""
 
-
-async def _fill(client: Redis, prefix: str, ids: list[UUID]) -> None:
-    ready = KeyLayout(prefix).ready("default")
+async def _fill(client: Redis, queue: RedisQueue, prefix: str, ids: list[UUID]) -> None:
+    """Push ``ids`` (with their books), then drop their markers: expired while they waited."""
+    layout = KeyLayout(prefix)
     for start in range(0, len(ids), 5_000):
-        await client.lpush(ready, *(str(task_id) for task_id in ids[start : start + 5_000]))
+        chunk = ids[start : start + 5_000]
+        await queue.enqueue_many([(task_id, "default") for task_id in chunk])
+        await client.delete(*(layout.marker(task_id) for task_id in chunk))
 
 
 async def _pass(queue: RedisQueue, ids: list[UUID]) -> tuple[float, float, int]:
@@ -79,11 +65,9 @@ async def _one_pass(client: Redis, guard: str, backlog: int) -> str:
     """One reconcile pass over the oldest ids of a backlog, markers expired, then live."""
     prefix = f"dtqbench:marker:{uuid.uuid4().hex}:"
     queue = RedisQueue(client, prefix=prefix, marker_ttl=15.0)
-    if guard == "LPOS per id":
-        queue._enqueue_unlisted = client.register_script(_LPOS_PER_ID)
     ids = [uuid.uuid4() for _ in range(backlog)]
     try:
-        await _fill(client, prefix, ids)
+        await _fill(client, queue, prefix, ids)
         expired, worst, pushed = await _pass(queue, ids[: PAGE * PAGES])
         live, _, _ = await _pass(queue, ids[: PAGE * PAGES])
     finally:
@@ -94,14 +78,14 @@ async def _one_pass(client: Redis, guard: str, backlog: int) -> str:
     )
 
 
-async def _sweep(client: Redis, backlog: int, limit: int) -> str:
+async def _sweep(client: Redis, backlog: int) -> str:
     """Every id of the backlog once (markers expired), pages of 500, plus one page holding an
     id that is on no list (a stranded delivery): total and worst page time, duplicates."""
     prefix = f"dtqbench:marker:{uuid.uuid4().hex}:"
-    queue = RedisQueue(client, prefix=prefix, marker_ttl=15.0, listed_scan_limit=limit)
+    queue = RedisQueue(client, prefix=prefix, marker_ttl=15.0)
     ids = [uuid.uuid4() for _ in range(backlog)]
     try:
-        await _fill(client, prefix, ids)
+        await _fill(client, queue, prefix, ids)
         total = worst = 0.0
         pushed = 0
         for start in range(0, backlog, PAGE):
@@ -112,10 +96,7 @@ async def _sweep(client: Redis, backlog: int, limit: int) -> str:
         absent = time.perf_counter() - started
     finally:
         await _delete(client, prefix)
-    return (
-        f"{backlog:>8}{limit:>8}{total * 1e3:>11.0f}{worst * 1e3:>12.1f}{pushed:>12}"
-        f"{absent * 1e3:>12.1f}"
-    )
+    return f"{backlog:>8}{total * 1e3:>11.0f}{worst * 1e3:>12.1f}{pushed:>12}{absent * 1e3:>12.1f}"
 
 
 async def main() -> None:
@@ -125,17 +106,12 @@ async def main() -> None:
         print(
             f"{'guard':<13}{'backlog':>8}{'expired':>12}{'worst page':>12}{'live':>10}{'pushed':>8}"
         )
-        for guard in ("chunked", "LPOS per id"):
-            for backlog in BACKLOGS:
-                print(await _one_pass(client, guard, backlog))
-        print("\nA full sweep of the backlog with every marker expired (chunked guard), ms:")
-        print(
-            f"{'backlog':>8}{'limit':>8}{'total':>11}{'worst page':>12}{'duplicates':>12}"
-            f"{'absent id':>12}"
-        )
+        for backlog in BACKLOGS:
+            print(await _one_pass(client, "books", backlog))
+        print("\nA full sweep of the backlog with every marker expired, ms:")
+        print(f"{'backlog':>8}{'total':>11}{'worst page':>12}{'duplicates':>12}{'absent id':>12}")
         for backlog in (10_000, 50_000, 100_000):
-            for limit in (10_000, 100_000):
-                print(await _sweep(client, backlog, limit))
+            print(await _sweep(client, backlog))
     finally:
         await client.aclose()
 

@@ -46,32 +46,19 @@ def marker_ttl() -> float:
 
 
 @pytest.fixture
-def listed_scan_limit() -> int:
-    """How deep ``enqueue_unlisted`` searches a ready list; override with ``parametrize``."""
-    return 100_000
-
-
-@pytest.fixture
 def fake_clock() -> FakeClock:
     """Starts at the real time, so due times agree with the Redis server's clock."""
     return FakeClock(start=datetime.now(UTC))
 
 
 @pytest.fixture
-def memory_queue(fake_clock: FakeClock, marker_ttl: float, listed_scan_limit: int) -> InMemoryQueue:
-    return InMemoryQueue(fake_clock, marker_ttl=marker_ttl, listed_scan_limit=listed_scan_limit)
+def memory_queue(fake_clock: FakeClock, marker_ttl: float) -> InMemoryQueue:
+    return InMemoryQueue(fake_clock, marker_ttl=marker_ttl)
 
 
 @pytest.fixture
-def redis_queue(
-    redis_client: Redis, redis_prefix: str, marker_ttl: float, listed_scan_limit: int
-) -> RedisQueue:
-    return RedisQueue(
-        redis_client,
-        prefix=redis_prefix,
-        marker_ttl=marker_ttl,
-        listed_scan_limit=listed_scan_limit,
-    )
+def redis_queue(redis_client: Redis, redis_prefix: str, marker_ttl: float) -> RedisQueue:
+    return RedisQueue(redis_client, prefix=redis_prefix, marker_ttl=marker_ttl)
 
 
 @pytest.fixture
@@ -79,14 +66,8 @@ def redis_cluster_queue(
     redis_cluster_client: RedisCluster,
     redis_cluster_prefix: str,
     marker_ttl: float,
-    listed_scan_limit: int,
 ) -> RedisQueue:
-    return RedisQueue(
-        redis_cluster_client,
-        prefix=redis_cluster_prefix,
-        marker_ttl=marker_ttl,
-        listed_scan_limit=listed_scan_limit,
-    )
+    return RedisQueue(redis_cluster_client, prefix=redis_cluster_prefix, marker_ttl=marker_ttl)
 
 
 @pytest.fixture
@@ -277,22 +258,50 @@ async def test_enqueue_unlisted_does_not_push_an_id_still_waiting(
     assert await queue.enqueue_unlisted([]) == 0
 
 
-@pytest.mark.parametrize("listed_scan_limit", [2_500])
-async def test_enqueue_unlisted_searches_a_long_list_down_to_the_scan_limit(
-    queue: Queue, peek: QueuePeek, listed_scan_limit: int
+async def test_enqueue_unlisted_finds_an_id_at_any_depth_of_a_long_list(
+    queue: Queue, peek: QueuePeek
 ) -> None:
     backlog = [new_id() for _ in range(3_000)]  # backlog[0] is the oldest entry
     await queue.enqueue_many([(task_id, "default") for task_id in backlog])
-    await queue.release_markers(backlog)  # every marker expired while the ids waited
-    shallow, deep, beyond = backlog[3], backlog[2_400], backlog[2_600]
+    taken = await queue.pop_many(["default"], 0, 1_000)  # the oldest thousand leave the list
+    await queue.release_markers(backlog)  # every marker expired (or released) meanwhile
+    shallow, deep, newest = backlog[1_000], backlog[2_400], backlog[-1]
 
-    items = [(shallow, "default", "k"), (deep, "default", "k"), (beyond, "default", "k")]
-    assert await queue.enqueue_unlisted(items) == 1  # only the id past the limit again
+    items = [(task_id, "default", "k") for task_id in (taken[0], shallow, deep, newest, taken[-1])]
+    assert await queue.enqueue_unlisted(items) == 2  # only the two popped ids, once each
 
-    for task_id in (shallow, deep, beyond):
+    for task_id in (shallow, deep, newest, taken[0]):
         assert await peek.has_marker(task_id) is True
-    popped = await queue.pop_many(["default"], 0, 3_001)
-    assert len(popped) == 3_001 and popped[-1] == beyond
+    popped = await queue.pop_many(["default"], 0, 3_000)
+    assert popped == [*backlog[1_000:], taken[0], taken[-1]]  # no id listed twice
+
+
+async def test_enqueue_unlisted_sees_an_id_taken_by_a_blocking_pop_as_unlisted(
+    queue: Queue,
+) -> None:
+    task_id = new_id()
+    popper = asyncio.create_task(queue.pop_many(["default"], 2.0, 1))  # blocks: nothing waits
+    await asyncio.sleep(0.1)
+    await enqueue_one(queue, task_id, "default")
+    assert await asyncio.wait_for(popper, 3.0) == [task_id]
+    await queue.release_markers([task_id])  # its delivery ended without a claim
+
+    assert await queue.enqueue_unlisted([(task_id, "default", "k")]) == 1
+    assert await pop_one(queue, ["default"], 0) == task_id
+
+
+async def test_enqueue_unlisted_tells_each_list_apart(queue: Queue) -> None:
+    routed, popped_from_routed = new_id(), new_id()
+    await queue.enqueue_many([(routed, "high")])  # a ready list of another priority
+    await queue.route([(routed, "default", "b"), (popped_from_routed, "default", "b")])
+    assert await queue.pop_many(["default"], 0, 1, kinds={"b"}) == [routed]
+    await queue.release_markers([routed, popped_from_routed])
+
+    items = [(routed, "default", "b"), (popped_from_routed, "default", "b")]
+    assert await queue.enqueue_unlisted(items) == 1  # `routed` waits on neither of its lists
+
+    assert await queue.pop_many(["default"], 0, 10) == [routed]
+    assert await queue.pop_many(["default"], 0, 10, kinds={"b"}) == [popped_from_routed]
 
 
 async def test_enqueue_unlisted_respects_a_live_marker(queue: Queue) -> None:

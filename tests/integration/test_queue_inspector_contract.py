@@ -19,7 +19,7 @@ from redis.asyncio import Redis
 
 from dtq.adapters.memory.clock import FakeClock
 from dtq.adapters.memory.queue import InMemoryQueue
-from dtq.adapters.redis import RedisQueue
+from dtq.adapters.redis import KeyLayout, RedisQueue
 from dtq.adapters.redis.inspect import RedisQueueInspector
 from dtq.application.ports import Lease, Queue, QueueInspector
 
@@ -129,30 +129,51 @@ async def test_a_scheduled_entry_shows_its_due_time_under_its_priority(
 
 
 @pytest.mark.integration
-async def test_the_search_stops_after_scan_limit_entries(
+async def test_past_the_scan_limit_the_place_comes_from_the_lists_books(
     redis_client: Redis, redis_prefix: str
 ) -> None:
     queue = RedisQueue(redis_client, prefix=redis_prefix)
     inspector = RedisQueueInspector(redis_client, prefix=redis_prefix, scan_limit=2)
-    ids = [uuid4() for _ in range(3)]
+    ids = [uuid4() for _ in range(4)]
     await queue.enqueue_many([(task_id, "default") for task_id in ids])
+    await queue.pop_many(["default"], 0, 1)  # ids[0] leaves: the books count the pop too
 
-    oldest, newest = (
+    oldest, newest, popped = (
+        await inspector.inspect(ids[1], "default"),
+        await inspector.inspect(ids[3], "default"),
         await inspector.inspect(ids[0], "default"),
-        await inspector.inspect(ids[2], "default"),
     )
 
-    assert (oldest.ready_position, oldest.searched, oldest.ready_depth) == (0, 2, 3)
-    assert (newest.ready_position, newest.searched) == (None, 2)
+    assert (oldest.ready_position, oldest.searched, oldest.ready_depth) == (0, 3, 3)
+    assert (newest.ready_position, newest.searched) == (2, 3)  # past LPOS's MAXLEN 2
+    assert (popped.ready_position, popped.searched) == (None, 3)  # known to be on no list
 
 
-async def test_memory_search_stops_after_scan_limit_entries(memory_queue: InMemoryQueue) -> None:
+@pytest.mark.integration
+async def test_an_id_without_books_is_searched_down_to_the_scan_limit(
+    redis_client: Redis, redis_prefix: str
+) -> None:
+    inspector = RedisQueueInspector(redis_client, prefix=redis_prefix, scan_limit=2)
+    ready = KeyLayout(redis_prefix).ready("default")
+    old = [uuid4() for _ in range(3)]  # pushed by a version before the books: a bare LPUSH
+    await redis_client.lpush(ready, *(str(task_id) for task_id in old))
+
+    first, last = (
+        await inspector.inspect(old[0], "default"),
+        await inspector.inspect(old[2], "default"),
+    )
+
+    assert (first.ready_position, first.searched, first.ready_depth) == (0, 2, 3)
+    assert (last.ready_position, last.searched) == (None, 2)  # position unknown beyond 2
+
+
+async def test_memory_place_is_exact_at_any_depth(memory_queue: InMemoryQueue) -> None:
     ids = [uuid4() for _ in range(3)]
     await memory_queue.enqueue_many([(task_id, "default") for task_id in ids])
 
-    newest = await memory_queue.inspect(ids[2], "default", scan_limit=2)
+    newest = await memory_queue.inspect(ids[2], "default")
 
-    assert (newest.ready_position, newest.searched, newest.ready_depth) == (None, 2, 3)
+    assert (newest.ready_position, newest.searched, newest.ready_depth) == (2, 3, 3)
 
 
 async def test_a_routed_task_is_found_on_the_routed_list_of_its_kind(

@@ -56,15 +56,16 @@ async def test_keys_follow_the_spec_layout_under_the_tag_in_one_slot_of_the_clus
 
     assert await _slot_keys(redis_cluster_client, keys) == {
         f"{{{redis_cluster_prefix[:-1]}}}:queue:ready:high",
+        *keys.ready_books("high")[1:],  # its push counter and listed ids (issue 17 item 5)
         keys.marker(queued),
         keys.lease(leased),
         keys.scheduled,
         keys.epoch,
     }
-    # PROMOTE_DUE builds the marker and ready-list keys in Lua: they land in the same slot.
+    # PROMOTE_DUE builds the marker, ready-list and books keys in Lua: in the same slot.
     await queue.schedule(scheduled, "low|tier", datetime(2020, 1, 1, tzinfo=UTC))
     assert await queue.promote_due(10) == 1
-    assert keys.ready("low|tier") in await _slot_keys(redis_cluster_client, keys)
+    assert set(keys.ready_books("low|tier")) <= await _slot_keys(redis_cluster_client, keys)
     assert await pop_one(queue, ["high", "low|tier"], 0) == queued
     assert await pop_one(queue, ["high", "low|tier"], 0) == scheduled
 

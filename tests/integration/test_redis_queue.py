@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
@@ -57,6 +58,8 @@ async def test_redis_keys_follow_spec_layout_under_the_prefix(
     keys = {_text(key) async for key in redis_client.scan_iter(match=f"{tag}*")}
     assert keys == {
         f"{tag}queue:ready:high",
+        f"{tag}queue:pushes:ready:high",  # the list's books (issue 17 item 5)
+        f"{tag}queue:listed:ready:high",
         f"{tag}queue:pending:{queued}",
         f"{tag}lease:task:{leased}",
         f"{tag}queue:scheduled",
@@ -144,9 +147,15 @@ async def test_redis_batch_writes_follow_the_single_id_layout(
     keys = {_text(key) async for key in redis_client.scan_iter(match=f"{tag}*")}
     assert keys == {
         f"{tag}queue:ready:high",
+        f"{tag}queue:pushes:ready:high",
+        f"{tag}queue:listed:ready:high",
         f"{tag}queue:pending:{queued}",
         f"{tag}lease:task:{leased}",
     }
+    assert await redis_client.get(f"{tag}queue:pushes:ready:high") == b"1"
+    assert await redis_client.zrange(f"{tag}queue:listed:ready:high", 0, -1, withscores=True) == [
+        (str(queued).encode(), 1.0)
+    ]
     assert await redis_client.get(f"{tag}queue:pending:{queued}") == b"1"
     assert 20_000 < await redis_client.pttl(f"{tag}queue:pending:{queued}") <= 30_000
     assert 0 < await redis_client.pttl(f"{tag}lease:task:{leased}") <= 20_000
@@ -292,3 +301,103 @@ async def test_check_eviction_policy_agrees_with_the_server(redis_client: Redis)
     policy = _text(next(iter((await redis_client.config_get("maxmemory-policy")).values())) or "")
     warning = await check_eviction_policy(redis_client)
     assert (warning is None) is (policy == "noeviction")
+
+
+# --- the lists' books (issue 17 item 5: a million-task backlog) ----------------------------------
+
+
+async def _script_commands(
+    client: Redis, tag: str, action: Callable[[], Awaitable[Any]]
+) -> list[str]:
+    """Run ``action`` under MONITOR: the commands scripts ran on this test's keys (the server is
+    shared with other tests, so others' commands are filtered out by the key prefix)."""
+    sentinel = f"dtq-monitor-end-{uuid.uuid4().hex}"
+    seen: list[str] = []
+    monitor_client = Redis.from_url(REDIS_URL)
+    try:
+        async with monitor_client.monitor() as monitor:
+
+            async def watch() -> None:
+                while True:
+                    info = await monitor.next_command()
+                    if sentinel in info["command"]:
+                        return
+                    if info["client_type"] == "lua" and tag in info["command"]:
+                        seen.append(info["command"])
+
+            watcher = asyncio.create_task(watch())
+            await asyncio.sleep(0.05)
+            await action()
+            await client.echo(sentinel)
+            await asyncio.wait_for(watcher, 10.0)
+    finally:
+        await monitor_client.aclose()
+    return seen
+
+
+@pytest.mark.integration
+async def test_redis_enqueue_unlisted_reads_no_list_entries(
+    redis_client: Redis, redis_prefix: str
+) -> None:
+    # Given a 5,000-entry backlog whose markers expired, and ids deep in it and popped from it,
+    queue = RedisQueue(redis_client, prefix=redis_prefix)
+    tag = tagged_prefix(redis_prefix)
+    backlog = [new_id() for _ in range(5_000)]
+    await queue.enqueue_many([(task_id, "default") for task_id in backlog])
+    popped = await queue.pop_many(["default"], 0, 10)
+    await queue.release_markers(backlog)
+    items = [(task_id, "default", "k") for task_id in [*backlog[-20:], *popped]]
+
+    # when the reconciler's push runs for them,
+    pushed = 0
+
+    async def push() -> None:
+        nonlocal pushed
+        pushed = await queue.enqueue_unlisted(items)
+
+    commands = await _script_commands(redis_client, tag, push)
+
+    # then only the popped ids are pushed, and the script read no entry of any list: a fixed
+    # number of O(log n) commands per id, whatever the lists' length (it used to LRANGE them).
+    assert pushed == 10
+    names = [command.split(" ", 1)[0].strip('"').upper() for command in commands]
+    assert "ZSCORE" in names and not {"LRANGE", "LPOS", "LINDEX"} & set(names)
+    assert len(names) <= 8 * len(items) + 10
+
+
+@pytest.mark.integration
+async def test_redis_listed_books_shrink_as_the_list_drains(
+    redis_client: Redis, redis_prefix: str
+) -> None:
+    queue = RedisQueue(redis_client, prefix=redis_prefix)
+    listed = f"{tagged_prefix(redis_prefix)}queue:listed:ready:default"
+    await queue.enqueue_many([(new_id(), "default") for _ in range(3_000)])
+    assert len(await queue.pop_many(["default"], 0, 3_000)) == 3_000
+    assert await redis_client.zcard(listed) == 3_000  # popped ids are pruned by later pushes
+
+    for _ in range(3):  # each push call prunes at most 1,000 + 2 x its ids (bounded work)
+        await queue.enqueue_many([(new_id(), "default")])
+
+    assert await redis_client.zcard(listed) == 3  # only the three ids still listed
+
+
+@pytest.mark.integration
+async def test_redis_ids_without_books_or_whose_list_was_deleted_are_pushed_again(
+    redis_client: Redis, redis_prefix: str
+) -> None:
+    queue = RedisQueue(redis_client, prefix=redis_prefix)
+    ready = f"{tagged_prefix(redis_prefix)}queue:ready:default"
+    bare, booked = new_id(), new_id()
+    await redis_client.lpush(ready, str(bare))  # pushed by a version without the books
+    await queue.enqueue_many([(booked, "default")])
+    await queue.release_markers([booked])
+    items = [(bare, "default", "k"), (booked, "default", "k")]
+
+    assert await queue.enqueue_unlisted(items) == 1  # `bare` once more (a harmless duplicate)
+    await queue.release_markers([bare, booked])
+    assert await queue.enqueue_unlisted(items) == 0  # now both are on the books
+
+    await redis_client.delete(ready)  # the list lost (by hand): its books no longer vouch
+    await queue.release_markers([bare, booked])
+    assert await queue.enqueue_unlisted(items) == 2
+    assert await queue.pop_many(["default"], 0, 10) == [bare, booked]

@@ -655,7 +655,8 @@ class Queue(Protocol):
         """For each ``(task_id, priority)``, in order and atomically per item: set the task's
         pending marker (it lives for the adapter's marker TTL) and append the id to the ready
         list of ``priority``, unless a live marker already exists (a delivery is in flight, or
-        the id appeared earlier in the batch). One round trip.
+        the id appeared earlier in the batch). One round trip (a batch larger than the adapter's
+        chunk, 500 ids on Redis, takes one per chunk, so no call holds the server long).
 
         Returns:
             How many ids were pushed.
@@ -666,9 +667,10 @@ class Queue(Protocol):
         """The reconciler's ``enqueue_many`` over ``(task_id, priority, kind)``: like it, set
         each marker first; but an id that is still waiting in its ready list or in the routed
         list of its ``(priority, kind)`` (its marker expired during a long backlog, or while no
-        worker serves its kind) only gets its marker back and is not pushed a second time. Each
-        list is searched from its oldest entry, up to a bounded number of entries (an adapter
-        setting), in one round trip. An id on neither list is pushed onto its ready list.
+        worker serves its kind) only gets its marker back and is not pushed a second time,
+        however deep it waits. One round trip, whose cost on the queue server grows with the
+        ids given, not with the lists' length (issue 17 item 5). An id on neither list is
+        pushed onto its ready list.
 
         Returns:
             How many ids were pushed.
@@ -829,8 +831,11 @@ class QueueSnapshot:
             priority; None when it has none.
         ready_depth: how many ids wait on the ready list of the task's priority.
         ready_position: how many ids would be popped from that list before this task (0: it
-            is next); None when it was not found among the ``searched`` oldest entries.
-        searched: how many of the list's oldest entries were searched for the task.
+            is next); None when it is not on the list, or not found among the ``searched``
+            oldest entries.
+        searched: how many of the list's oldest entries are known to hold the task or not:
+            the whole list (``ready_depth``) when the queue keeps books of its pushes, else
+            the adapter's bounded search (position unknown beyond it).
         routed: True when ``ready_depth``, ``ready_position`` and ``searched`` are those of
             the routed list of the task's (priority, kind), where the task was found (kind-aware
             routing, issue 15 item 2); False: those of the priority's ready list.

@@ -26,8 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import itertools
-from collections import defaultdict, deque
+from collections import Counter, defaultdict, deque
 from collections.abc import Collection, Sequence
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
@@ -69,21 +68,19 @@ class InMemoryQueue:
         clock: time source for marker/lease expiry and for ``promote_due``'s notion of "now".
         marker_ttl: lifetime of a pending marker in seconds (float, > 0); the backstop for a
             marker whose release never happened (spec §5 Pending enqueue deduplication).
-        listed_scan_limit: how many of a ready list's oldest entries ``enqueue_unlisted``
-            searches for the id before pushing it.
 
     Raises:
         ValueError: ``marker_ttl`` is not positive.
     """
 
-    def __init__(
-        self, clock: Clock, *, marker_ttl: float = 15.0, listed_scan_limit: int = 100_000
-    ) -> None:
+    def __init__(self, clock: Clock, *, marker_ttl: float = 15.0) -> None:
         _check_ttl(marker_ttl)
-        self._listed_scan_limit = listed_scan_limit
         self._clock = clock
         self._marker_ttl = timedelta(seconds=marker_ttl)
         self._ready: defaultdict[_List, deque[UUID]] = defaultdict(deque)  # oldest at the left
+        # How many entries of each id each list holds: the Redis lists' books (``enqueue_unlisted``
+        # knows whether an id waits on a list at any depth without reading it).
+        self._entries: defaultdict[_List, Counter[UUID]] = defaultdict(Counter)
         self._waiters: defaultdict[_List, deque[_Waiter]] = defaultdict(deque)  # longest first
         self._rotation = 0  # where each tier's lists start, when popping with kinds
         self._markers: dict[UUID, datetime] = {}  # task id -> expiry
@@ -120,8 +117,8 @@ class InMemoryQueue:
 
     async def enqueue_unlisted(self, items: Sequence[tuple[UUID, str, str]]) -> int:
         """Set each marker; push the ``(task_id, priority, kind)`` id onto its ready list unless
-        it already waits among the oldest ``listed_scan_limit`` entries of that list or of the
-        routed list of ``(priority, kind)``. Returns how many were pushed."""
+        it already waits, at any depth, on that list or on the routed list of ``(priority,
+        kind)``. Returns how many were pushed."""
         pushed = 0
         for task_id, priority, kind in items:
             if not self._reserve(task_id):
@@ -132,8 +129,8 @@ class InMemoryQueue:
         return pushed
 
     def _listed(self, name: _List, task_id: UUID) -> bool:
-        oldest = itertools.islice(self._ready.get(name, ()), self._listed_scan_limit)
-        return task_id in oldest
+        listed = self._entries.get(name)
+        return listed is not None and listed[task_id] > 0
 
     async def route(self, items: Sequence[tuple[UUID, str, str]]) -> None:
         """For each ``(task_id, priority, kind)``: re-arm the marker for a full TTL and push the
@@ -164,12 +161,18 @@ class InMemoryQueue:
             self._ready[name].appendleft(task_id)
         else:
             self._ready[name].append(task_id)
+        self._entries[name][task_id] += 1
 
     def _take(self, names: Sequence[_List]) -> UUID | None:
         for name in names:
             ready = self._ready.get(name)
             if ready:
-                return ready.popleft()
+                task_id = ready.popleft()
+                listed = self._entries[name]
+                listed[task_id] -= 1
+                if listed[task_id] <= 0:
+                    del listed[task_id]
+                return task_id
         return None
 
     def _lists(self, tiers: list[str], kinds: Collection[str] | None) -> list[_List]:
@@ -370,6 +373,7 @@ class InMemoryQueue:
         Blocked poppers keep waiting, as blocked Redis clients do.
         """
         self._ready.clear()
+        self._entries.clear()
         self._markers.clear()
         self._leases.clear()
         self._scheduled.clear()
@@ -397,13 +401,12 @@ class InMemoryQueue:
         """This fake as the ``QueueInspector`` of its own state (the composition root's hook)."""
         return self
 
-    async def inspect(
-        self, task_id: UUID, priority: str, kind: str | None = None, *, scan_limit: int = 10_000
-    ) -> QueueSnapshot:
+    async def inspect(self, task_id: UUID, priority: str, kind: str | None = None) -> QueueSnapshot:
         """The marker, lease, scheduled entry and ready-list place of ``task_id`` under
-        ``priority``, as ``RedisQueueInspector`` reads them; the list is searched from its
-        oldest entry, ``scan_limit`` entries at most; with ``kind``, the routed list of
-        ``(priority, kind)`` when the task is found there. Expiry is by the clock port."""
+        ``priority``, as ``RedisQueueInspector`` reads them: the place is exact at any depth
+        (the fake keeps books of every push, as the Redis lists do), so ``searched`` is the
+        whole list; with ``kind``, the routed list of ``(priority, kind)`` when the task is
+        found there. Expiry is by the clock port."""
         now = self._clock.now()
         marker_ttl = lease_ttl = None
         if self._marker_live(task_id):
@@ -412,14 +415,11 @@ class InMemoryQueue:
         if lease is not None:
             lease_ttl = (self._leases[task_id][1] - now).total_seconds()
         score = self._scheduled.get((priority, task_id))
-        ready = self._ready.get(priority, deque())
-        oldest = list(itertools.islice(ready, scan_limit))
+        name: _List = priority
         routed = False
-        if kind is not None:
-            other = self._ready.get((priority, kind), deque())
-            other_oldest = list(itertools.islice(other, scan_limit))
-            if task_id in other_oldest:
-                ready, oldest, routed = other, other_oldest, True
+        if kind is not None and self._listed((priority, kind), task_id):
+            name, routed = (priority, kind), True
+        ready = self._ready.get(name, deque())
         return QueueSnapshot(
             server_time=now,
             marker_ttl=marker_ttl,
@@ -427,8 +427,8 @@ class InMemoryQueue:
             lease_ttl=lease_ttl,
             scheduled_at=None if score is None else _EPOCH + score * _ONE_MS,
             ready_depth=len(ready),
-            ready_position=oldest.index(task_id) if task_id in oldest else None,
-            searched=len(oldest),
+            ready_position=ready.index(task_id) if self._listed(name, task_id) else None,
+            searched=len(ready),
             routed=routed,
         )
 

@@ -23,6 +23,14 @@ workers that serve ``kind``) holds the ids a worker that does not serve their ki
 tier (kind-aware routing, issue 15 item 2). The routed lists have their own ``queue:routed:``
 namespace, so no priority name can make one collide with a ready list. Priority names of the API
 (``[a-z0-9_-]``) hold no ``:``, so ``(priority, kind)`` maps to one routed list.
+
+Each list (ready or routed) has two bookkeeping keys that the push scripts keep in step with it
+(issue 17 item 5, a million-task backlog): ``{tag}queue:pushes:{list}`` (STRING, no TTL) counts
+the pushes the list ever had, and ``{tag}queue:listed:{list}`` (ZSET) scores each id by the number
+of its latest push. A list is FIFO (LPUSH at the head, RPOP/BRPOP at the tail), so it holds
+exactly the pushes numbered ``pushes - LLEN + 1 .. pushes``: an id is still listed iff its score is
+above ``pushes - LLEN``, an O(log n) answer at any depth (``{list}`` is ``ready:{priority}`` or
+``routed:{priority}:{kind}``: their own ``queue:pushes:``/``queue:listed:`` namespaces).
 """
 
 from __future__ import annotations
@@ -70,7 +78,17 @@ class KeyLayout:
         ValueError: ``prefix`` cannot be made a hash tag (see ``tagged_prefix``).
     """
 
-    __slots__ = ("_lease", "_marker", "_ready", "_routed", "epoch", "prefix", "scheduled")
+    __slots__ = (
+        "_lease",
+        "_listed",
+        "_marker",
+        "_pushes",
+        "_ready",
+        "_routed",
+        "epoch",
+        "prefix",
+        "scheduled",
+    )
 
     def __init__(self, prefix: str) -> None:
         #: the tagged prefix every key starts with (also the ARGV of ``PROMOTE_DUE``)
@@ -79,6 +97,8 @@ class KeyLayout:
         self._routed = f"{self.prefix}queue:routed:"
         self._marker = f"{self.prefix}queue:pending:"
         self._lease = f"{self.prefix}lease:task:"
+        self._pushes = f"{self.prefix}queue:pushes:"
+        self._listed = f"{self.prefix}queue:listed:"
         #: the scheduled ZSET (delays and retry backoff)
         self.scheduled = f"{self.prefix}queue:scheduled"
         #: the reconciler's epoch STRING (``Queue.epoch``)
@@ -92,6 +112,23 @@ class KeyLayout:
         """The routed LIST of tier ``priority`` and ``kind``: the ids of that kind a worker
         that does not serve it popped from the tier (kind-aware routing, issue 15 item 2)."""
         return f"{self._routed}{priority}:{kind}"
+
+    def ready_books(self, priority: str) -> tuple[str, str, str]:
+        """The ready LIST of ``priority`` with its push counter (STRING) and listed ids
+        (ZSET), in the order the push scripts take them (see the module docstring)."""
+        return (
+            f"{self._ready}{priority}",
+            f"{self._pushes}ready:{priority}",
+            f"{self._listed}ready:{priority}",
+        )
+
+    def routed_books(self, priority: str, kind: str) -> tuple[str, str, str]:
+        """The routed LIST of ``(priority, kind)`` with its push counter and listed ids."""
+        return (
+            f"{self._routed}{priority}:{kind}",
+            f"{self._pushes}routed:{priority}:{kind}",
+            f"{self._listed}routed:{priority}:{kind}",
+        )
 
     def marker(self, task_id: UUID) -> str:
         """The pending-marker STRING of ``task_id``."""

@@ -16,6 +16,11 @@ Kind-aware routing (issue 15 item 2) adds ``{tag}queue:routed:{priority}:{kind}`
 worker that does not serve their kind popped from a tier, pushed there by ``route`` and popped,
 with the tier, only by workers serving the kind (``pop_many`` with ``kinds``).
 
+Each list has books (issue 17 item 5): ``{tag}queue:pushes:{list}`` (STRING, pushes ever) and
+``{tag}queue:listed:{list}`` (ZSET, id -> number of its latest push), written by every push
+script, so ``enqueue_unlisted`` and the inspector know whether (and where) an id waits on a list
+without reading the list (``keys``, ``scripts._BOOKS``). Pops are plain RPOP/BRPOP.
+
 Scheduled-set member encoding: ``"{priority}|{task_id}"`` (task id in canonical lowercase
 hyphenated UUID form). It is split at the *last* ``|``, so a priority name may itself contain
 ``|``. The same task scheduled under two priorities is two members; re-scheduling under the same
@@ -25,7 +30,8 @@ Every compound operation is one Lua script (``dtq.adapters.redis.scripts``) regi
 ``RedisQueue``: enqueue (marker + LPUSH) of one id or a batch, extend and delete of lease hashes
 guarded by their ``run_id``, promotion of due scheduled entries (which reads ``TIME``, the Redis
 server's clock), and the non-blocking pop of up to N ids over several tiers. Every batch method
-costs one round trip, and none for an empty batch.
+costs one round trip, and none for an empty batch; the push scripts take 500 ids per call
+(``_SCRIPT_IDS``), so no single call holds the server for long.
 
 Redis Cluster (issue 17 item 6): every script declares the keys it touches in KEYS, except
 ``PROMOTE_DUE``, which builds the marker and ready-list keys of the ids it reads from the
@@ -67,18 +73,72 @@ from dtq.adapters.redis.connection import (
     wrap_errors,
 )
 from dtq.adapters.redis.inspect import RedisQueueInspector
+from dtq.adapters.redis.keys import KeyLayout
 from dtq.adapters.redis.leases import RedisLeases
 from dtq.application.ports import QueueEpoch
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_MS = timedelta(milliseconds=1)
 _MIN_BLOCK = 0.01  # seconds; BRPOP rounds to ms and a 0 timeout would block forever
+# Most ids one push script takes: a 10,000-task submit is twenty calls of ~4 ms (median) on the
+# Redis server rather than one that blocks every other client for ~40-100 ms (issue 17 item 5,
+# measured on the loaded 2-core box); the round trips cost ~0.1 ms each.
+_SCRIPT_IDS = 500
 
 
 def _epoch_ms(moment: datetime) -> int:
     if moment.tzinfo is None:
         raise ValueError("a timezone-aware datetime is required")
     return (moment - _EPOCH) // _ONE_MS
+
+
+class _Books:
+    """KEYS and ARGV of a push script (layout in ``scripts``): the markers of the ids, the
+    books (list, pushes, listed) of each distinct list once, and per id the number of its
+    list(s), so a batch names each list once however many of its ids go there."""
+
+    __slots__ = ("_ids", "_keys", "_layout", "_lists", "_markers", "_numbers", "_of")
+
+    def __init__(self, layout: KeyLayout) -> None:
+        self._layout = layout
+        self._markers: list[str] = []
+        self._ids: list[str] = []
+        self._numbers: list[int] = []
+        self._keys: list[str] = []
+        self._of: dict[tuple[str, ...], int] = {}  # (priority,) or (priority, kind) -> number
+
+    def _number(self, name: tuple[str, ...], books: tuple[str, str, str]) -> int:
+        number = self._of.get(name)
+        if number is None:
+            number = self._of[name] = len(self._of) + 1
+            self._keys += books
+        return number
+
+    def ready(self, priority: str) -> int:
+        """The number of the ready list of ``priority`` in this call."""
+        name = (priority,)
+        number = self._of.get(name)
+        return number if number else self._number(name, self._layout.ready_books(priority))
+
+    def routed(self, priority: str, kind: str) -> int:
+        """The number of the routed list of ``(priority, kind)`` in this call."""
+        name = (priority, kind)
+        number = self._of.get(name)
+        return number if number else self._number(name, self._layout.routed_books(priority, kind))
+
+    def add(self, task_id: UUID, *numbers: int) -> None:
+        """One id of the batch, with the number(s) of its list(s)."""
+        self._markers.append(self._layout.marker(task_id))
+        self._ids.append(str(task_id))
+        self._numbers += numbers
+
+    def keys(self) -> list[str]:
+        """KEYS: the markers, then the books of each list."""
+        return self._markers + self._keys
+
+    def args(self, marker_ttl_ms: int) -> list[str | int]:
+        """ARGV: marker TTL, how many ids, the ids, then their list numbers."""
+        return [marker_ttl_ms, len(self._ids), *self._ids, *self._numbers]
 
 
 class RedisQueue(RedisLeases):
@@ -92,8 +152,6 @@ class RedisQueue(RedisLeases):
         prefix: key namespace, ``REDIS_KEY_PREFIX`` (spec §8), used as the hash tag of every
             key (``keys.tagged_prefix``: ``dto:`` gives ``{dto}:queue:ready:default``).
         marker_ttl: pending-marker lifetime in seconds (float, > 0), sent as PX milliseconds.
-        listed_scan_limit: how many of a ready list's oldest entries ``enqueue_unlisted``
-            searches for an id before pushing it again.
 
     Raises:
         ValueError: ``marker_ttl`` is not positive, or ``prefix`` cannot be made a hash tag.
@@ -105,11 +163,9 @@ class RedisQueue(RedisLeases):
         *,
         prefix: str = "dto:",
         marker_ttl: float = 15.0,
-        listed_scan_limit: int = 100_000,
     ) -> None:
         super().__init__(client, prefix=prefix)
         client.set_retry(NO_RETRY)  # re-sends are the adapter's choice, per command
-        self._listed_scan_limit = listed_scan_limit
         self._marker_ttl_ms = ms(marker_ttl)
         self._scheduled_key = self._keys.scheduled
         self._enqueue_many = client.register_script(scripts.ENQUEUE_MANY)
@@ -156,8 +212,9 @@ class RedisQueue(RedisLeases):
     # --- pending markers ----------------------------------------------------------------------
 
     async def enqueue_many(self, items: Sequence[tuple[UUID, str]]) -> int:
-        """For each ``(task_id, priority)`` in order: SET NX PX its pending marker and LPUSH the
-        id onto its ready list, in one script (one round trip, whatever the batch size).
+        """For each ``(task_id, priority)`` in order: SET NX PX its pending marker and push the
+        id onto its ready list (LPUSH, numbered in the list's books: ``scripts._BOOKS``), in one
+        script per 500 ids (one round trip for a batch up to that size; none for no items).
 
         An id whose marker is live, including one set earlier in the same batch, is skipped.
 
@@ -167,15 +224,21 @@ class RedisQueue(RedisLeases):
         Raises:
             BackendUnavailable: Redis failed or is unreachable.
         """
-        return await self._push(self._enqueue_many, "enqueue_many", items)
+        pushed = 0
+        for start in range(0, len(items), _SCRIPT_IDS):
+            books = _Books(self._keys)
+            for task_id, priority in items[start : start + _SCRIPT_IDS]:
+                books.add(task_id, books.ready(priority))
+            pushed += await self._run(self._enqueue_many, "enqueue_many", books)
+        return pushed
 
     async def enqueue_unlisted(self, items: Sequence[tuple[UUID, str, str]]) -> int:
         """``enqueue_many`` over ``(task_id, priority, kind)`` that does not push an id still
-        waiting in its ready list or in the routed list of its ``(priority, kind)`` (each
-        searched from the oldest entry, ``listed_scan_limit`` entries at most); one script, one
-        round trip. Each list is read once per call and only as deep as needed: O(ids + d) on
-        the Redis server for ids found within depth d, O(ids + limit) when one is not listed
-        (an empty routed list costs one LRANGE per call).
+        waiting in its ready list or in the routed list of its ``(priority, kind)``; one script
+        (one round trip) per 500 ids. Whether an id waits on a list is read from the list's
+        books (one ZSCORE, ``scripts._BOOKS``), never from its entries: O(log n) per id on the
+        Redis server at any list length. An id pushed without books (by a version before them)
+        reads as not listed and is pushed once more (a duplicate entry, refused at claim).
 
         Returns:
             How many ids were pushed.
@@ -183,58 +246,34 @@ class RedisQueue(RedisLeases):
         Raises:
             BackendUnavailable: Redis failed or is unreachable.
         """
-        if not items:
-            return 0
-        keys: list[str] = []
-        args: list[str | int] = [self._marker_ttl_ms, self._listed_scan_limit]
-        for task_id, priority, kind in items:
-            keys += (
-                self._marker_key(task_id),
-                self._ready_key(priority),
-                self._keys.routed(priority, kind),
-            )
-            args.append(str(task_id))
-        script = self._enqueue_unlisted
-        pushed = await idempotent("enqueue_unlisted", lambda: script(keys=keys, args=args))
-        return int(pushed)
+        pushed = 0
+        for start in range(0, len(items), _SCRIPT_IDS):
+            books = _Books(self._keys)
+            for task_id, priority, kind in items[start : start + _SCRIPT_IDS]:
+                books.add(task_id, books.ready(priority), books.routed(priority, kind))
+            pushed += await self._run(self._enqueue_unlisted, "enqueue_unlisted", books)
+        return pushed
+
+    async def _run(self, script: AsyncScript, operation: str, books: _Books) -> int:
+        """One idempotent push script over ``books`` (re-sent after a lost reply)."""
+        keys, args = books.keys(), books.args(self._marker_ttl_ms)
+        return int(await idempotent(operation, lambda: script(keys=keys, args=args)))
 
     async def route(self, items: Sequence[tuple[UUID, str, str]]) -> None:
-        """For each ``(task_id, priority, kind)``: SET its pending marker (a full TTL) and
-        LPUSH the id onto the routed list of ``(priority, kind)``, in one script (``ROUTE``),
-        one round trip, none for no items. Never re-sent (see the module docstring).
+        """For each ``(task_id, priority, kind)``: SET its pending marker (a full TTL) and push
+        the id onto the routed list of ``(priority, kind)`` (numbered in its books), in one
+        script (``ROUTE``) per 500 ids, none for no items. Never re-sent (see the module
+        docstring).
 
         Raises:
             BackendUnavailable: Redis failed or is unreachable.
         """
-        if not items:
-            return
-        keys: list[str] = []
-        args: list[str | int] = [self._marker_ttl_ms]
-        for task_id, priority, kind in items:
-            keys += (self._marker_key(task_id), self._keys.routed(priority, kind))
-            args.append(str(task_id))
-        with wrap_errors("route"):
-            await self._route(keys=keys, args=args)
-
-    async def _push(
-        self,
-        script: AsyncScript,
-        operation: str,
-        items: Sequence[tuple[UUID, str]],
-        *extra: int,
-    ) -> int:
-        """Run an enqueue script over ``(task_id, priority)`` items: KEYS are (marker, ready
-        list) pairs, ARGV the marker TTL, then ``extra``, then the ids. Returns how many ids
-        were pushed (none and no round trip for no items)."""
-        if not items:
-            return 0
-        keys: list[str] = []
-        args: list[str | int] = [self._marker_ttl_ms, *extra]
-        for task_id, priority in items:
-            keys += (self._marker_key(task_id), self._ready_key(priority))
-            args.append(str(task_id))
-        pushed = await idempotent(operation, lambda: script(keys=keys, args=args))
-        return int(pushed)
+        for start in range(0, len(items), _SCRIPT_IDS):
+            books = _Books(self._keys)
+            for task_id, priority, kind in items[start : start + _SCRIPT_IDS]:
+                books.add(task_id, books.routed(priority, kind))
+            with wrap_errors("route"):
+                await self._route(keys=books.keys(), args=books.args(self._marker_ttl_ms))
 
     async def release_markers(self, task_ids: Sequence[UUID]) -> None:
         """One DEL of all the pending markers; idempotent. Raises ``BackendUnavailable``."""

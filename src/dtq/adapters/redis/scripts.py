@@ -2,78 +2,148 @@
 
 Key layout in ``dtq.adapters.redis.keys``, member encoding in ``dtq.adapters.redis.queue``. Every
 script declares all the keys it touches in KEYS, except ``PROMOTE_DUE``, which can only know the
-marker and ready-list keys after reading the sorted set: it builds them from the tagged prefix,
-so they share the hash slot of its KEYS[1] (safe on Redis Cluster, see ``keys``).
+marker, ready-list and books keys after reading the sorted set: it builds them from the tagged
+prefix, so they share the hash slot of its KEYS[1] (safe on Redis Cluster, see ``keys``). No
+script reads a list's entries: each does O(log n) work per id, whatever the lists' length.
 """
 
 from __future__ import annotations
 
-# KEYS[2i-1] marker of the i-th id, KEYS[2i] its ready list; ARGV[1] marker ttl ms, ARGV[i+1] the
-# i-th task id. For each id in turn: SET NX the marker and, only if it was set, LPUSH the id (a
-# repeated id finds its own marker and is skipped). Returns how many ids were pushed.
-ENQUEUE_MANY = """
+# --- the books of a list (issue 17 item 5) --------------------------------------------------
+#
+# Every push onto a ready or routed list goes through ``push`` below, which numbers it
+# (``{tag}queue:pushes:{list}``) and scores the id with that number in the list's listed ZSET
+# (``{tag}queue:listed:{list}``); ``flush``, at the end of each script, writes a call's pushes
+# per list with one LPUSH, one ZADD and one SET per 1,000 ids (in push order, as many LPUSHes
+# would: blocked poppers are served after the script either way). A list only grows at its head
+# and shrinks at its tail, so it holds exactly the pushes numbered above ``popped = pushes -
+# LLEN``: ``listed`` answers "is this id still waiting on that list" with one ZSCORE, however
+# deep the list (the scripts used to read the list itself, up to 100,000 entries, ~50 ms on a
+# 1,000,000-entry list). ``popped`` is read once per list and call (nothing pops inside a
+# script). Each call's flush of a list prunes the scores of popped ids, the lowest ranks of the
+# ZSET, at most ``prune_most`` of them (1,000 + twice the call's ids: a call's work stays
+# proportional to its ids, and pruning outpaces the pops between pushes), so a listed ZSET
+# never outgrows the largest backlog its list had. An id with no score (pushed by an older
+# version) reads as not listed: pushed once more.
+_BOOKS = """
+local prune_most = 1000
+local books = {}
+local function book(list, pushes)
+  local b = books[list]
+  if b == nil then
+    local n = tonumber(redis.call('GET', pushes) or '0')
+    b = {pushes_key = pushes, pushes = n, popped = n - redis.call('LLEN', list)}
+    books[list] = b
+  end
+  return b
+end
+local function push(list, pushes, listed_ids, id)
+  local b = book(list, pushes)
+  if b.ids == nil then
+    b.ids, b.scored, b.listed = {}, {}, listed_ids
+  end
+  b.pushes = b.pushes + 1
+  b.ids[#b.ids + 1] = id
+  b.scored[#b.scored + 1] = b.pushes
+  b.scored[#b.scored + 1] = id
+end
+local function listed(list, pushes, listed_ids, id)
+  local seq = redis.call('ZSCORE', listed_ids, id)
+  if not seq then return false end
+  local b = book(list, pushes)
+  seq = tonumber(seq)
+  return seq > b.popped and seq <= b.pushes
+end
+local function flush()
+  for list, b in pairs(books) do
+    if b.ids ~= nil then
+      if b.popped > 0 then
+        local stale = redis.call('ZCOUNT', b.listed, '-inf', b.popped)
+        if stale > 0 then
+          redis.call('ZREMRANGEBYRANK', b.listed, 0, math.min(stale, prune_most) - 1)
+        end
+      end
+      for i = 1, #b.ids, 1000 do
+        redis.call('LPUSH', list, unpack(b.ids, i, math.min(i + 999, #b.ids)))
+      end
+      for i = 1, #b.scored, 2000 do
+        redis.call('ZADD', b.listed, unpack(b.scored, i, math.min(i + 1999, #b.scored)))
+      end
+      redis.call('SET', b.pushes_key, b.pushes)
+    end
+  end
+end
+"""
+
+# The push scripts' KEYS and ARGV (``queue._Books``): KEYS[1..n] the markers of the n ids,
+# then the books of each list the call pushes to or looks at, once per list: (list, pushes,
+# listed) triples, the j-th at KEYS[n + 3j - 2 .. n + 3j]. ARGV[1] marker ttl ms, ARGV[2] n,
+# ARGV[3 .. n + 2] the ids, then for each id the number j of its list(s).
+
+# For each id in turn: SET NX its marker and, only if it was set, push the id onto its ready
+# list (a repeated id finds its own marker and is skipped). Returns how many ids were pushed.
+ENQUEUE_MANY = (
+    _BOOKS
+    + """
+local n = tonumber(ARGV[2])
+prune_most = 1000 + 2 * n
 local pushed = 0
-for i = 1, #ARGV - 1 do
-  if redis.call('SET', KEYS[2 * i - 1], '1', 'NX', 'PX', ARGV[1]) then
-    redis.call('LPUSH', KEYS[2 * i], ARGV[i + 1])
+for i = 1, n do
+  if redis.call('SET', KEYS[i], '1', 'NX', 'PX', ARGV[1]) then
+    local at = n + 3 * tonumber(ARGV[n + 2 + i]) - 2
+    push(KEYS[at], KEYS[at + 1], KEYS[at + 2], ARGV[i + 2])
     pushed = pushed + 1
   end
 end
+flush()
 return pushed
 """
+)
 
-#: enqueue_unlisted: KEYS = (marker, ready list, routed list) triples; ARGV = marker TTL ms, scan
-#: limit, ids. After SET NX of the marker, the id is pushed onto its ready list only if it is not
-#: among the oldest ``scan limit`` entries of its ready list nor of the routed list of its
-#: (priority, kind) (the tail, where the oldest ids wait; kind-aware routing, issue 15 item 2: an
-#: id routed to a kind no worker serves waits there). A list is read from the tail in
-#: chunks of 1,000 (LRANGE), each chunk once per call into a Lua set, and only as deep as the
-#: ids looked up require: a page of n ids found within depth d costs O(n + d) instead of one
-#: LPOS scan per id, and an id absent from the list costs one scan to ``scan limit``.
-ENQUEUE_UNLISTED = """
+#: enqueue_unlisted: each id has two list numbers, ARGV[n + 1 + 2i] its ready list's and
+#: ARGV[n + 2 + 2i] the routed list's of its (priority, kind). After SET NX of the marker, the id
+#: is pushed onto its ready list only if it waits on neither list (``listed``: O(log n) per id,
+#: whatever the lists' length). Returns how many ids were pushed.
+ENQUEUE_UNLISTED = (
+    _BOOKS
+    + """
+local n = tonumber(ARGV[2])
+prune_most = 1000 + 2 * n
 local pushed = 0
-local limit = tonumber(ARGV[2])
-local chunk = 1000
-local lists = {}
-local function listed(ready, id)
-  local seen = lists[ready]
-  if seen == nil then
-    seen = {ids = {}, depth = 0, ended = false}
-    lists[ready] = seen
-  end
-  while not seen.ids[id] and not seen.ended and seen.depth < limit do
-    local take = math.min(chunk, limit - seen.depth)
-    local entries = redis.call('LRANGE', ready, -(seen.depth + take), -(seen.depth + 1))
-    for _, entry in ipairs(entries) do seen.ids[entry] = true end
-    seen.depth = seen.depth + take
-    if #entries < take then seen.ended = true end
-  end
-  return seen.ids[id] == true
-end
-for i = 1, #ARGV - 2 do
-  local id = ARGV[i + 2]
-  local ready = KEYS[3 * i - 1]
-  if redis.call('SET', KEYS[3 * i - 2], '1', 'NX', 'PX', ARGV[1]) then
-    if not listed(ready, id) and not listed(KEYS[3 * i], id) then
-      redis.call('LPUSH', ready, id)
+for i = 1, n do
+  if redis.call('SET', KEYS[i], '1', 'NX', 'PX', ARGV[1]) then
+    local id = ARGV[i + 2]
+    local r = n + 3 * tonumber(ARGV[n + 1 + 2 * i]) - 2
+    local k = n + 3 * tonumber(ARGV[n + 2 + 2 * i]) - 2
+    if not listed(KEYS[r], KEYS[r + 1], KEYS[r + 2], id)
+        and not listed(KEYS[k], KEYS[k + 1], KEYS[k + 2], id) then
+      push(KEYS[r], KEYS[r + 1], KEYS[r + 2], id)
       pushed = pushed + 1
     end
   end
 end
+flush()
 return pushed
 """
+)
 
-# KEYS[2i-1] marker of the i-th id, KEYS[2i] the routed list of its (priority, kind); ARGV[1]
-# marker ttl ms, ARGV[i+1] the i-th task id. For each id: SET the marker (re-armed for a full TTL,
-# the delivery is pending again) and LPUSH the id onto the routed list (kind-aware routing,
-# issue 15 item 2). Returns how many ids were routed.
-ROUTE = """
-for i = 1, #ARGV - 1 do
-  redis.call('SET', KEYS[2 * i - 1], '1', 'PX', ARGV[1])
-  redis.call('LPUSH', KEYS[2 * i], ARGV[i + 1])
+# For each id: SET its marker (re-armed for a full TTL, the delivery is pending again) and push
+# the id onto its list, the routed list of its (priority, kind) (kind-aware routing, issue 15
+# item 2). Returns how many ids were routed.
+ROUTE = (
+    _BOOKS
+    + """
+local n = tonumber(ARGV[2])
+prune_most = 1000 + 2 * n
+for i = 1, n do
+  redis.call('SET', KEYS[i], '1', 'PX', ARGV[1])
+  local at = n + 3 * tonumber(ARGV[n + 2 + i]) - 2
+  push(KEYS[at], KEYS[at + 1], KEYS[at + 2], ARGV[i + 2])
 end
-return #ARGV - 1
+flush()
+return n
 """
+)
 
 # KEYS = ready lists, highest tier first; ARGV[1] most ids to take (>= 1). Never blocks.
 # Takes the oldest ids of the first tier, then of the next, until ARGV[1] ids are taken.
@@ -144,12 +214,15 @@ return deleted
 """
 
 # KEYS[1] scheduled zset; ARGV[1] the tagged key prefix (``KeyLayout.prefix``: its hash tag puts
-# the marker and ready-list keys built from it in KEYS[1]'s slot), ARGV[2] limit, ARGV[3] marker
-# ttl ms.
-PROMOTE_DUE = """
+# the marker, ready-list and books keys built from it in KEYS[1]'s slot), ARGV[2] limit, ARGV[3]
+# marker ttl ms.
+PROMOTE_DUE = (
+    _BOOKS
+    + """
 local t = redis.call('TIME')
 local now_ms = string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
 local members = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms, 'LIMIT', 0, ARGV[2])
+prune_most = 1000 + 2 * #members
 local pushed = 0
 for _, member in ipairs(members) do
   redis.call('ZREM', KEYS[1], member)
@@ -159,13 +232,16 @@ for _, member in ipairs(members) do
     local task_id = string.sub(member, sep + 1)
     local marker = ARGV[1] .. 'queue:pending:' .. task_id
     if redis.call('SET', marker, '1', 'NX', 'PX', ARGV[3]) then
-      redis.call('LPUSH', ARGV[1] .. 'queue:ready:' .. priority, task_id)
+      push(ARGV[1] .. 'queue:ready:' .. priority, ARGV[1] .. 'queue:pushes:ready:' .. priority,
+        ARGV[1] .. 'queue:listed:ready:' .. priority, task_id)
       pushed = pushed + 1
     end
   end
 end
+flush()
 return pushed
 """
+)
 
 
 # --- reconciler safety (issue 12 bugs 3 and 7) ---------------------------------------------------
