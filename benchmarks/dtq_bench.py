@@ -3,7 +3,8 @@
 Each scenario runs against its own throwaway PostgreSQL database and Redis prefix, with real
 ``dtq migrate``, ``dtq orchestrator`` and ``dtq-worker --app benchmarks.app:runtime`` processes
 configured through the environment exactly as a deployment would be (documented defaults, except
-the addresses, the key prefix, ``RETRY_BACKOFF=1s`` and the worker concurrency under test).
+the addresses, the key prefix, ``RETRY_BACKOFF=1s``, ``API_AUTH=none`` and the worker concurrency
+under test). The processes import dtq from this checkout's ``src``.
 """
 
 from __future__ import annotations
@@ -127,9 +128,11 @@ class Cluster:
             REDIS_KEY_PREFIX=self.prefix,
             ORCHESTRATOR_LISTEN=f"127.0.0.1:{self.port}",
             RETRY_BACKOFF=f"{RETRY_BACKOFF:g}s",
+            API_AUTH="none",  # the API is on loopback; tokens are the default since issue 15
             LOG_FORMAT="json",
             BENCH_APP_PREFIX=self.app_prefix,
-            PYTHONPATH=str(ROOT),
+            # this checkout's dtq, not the one the venv has installed (editable from elsewhere)
+            PYTHONPATH=f"{ROOT / 'src'}{os.pathsep}{ROOT}",
         )
         env.update(extra)
         return env
