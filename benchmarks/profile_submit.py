@@ -46,6 +46,7 @@ from benchmarks.common import (
     ROOT,
     BenchError,
     Processes,
+    post_same,
     say,
     temp_database,
     temp_prefix,
@@ -99,53 +100,6 @@ def _redis_pid() -> int | None:
     return None
 
 
-class RawClient:
-    """A minimal HTTP/1.1 keep-alive client: one connection per lane, ``Content-Length`` bodies
-    only. It costs the machine a few tens of microseconds per request."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self._host, self._port = host, port
-
-    async def post_many(self, path: str, body: bytes, n: int, in_flight: int) -> float:
-        head = (
-            f"POST {path} HTTP/1.1\r\nHost: {self._host}:{self._port}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-        ).encode()
-        request = head + body
-        left = n
-
-        async def lane() -> None:
-            nonlocal left
-            reader, writer = await asyncio.open_connection(self._host, self._port)
-            try:
-                while left > 0:
-                    left -= 1
-                    writer.write(request)
-                    status = await _read_response(reader)
-                    if status != 201:
-                        raise BenchError(f"POST {path} -> {status}")
-            finally:
-                writer.close()
-
-        started = time.perf_counter()
-        await asyncio.gather(*(lane() for _ in range(in_flight)))
-        return time.perf_counter() - started
-
-
-async def _read_response(reader: asyncio.StreamReader) -> int:
-    head = await reader.readuntil(b"\r\n\r\n")
-    lines = head.split(b"\r\n")
-    status = int(lines[0].split()[1])
-    length = 0
-    for line in lines[1:]:
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            length = int(value)
-    if length:
-        await reader.readexactly(length)
-    return status
-
-
 def one_run(
     args: argparse.Namespace, variant: Variant, logs: Path, spy: Path | None
 ) -> dict[str, Any]:
@@ -182,9 +136,7 @@ def one_run(
             )  # fmt: skip
             time.sleep(0.5)
         if args.client == "raw":
-            body = json.dumps({"kind": "noop"}).encode()
-            client = RawClient("127.0.0.1", c.port)
-            elapsed = asyncio.run(client.post_many("/v1/tasks", body, args.tasks, args.in_flight))
+            elapsed = post_same(f"{c.url}/v1/tasks", {"kind": "noop"}, args.tasks, args.in_flight)
         elif args.client == "httpx-lanes":
             elapsed = asyncio.run(_httpx_lanes(c.url, args.tasks, args.in_flight))
         else:
