@@ -117,7 +117,7 @@ def one_run(
         env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(variant.src), str(ROOT), extra)))
         argv = [sys.executable, "-m", "benchmarks.profile_orchestrator"]
         procs.start("orchestrator", argv, env)
-        _wait_healthy(c)
+        wait_healthy(c)
         pid = procs.procs["orchestrator"].pid
         post_many(f"{c.url}/v1/tasks", [{"kind": "noop"}] * 64, 16)  # warm-up
         database = str(psycopg.conninfo.conninfo_to_dict(dsn)["dbname"])
@@ -220,7 +220,7 @@ def _store_retries(url: str) -> dict[str, float]:
     return out
 
 
-def _wait_healthy(c: Cluster) -> None:
+def wait_healthy(c: Cluster) -> None:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         c.procs.check_alive("orchestrator")
