@@ -81,6 +81,18 @@ async def test_close_sends_what_was_gathered_first() -> None:
     assert inner.closed
 
 
+async def test_writelines_keeps_the_order_of_gathered_writes() -> None:
+    inner = RecordingTransport()
+    transport = CoalescedWrites(inner)  # type: ignore[arg-type]
+
+    transport.write(b"1")
+    transport.writelines([b"2", b"3"])
+    transport.write(b"4")
+    await asyncio.sleep(0)
+
+    assert inner.writes == [b"1234"]
+
+
 async def test_other_calls_reach_the_wrapped_transport() -> None:
     transport = CoalescedWrites(RecordingTransport())  # type: ignore[arg-type]
 

@@ -11,6 +11,7 @@ of server and 25 µs of client CPU per small response, measured in benchmarks/PR
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from typing import Any
 
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
@@ -23,9 +24,10 @@ FLUSH_AT = 64 * 1024
 class CoalescedWrites:
     """An ``asyncio.Transport`` wrapper whose writes of one loop iteration go out as one.
 
-    Everything but ``write`` and ``close`` is the wrapped transport's. ``close`` sends what is
-    gathered first; data gathered when the transport is already closing is dropped, as the
-    transport itself would drop it.
+    Everything but ``write``, ``writelines``, ``close`` and ``write_eof`` is the wrapped
+    transport's. ``close`` and ``write_eof`` send what is gathered first; data gathered when the
+    transport is already closing is dropped, as the transport itself would drop it; ``abort``
+    drops it too.
 
     Args:
         transport: the connection's transport.
@@ -47,6 +49,11 @@ class CoalescedWrites:
         if self._size >= FLUSH_AT:
             self.flush()
 
+    def writelines(self, lines: Iterable[bytes | bytearray | memoryview]) -> None:
+        """Gather each of ``lines`` (in order with what :meth:`write` gathered)."""
+        for data in lines:
+            self.write(data)
+
     def flush(self) -> None:
         """Write what is gathered, as one ``write`` of the wrapped transport."""
         if not self._pending:
@@ -61,6 +68,11 @@ class CoalescedWrites:
         """Write what is gathered, then close the wrapped transport."""
         self.flush()
         self._transport.close()
+
+    def write_eof(self) -> None:
+        """Write what is gathered, then half-close the wrapped transport."""
+        self.flush()
+        self._transport.write_eof()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)
