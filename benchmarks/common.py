@@ -8,7 +8,9 @@ interrupted.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
 import math
 import os
 import signal
@@ -21,6 +23,8 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
 import psycopg
 import redis
@@ -268,6 +272,66 @@ def wait_drained(
         if check is not None and polls % 50 == 0:
             check()
         time.sleep(interval)
+
+
+# --- a light HTTP client -----------------------------------------------------------------------
+
+
+def post_same(url: str, body: dict[str, Any], n: int, in_flight: int) -> float:
+    """POST ``body`` as JSON to ``url`` ``n`` times, ``in_flight`` at once, each on its own
+    keep-alive HTTP/1.1 connection; return the seconds taken. Every answer must be a 201.
+
+    A minimal client (``Content-Length`` bodies only) for the single-submit figures: httpx's
+    connection pool costs 1-3 ms of CPU per request at 32 connections, which on a 2-core
+    machine is taken from the server under test; this one costs ~0.04 ms.
+
+    Raises:
+        BenchError: an answer other than 201.
+    """
+    parts = urlsplit(url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 80
+    data = json.dumps(body).encode()
+    head = (
+        f"POST {parts.path} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n"
+    ).encode()
+    request = head + data
+    left = n
+
+    async def lane() -> None:
+        nonlocal left
+        reader, writer = await asyncio.open_connection(host, port)
+        try:
+            while left > 0:
+                left -= 1
+                writer.write(request)
+                status = await _read_response(reader)
+                if status != 201:
+                    raise BenchError(f"POST {url} -> {status}")
+        finally:
+            writer.close()
+
+    async def run() -> float:
+        started = time.perf_counter()
+        await asyncio.gather(*(lane() for _ in range(in_flight)))
+        return time.perf_counter() - started
+
+    return asyncio.run(run())
+
+
+async def _read_response(reader: asyncio.StreamReader) -> int:
+    """Read one response (status line, headers, ``Content-Length`` body); return its status."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    status = int(lines[0].split()[1])
+    length = 0
+    for line in lines[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    if length:
+        await reader.readexactly(length)
+    return status
 
 
 # --- statistics --------------------------------------------------------------------------------

@@ -76,6 +76,8 @@ def _patch_store() -> None:
             return await try_once(self, fn)
         except Exception as exc:
             STORE[f"try failed: {type(exc).__name__} {getattr(exc, 'reason', '')}".strip()] += 1
+            caller = getattr(fn, "__qualname__", "?").split(".<locals>")[0]
+            STORE[f"try failed in {caller}"] += 1
             raise
 
     CockroachStore.run = counted_run  # type: ignore[method-assign]

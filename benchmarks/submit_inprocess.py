@@ -75,6 +75,7 @@ async def submit_once(args: argparse.Namespace, dsn: str, prefix: str) -> dict[s
             services.api.submit._group_max_jobs = args.group_max
         store_calls = count_calls(services.store, ("run",))
         with counting_statements() as statements:
+            cpu_before = time.process_time()
             if args.http:
                 elapsed = await _over_http(services, settings, args)
             else:
@@ -85,6 +86,7 @@ async def submit_once(args: argparse.Namespace, dsn: str, prefix: str) -> dict[s
                     await submit.submit_job(SubmitJob(tasks=(spec,)))
 
                 elapsed = await _run_in_flight(args.tasks, args.in_flight, send)
+            cpu = time.process_time() - cpu_before
     with psycopg.connect(dsn) as conn:
         row = conn.execute("SELECT count(*) FROM tasks").fetchone()
     stored = int(row[0]) if row else 0
@@ -96,6 +98,7 @@ async def submit_once(args: argparse.Namespace, dsn: str, prefix: str) -> dict[s
         "transactions": store_calls["run"].calls,
         "retries": dict(retries),
         "statements": sum(statements.values()),
+        "cpu_ms": 1000 * cpu / args.tasks,
     }
 
 
@@ -156,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"run {run}: {args.tasks} single submits in {result['elapsed']:.2f} s = "
                 f"{result['rate']:,.0f}/s ({result['transactions']} transactions, "
-                f"{result['statements']} statements, re-runs: {result['retries'] or 0})",
+                f"{result['statements']} statements, re-runs: {result['retries'] or 0}; "
+                f"{result['cpu_ms']:.3f} ms of this process's CPU per submit)",
                 flush=True,
             )
     mode = "POST /v1/tasks via uvicorn" if args.http else "SubmitService"

@@ -167,11 +167,39 @@ async def test_redis_batch_writes_follow_the_single_id_layout(
 
 
 @pytest.mark.integration
+async def test_redis_a_waiting_pop_many_takes_a_batch_in_the_call_that_wakes(
+    redis_client: Redis, redis_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a pop_many blocked waiting (its first non-blocking pass found nothing)...
+    queue = RedisQueue(redis_client, prefix=redis_prefix)
+    script = queue._pop_now
+    calls = 0
+
+    async def counted(**kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        return await script(**kwargs)
+
+    monkeypatch.setattr(queue, "_pop_now", counted)
+    first, second = new_id(), new_id()
+    popper = asyncio.create_task(queue.pop_many(["default"], 5.0, 10))
+    await asyncio.sleep(0.05)
+    await queue.enqueue_many([(first, "default"), (second, "default")])
+
+    # ...when ids arrive, the blocking call (BLMPOP) brings them all, oldest first: no pop
+    # script runs after it (one round trip fewer between a push and the claim).
+    assert await asyncio.wait_for(popper, 2.0) == [first, second]
+    assert calls == 1
+
+
+@pytest.mark.integration
 async def test_redis_pop_many_keeps_the_popped_id_when_the_follow_up_fails(
     redis_client: Redis, redis_prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Given a pop_many blocked in BRPOP, whose non-blocking follow-up will fail...
+    # Given a pop_many blocked in BRPOP (Redis < 7.0, no BLMPOP), whose non-blocking follow-up
+    # will fail...
     queue = RedisQueue(redis_client, prefix=redis_prefix)
+    queue._blmpop = False
     script = queue._pop_now
     calls = 0
 

@@ -113,17 +113,24 @@ def new_id() -> uuid.UUID:
 Pop = Callable[[RedisQueue], Awaitable[Any]]
 
 
-async def _brpop(queue: RedisQueue) -> Any:
-    """The adapter's BRPOP loop itself: ``pop_many`` runs its pop script first when ids wait,
-    so the blocking command is reached here through the adapter's private step."""
+async def _blmpop(queue: RedisQueue) -> Any:
+    """The adapter's blocking pop loop itself: ``pop_many`` runs its pop script first when ids
+    wait, so the blocking command is reached here through the adapter's private step."""
     with wrap_errors("pop"):
         deadline = asyncio.get_running_loop().time() + 1.0
-        return await queue._pop_one(queue._ready_keys(["default"]), deadline)
+        return await queue._pop_blocking(queue._ready_keys(["default"]), deadline, 1)
+
+
+async def _brpop(queue: RedisQueue) -> Any:
+    """The same loop as on Redis < 7.0 (no BLMPOP): BRPOP."""
+    queue._blmpop = False
+    return await _blmpop(queue)
 
 
 @pytest.mark.parametrize(
     "pop",
     [
+        pytest.param(_blmpop, id="blmpop"),
         pytest.param(_brpop, id="brpop"),
         pytest.param(lambda q: q.pop_many(["default"], 0, 1), id="pop-script"),
         pytest.param(lambda q: q.pop_many(["default"], 1.0, 1), id="pop-many-script"),

@@ -42,24 +42,28 @@ tiers, DEL of markers, the EXISTS pipeline) are single-slot for the same reason.
 Re-sending after a lost reply (a connection error or timeout): the client's own command retries
 are turned off (``set_retry`` at construction). Idempotent commands and scripts (enqueue, marker
 release, schedule, promotion, every lease operation in ``dtq.adapters.redis.leases``) are
-re-sent by ``connection.idempotent``; BRPOP and the pop script never are, since a re-sent pop
-would take other ids while the first ones sit on no list behind their markers (issue 12 bug 4).
+re-sent by ``connection.idempotent``; BLMPOP, BRPOP and the pop script never are, since a re-sent
+pop would take other ids while the first ones sit on no list behind their markers (issue 12 bug
+4).
 A pop whose reply was lost strands only the ids it took, until their marker TTL.
 
-Requires Redis >= 6.2 (RPOP with a count; fractional BRPOP timeouts; writes after ``TIME``).
+Requires Redis >= 6.2 (RPOP with a count; fractional BRPOP timeouts; writes after ``TIME``);
+on Redis >= 7.0 a waiting pop is one BLMPOP instead of a BRPOP and a pop script.
 No redis-py exception escapes: driver errors and ``OSError`` become ``BackendUnavailable``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 from collections.abc import Collection, Sequence
 from datetime import UTC, datetime, timedelta
+from typing import cast
 from uuid import UUID
 
 from redis.commands.core import AsyncScript
-from redis.exceptions import RedisClusterException, RedisError
+from redis.exceptions import RedisClusterException, RedisError, ResponseError
 
 from dtq.adapters.redis import scripts
 from dtq.adapters.redis.connection import (
@@ -84,6 +88,11 @@ _MIN_BLOCK = 0.01  # seconds; BRPOP rounds to ms and a 0 timeout would block for
 # Redis server rather than one that blocks every other client for ~40-100 ms (issue 17 item 5,
 # measured on the loaded 2-core box); the round trips cost ~0.1 ms each.
 _SCRIPT_IDS = 500
+
+
+def _parse_ids(raw: Sequence[bytes | str]) -> list[UUID]:
+    """The UUIDs among popped list entries, in order (malformed entries are dropped)."""
+    return [task_id for task_id in map(parse_uuid, raw) if task_id is not None]
 
 
 def _epoch_ms(moment: datetime) -> int:
@@ -171,6 +180,7 @@ class RedisQueue(RedisLeases):
         self._enqueue_many = client.register_script(scripts.ENQUEUE_MANY)
         self._enqueue_unlisted = client.register_script(scripts.ENQUEUE_UNLISTED)
         self._pop_now = client.register_script(scripts.POP_MANY)
+        self._blmpop = True  # until the server says it has no BLMPOP (Redis < 7.0)
         self._route = client.register_script(scripts.ROUTE)
         self._rotation = 0  # where each tier's lists start, when popping with kinds
         self._promote = client.register_script(scripts.PROMOTE_DUE)
@@ -290,29 +300,45 @@ class RedisQueue(RedisLeases):
         Malformed entries (not UUIDs) are popped and discarded, so fewer may come back.
         """
         raw: list[bytes | str] = await self._pop_now(keys=keys, args=[count])
-        return [task_id for task_id in map(parse_uuid, raw) if task_id is not None]
+        return _parse_ids(raw)
 
-    async def _pop_one(self, keys: list[str], deadline: float) -> UUID | None:
-        """BRPOP until an id arrives or the event-loop time ``deadline`` passes.
+    async def _pop_blocking(self, keys: list[str], deadline: float, count: int) -> list[UUID]:
+        """Wait for ids until the event-loop time ``deadline``; up to ``count`` of them.
 
-        Each BRPOP is kept under the socket read timeout (``_block_slice``); once less than
-        ``_MIN_BLOCK`` is left, one non-blocking pass ends the wait (never BRPOP 0, which would
-        block forever).
+        One round trip on Redis >= 7.0: BLMPOP takes up to ``count`` ids from the first
+        non-empty list. Before 7.0, BRPOP waits for one and the pop script takes up to
+        ``count - 1`` more; should that second trip fail, the id already popped is returned
+        rather than lost (the next call reports the outage). Each blocking call is kept under
+        the socket read timeout (``_block_slice``); once less than ``_MIN_BLOCK`` is left, one
+        non-blocking pass ends the wait (never a timeout of 0, which would block forever).
         """
         loop = asyncio.get_running_loop()
         while True:
             remaining = deadline - loop.time()
             if remaining < _MIN_BLOCK:
-                found = await self._take(keys, 1)
-                return found[0] if found else None
-            block = min(remaining, self._block_slice)
-            reply = await self._client.brpop(keys, timeout=round(block, 3))
-            if reply is not None:
-                task_id = parse_uuid(reply[1])
-                if task_id is not None:
-                    return task_id
-            elif block >= remaining:
-                return None
+                return await self._take(keys, count)
+            block = round(min(remaining, self._block_slice), 3)
+            if self._blmpop:
+                try:
+                    reply = await self._client.blmpop(
+                        block, len(keys), *keys, direction="RIGHT", count=count
+                    )
+                except ResponseError as exc:
+                    if "unknown command" not in str(exc).lower():
+                        raise
+                    self._blmpop = False  # Redis < 7.0: BRPOP, then the pop script
+                    continue
+                found = [] if reply is None else _parse_ids(cast("list[bytes | str]", reply[1]))
+            else:
+                single = await self._client.brpop(keys, timeout=block)
+                found = [] if single is None else _parse_ids([single[1]])
+                if found and count > 1:
+                    with contextlib.suppress(RedisError, RedisClusterException, OSError):
+                        found += await self._take(keys, count - 1)
+            if found:
+                return found
+            if block >= remaining:
+                return []
 
     async def pop_many(
         self,
@@ -328,10 +354,9 @@ class RedisQueue(RedisLeases):
         round trips, over ``len(priorities) * (len(kinds) + 1)`` keys.
 
         Round trips: when ids are waiting, one script pops up to ``max_count`` over the tiers in
-        order and that is all. Otherwise (and only if ``timeout`` allows blocking) a BRPOP loop
-        waits for the first id (never BRPOP 0, which would block forever), then the same script
-        takes up to ``max_count - 1`` more: two round trips. Should that second trip fail, the
-        id already popped is returned rather than lost (the next call reports the outage).
+        order and that is all. Otherwise (and only if ``timeout`` allows blocking) a BLMPOP loop
+        waits and takes up to ``max_count`` from the first list that gets ids: two round trips
+        in all, the second the one that wakes (on Redis < 7.0 a BRPOP and a pop script, three).
         Cancellation while a call is in flight loses what the server already popped (its marker
         stalls the task until the marker TTL, then the reconciler re-enqueues it, spec §5).
 
@@ -357,13 +382,7 @@ class RedisQueue(RedisLeases):
             found = await self._take(keys, max_count)
             if found or timeout < _MIN_BLOCK:
                 return found
-            first = await self._pop_one(keys, deadline)
-            if first is None or max_count == 1:
-                return [] if first is None else [first]
-            try:
-                return [first, *await self._take(keys, max_count - 1)]
-            except (RedisError, RedisClusterException, OSError):
-                return [first]
+            return await self._pop_blocking(keys, deadline, max_count)
 
     # --- scheduled set ------------------------------------------------------------------------
 

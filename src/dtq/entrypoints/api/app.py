@@ -20,7 +20,6 @@ from dtq.application.bulk import BulkService
 from dtq.application.control import ControlService
 from dtq.application.events import EventService
 from dtq.application.explain import ExplainService
-from dtq.application.fleet import FleetService
 from dtq.application.health import HealthService
 from dtq.application.queries import QueryService
 from dtq.application.remote import RemoteWorkerService
@@ -32,7 +31,12 @@ from dtq.entrypoints.api.errors import EXCEPTION_HANDLERS
 from dtq.entrypoints.api.events import EventController
 from dtq.entrypoints.api.health import HealthController, MetricsController
 from dtq.entrypoints.api.jobs import JobController
-from dtq.entrypoints.api.middleware import BODY_TIMEOUT, CountingSubmit, install_middleware
+from dtq.entrypoints.api.middleware import (
+    BODY_TIMEOUT,
+    CountingSubmit,
+    Submission,
+    install_middleware,
+)
 from dtq.entrypoints.api.openapi import StrictStructSchemaPlugin
 from dtq.entrypoints.api.tasks import TaskController
 from dtq.entrypoints.api.webhooks import WebhookController
@@ -59,10 +63,10 @@ def _dependencies(  # noqa: C901  (one typed provider per service: flat, not com
 ) -> dict[str, Provide]:
     """Litestar providers for what the handlers take by name (STYLE: Provide, typed functions)."""
 
-    submit = CountingSubmit(services.submit, metrics)
+    submission = Submission(CountingSubmit(services.submit, metrics), services.fleet, settings)
 
-    def provide_submit() -> CountingSubmit:
-        return submit
+    def provide_submission() -> Submission:
+        return submission
 
     def provide_queries() -> QueryService:
         return services.queries
@@ -82,9 +86,6 @@ def _dependencies(  # noqa: C901  (one typed provider per service: flat, not com
     def provide_explain() -> ExplainService:
         return services.explain
 
-    def provide_fleet() -> FleetService:
-        return services.fleet
-
     def provide_remote() -> RemoteWorkerService:
         return services.remote
 
@@ -101,14 +102,13 @@ def _dependencies(  # noqa: C901  (one typed provider per service: flat, not com
         return registry
 
     providers = {
-        "submit": provide_submit,
+        "submission": provide_submission,
         "queries": provide_queries,
         "health": provide_health,
         "control": provide_control,
         "bulk": provide_bulk,
         "artifacts": provide_artifacts,
         "explain": provide_explain,
-        "fleet": provide_fleet,
         "remote": provide_remote,
         "events": provide_events,
         "webhooks": provide_webhooks,

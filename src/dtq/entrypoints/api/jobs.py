@@ -11,12 +11,11 @@ from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import JSONBody, QueryParameter
 
 from dtq.application.control import ControlService
-from dtq.application.fleet import FleetService
 from dtq.application.queries import QueryService
 from dtq.domain.errors import ValidationError
 from dtq.entrypoints import tracing
 from dtq.entrypoints.api import bodies, commands, filters, guards, responses
-from dtq.entrypoints.api.middleware import CountingSubmit
+from dtq.entrypoints.api.middleware import Submission
 from dtq.entrypoints.api.params import (
     DEFAULT_RESULTS_LIMIT,
     IdempotencyKey,
@@ -35,7 +34,6 @@ from dtq.entrypoints.api.schemas import (
     SubmitJobRequest,
     SubmitJobResponse,
 )
-from dtq.entrypoints.config import Settings
 
 REPLAYED = ResponseSpec(
     data_container=SubmitJobResponse,
@@ -62,9 +60,7 @@ class JobController(Controller):
         self,
         *,
         data: JSONBody[SubmitJobRequest],
-        submit: NamedDependency[CountingSubmit],
-        fleet: NamedDependency[FleetService],
-        settings: NamedDependency[Settings],
+        submission: NamedDependency[Submission],
         idempotency_key: IdempotencyKey = None,
         traceparent: TraceParent = None,
     ) -> Response[SubmitJobResponse]:
@@ -77,12 +73,12 @@ class JobController(Controller):
             cmd = commands.submit_job(
                 data,
                 idempotency_key=idempotency_key,
-                settings=settings,
+                settings=submission.settings,
                 trace_context=trace_context,
             )
-            result = await submit.submit_job(cmd)
+            result = await submission.submit.submit_job(cmd)
             tracing.submitted(result.job_id, len(cmd.tasks), created=result.created)
-            warnings = await fleet.submit_warnings(cmd.tasks)
+            warnings = await submission.fleet.submit_warnings(cmd.tasks)
         body = bodies.submitted_job(result, warnings)
         return Response(body, status_code=201 if result.created else 200)
 

@@ -30,13 +30,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from litestar.enums import ScopeType
 
 from dtq.application.commands import SubmitJob, SubmitResult
+from dtq.application.fleet import FleetService
 from dtq.application.submit import SubmitService
 from dtq.entrypoints.api.errors import CLIENT_CLOSED, ClientClosedRequest, RequestTimeout
+from dtq.entrypoints.config import Settings
 from dtq.entrypoints.metrics import OrchestratorMetrics
 
 if TYPE_CHECKING:
@@ -61,6 +64,7 @@ __all__ = [
     "BodyGuard",
     "CountingSubmit",
     "HttpMetricsMiddleware",
+    "Submission",
     "install_middleware",
 ]
 
@@ -205,6 +209,21 @@ class CountingSubmit:
             self._metrics.jobs_submitted.inc()
             self._metrics.tasks_submitted.inc(len(result.task_ids))
         return result
+
+
+@dataclass(frozen=True, slots=True)
+class Submission:
+    """What the two submission routes use, handed to them as one dependency.
+
+    Litestar resolves two or more dependencies of one handler concurrently, in an anyio task
+    group per request: with ``submit``, ``fleet`` and ``settings`` as three dependencies that
+    cost ~75 µs of CPU per ``POST /v1/tasks`` (a third of the route's time in Litestar), for
+    three constant providers.
+    """
+
+    submit: CountingSubmit
+    fleet: FleetService
+    settings: Settings
 
 
 def install_middleware(app: Litestar, metrics: OrchestratorMetrics, body_timeout: float) -> None:

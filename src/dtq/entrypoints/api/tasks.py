@@ -12,11 +12,10 @@ from litestar.params import JSONBody, QueryParameter
 
 from dtq.application.control import ControlService
 from dtq.application.explain import ExplainService
-from dtq.application.fleet import FleetService
 from dtq.application.queries import QueryService
 from dtq.entrypoints import tracing
 from dtq.entrypoints.api import bodies, commands, filters, guards, responses
-from dtq.entrypoints.api.middleware import CountingSubmit
+from dtq.entrypoints.api.middleware import Submission
 from dtq.entrypoints.api.params import IdempotencyKey, ResourceId, TraceParent, parse_id
 from dtq.entrypoints.api.schemas import (
     ExplainBody,
@@ -27,7 +26,6 @@ from dtq.entrypoints.api.schemas import (
     TaskListBody,
     TaskRetryResponse,
 )
-from dtq.entrypoints.config import Settings
 
 REPLAYED = ResponseSpec(
     data_container=SubmitTaskResponse,
@@ -55,9 +53,7 @@ class TaskController(Controller):
         self,
         *,
         data: JSONBody[SubmitTaskRequest],
-        submit: NamedDependency[CountingSubmit],
-        fleet: NamedDependency[FleetService],
-        settings: NamedDependency[Settings],
+        submission: NamedDependency[Submission],
         idempotency_key: IdempotencyKey = None,
         traceparent: TraceParent = None,
     ) -> Response[SubmitTaskResponse]:
@@ -70,12 +66,12 @@ class TaskController(Controller):
             cmd = commands.submit_task(
                 data,
                 idempotency_key=idempotency_key,
-                settings=settings,
+                settings=submission.settings,
                 trace_context=trace_context,
             )
-            result = await submit.submit_job(cmd)
+            result = await submission.submit.submit_job(cmd)
             tracing.submitted(result.job_id, len(cmd.tasks), created=result.created)
-            warnings = await fleet.submit_warnings(cmd.tasks)
+            warnings = await submission.fleet.submit_warnings(cmd.tasks)
         body = bodies.submitted_task(result, data.kind, warnings)
         return Response(body, status_code=201 if result.created else 200)
 
