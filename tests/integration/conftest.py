@@ -25,8 +25,10 @@ from redis.retry import Retry
 
 from dtq.adapters.cockroach.migrate import apply_migrations
 from dtq.adapters.cockroach.store import CockroachStore, Pool, open_pool
+from dtq.adapters.memory.clock import FakeClock
+from dtq.adapters.memory.store import InMemoryStore
 from dtq.adapters.redis import KeyLayout, RedisClient, connect_redis, tagged_prefix
-from dtq.application.ports import Lease
+from dtq.application.ports import Lease, Store
 from dtq.entrypoints.bundles import Services
 from tests.integration.redis_cluster import (
     ClusterUnavailable,
@@ -341,6 +343,21 @@ async def pg_pool(pg_dsn: str) -> AsyncIterator[Pool]:
 def pg_store(pg_pool: Pool) -> CockroachStore:
     """A ``CockroachStore`` on empty tables (fast backoff so retry tests stay quick)."""
     return CockroachStore(pg_pool, base_backoff=0.001)
+
+
+@pytest.fixture
+def memory_store() -> Store:
+    """The in-memory fake (``dtq.adapters.memory.store.InMemoryStore``) on a fake clock."""
+    return InMemoryStore(FakeClock())
+
+
+@pytest.fixture(params=["memory", pytest.param("postgres", marks=pytest.mark.integration)])
+def store(request: pytest.FixtureRequest) -> Store:
+    """Each ``Store`` implementation in turn, for the store contract suites (a test file may
+    define its own ``store`` for another port)."""
+    name = "memory_store" if request.param == "memory" else "pg_store"
+    result: Store = request.getfixturevalue(name)
+    return result
 
 
 @pytest.fixture

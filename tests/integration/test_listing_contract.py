@@ -10,10 +10,6 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 from uuid import uuid4
 
-import pytest
-
-from dtq.adapters.memory.clock import FakeClock
-from dtq.adapters.memory.store import InMemoryStore
 from dtq.application.filters import (
     JobFilter,
     JobKeyset,
@@ -27,19 +23,6 @@ from dtq.domain.entities import Job, Task
 from dtq.domain.status import JobStatus, TaskStatus
 
 T = TypeVar("T")
-
-
-@pytest.fixture
-def memory_store() -> Store:
-    return InMemoryStore(FakeClock())
-
-
-@pytest.fixture(params=["memory", pytest.param("postgres", marks=pytest.mark.integration)])
-def store(request: pytest.FixtureRequest) -> Store:
-    """Each ``Store`` implementation in turn."""
-    name = "memory_store" if request.param == "memory" else "pg_store"
-    result: Store = request.getfixturevalue(name)
-    return result
 
 
 async def run(store: Store, fn: Callable[[Transaction], Awaitable[T]]) -> T:

@@ -14,8 +14,6 @@ from uuid import UUID, uuid4
 
 import pytest
 
-from dtq.adapters.memory.clock import FakeClock
-from dtq.adapters.memory.store import InMemoryStore
 from dtq.application.ports import DueTask, RunningTask, Store, Transaction
 from dtq.domain.entities import Job, Task, TaskRun, Worker
 from dtq.domain.errors import (
@@ -33,20 +31,6 @@ PAYLOADS: list[Any] = [
     "just a string",
     None,
 ]
-
-
-@pytest.fixture
-def memory_store() -> Store:
-    """The in-memory fake (``dtq.adapters.memory.store.InMemoryStore``) on a fake clock."""
-    return InMemoryStore(FakeClock())
-
-
-@pytest.fixture(params=["memory", pytest.param("postgres", marks=pytest.mark.integration)])
-def store(request: pytest.FixtureRequest) -> Store:
-    """Each ``Store`` implementation in turn."""
-    name = "memory_store" if request.param == "memory" else "pg_store"
-    result: Store = request.getfixturevalue(name)
-    return result
 
 
 # --- helpers ----------------------------------------------------------------------------------

@@ -12,17 +12,15 @@ import pytest
 from dtq.application.ports import Store, Transaction
 from dtq.domain.entities import Job
 from dtq.domain.errors import DuplicateIdempotencyKey
-from tests.integration.test_store_contract import (  # noqa: F401  (fixtures)
+from tests.integration.test_store_contract import (
     add,
     db_now,
-    memory_store,
     new_job,
     new_task,
-    store,
 )
 
 
-async def test_several_jobs_tasks_and_edges_read_back_equal(store: Store) -> None:  # noqa: F811
+async def test_several_jobs_tasks_and_edges_read_back_equal(store: Store) -> None:
     now = await db_now(store)
     one, two, three = new_job(now), new_job(now, key="k-2"), new_job(now, metadata={"m": 1})
     two.trace_context = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -46,7 +44,7 @@ async def test_several_jobs_tasks_and_edges_read_back_equal(store: Store) -> Non
     assert deps == [[a.id]]
 
 
-async def test_a_key_in_use_refuses_the_whole_group(store: Store) -> None:  # noqa: F811
+async def test_a_key_in_use_refuses_the_whole_group(store: Store) -> None:
     now = await db_now(store)
     held = new_job(now, key="taken")
     await add(store, held, [new_task(held, "t", now)])
@@ -66,7 +64,7 @@ async def test_a_key_in_use_refuses_the_whole_group(store: Store) -> None:  # no
     assert await store.run(fetch) == (None, None)
 
 
-async def test_one_key_twice_in_the_group_is_refused(store: Store) -> None:  # noqa: F811
+async def test_one_key_twice_in_the_group_is_refused(store: Store) -> None:
     now = await db_now(store)
     first, second = new_job(now, key="twice"), new_job(now, key="twice")
 
@@ -79,7 +77,7 @@ async def test_one_key_twice_in_the_group_is_refused(store: Store) -> None:  # n
         await store.run(write)
 
 
-async def test_the_group_writes_the_created_events_of_every_job(store: Store) -> None:  # noqa: F811
+async def test_the_group_writes_the_created_events_of_every_job(store: Store) -> None:
     now = await db_now(store)
     one, two = new_job(now), new_job(now)
     a, b = new_task(one, "a", now), new_task(two, "b", now)

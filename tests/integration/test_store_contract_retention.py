@@ -7,29 +7,12 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from uuid import UUID, uuid4
 
-import pytest
-
-from dtq.adapters.memory.clock import FakeClock
-from dtq.adapters.memory.store import InMemoryStore
 from dtq.application.ports import FinishedJob, PrunedJobs, Store, Tombstone, Transaction
 from dtq.domain.entities import Job, Task, TaskRun
 from dtq.domain.status import JobStatus, RunStatus, TaskStatus
 from tests.integration.test_store_contract import add, db_now, new_job, new_task
 
 DAY = timedelta(days=1)
-
-
-@pytest.fixture
-def memory_store() -> Store:
-    return InMemoryStore(FakeClock())
-
-
-@pytest.fixture(params=["memory", pytest.param("postgres", marks=pytest.mark.integration)])
-def store(request: pytest.FixtureRequest) -> Store:
-    """Each ``Store`` implementation in turn (as in ``test_store_contract.py``)."""
-    name = "memory_store" if request.param == "memory" else "pg_store"
-    result: Store = request.getfixturevalue(name)
-    return result
 
 
 async def finished(

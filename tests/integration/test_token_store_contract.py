@@ -11,25 +11,10 @@ from uuid import uuid4
 import psycopg
 import pytest
 
-from dtq.adapters.memory.clock import FakeClock
-from dtq.adapters.memory.store import InMemoryStore
 from dtq.application.ports import Store, Transaction
 from dtq.domain.tokens import ApiToken, Scope, TokenNameTaken, hash_secret, new_secret
 
 T = TypeVar("T")
-
-
-@pytest.fixture
-def memory_store() -> Store:
-    return InMemoryStore(FakeClock())
-
-
-@pytest.fixture(params=["memory", pytest.param("postgres", marks=pytest.mark.integration)])
-def store(request: pytest.FixtureRequest) -> Store:
-    """Each ``Store`` implementation in turn."""
-    name = "memory_store" if request.param == "memory" else "pg_store"
-    result: Store = request.getfixturevalue(name)
-    return result
 
 
 async def read(store: Store, fn: Callable[[Transaction], Awaitable[T]]) -> T:

@@ -9,27 +9,10 @@ from datetime import timedelta
 from typing import TypeVar
 from uuid import uuid4
 
-import pytest
-
-from dtq.adapters.memory.clock import FakeClock
-from dtq.adapters.memory.store import InMemoryStore
 from dtq.application.ports import Store, Transaction
 from dtq.domain.webhooks import Webhook
 
 T = TypeVar("T")
-
-
-@pytest.fixture
-def memory_store() -> Store:
-    return InMemoryStore(FakeClock())
-
-
-@pytest.fixture(params=["memory", pytest.param("postgres", marks=pytest.mark.integration)])
-def store(request: pytest.FixtureRequest) -> Store:
-    """Each ``Store`` implementation in turn."""
-    name = "memory_store" if request.param == "memory" else "pg_store"
-    result: Store = request.getfixturevalue(name)
-    return result
 
 
 async def run(store: Store, fn: Callable[[Transaction], Awaitable[T]]) -> T:
