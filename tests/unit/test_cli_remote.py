@@ -141,6 +141,25 @@ async def test_bad_input_is_one_line_and_exit_2(
     assert err.count("\n") == 1
 
 
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"\xff\xfe{}", "dtq: --payload: cannot read"),  # not UTF-8: was a traceback
+        (b"NaN", "dtq: --payload: not JSON: NaN"),  # was sent as a null payload
+        (b'{"x": Infinity}', "dtq: --payload: not JSON: Infinity"),
+    ],
+)
+async def test_a_payload_file_that_is_not_strict_json_is_one_line_and_exit_2(
+    server: Server, tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes, message: str
+) -> None:
+    path = tmp_path / "payload.json"
+    path.write_bytes(content)
+
+    assert await dtq("submit", "echo", "--payload", f"@{path}") == 2
+    err = capsys.readouterr().err
+    assert err.startswith(message) and err.count("\n") == 1
+
+
 async def test_a_job_file_that_is_not_an_object_is_refused(
     server: Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
