@@ -91,6 +91,9 @@ async def test_watch_exits_1_for_a_failed_job_and_shows_the_failure(
 
     assert status == 1
     assert "failed" in view and "boom: the disk is full" in view
+    # Piped, the last line ends like any other (the shell prompt or the next command's
+    # output was glued to the view's last row).
+    assert view.endswith("\n")
     assert final["failures"][0]["error"] == "boom: the disk is full"
 
 
