@@ -76,9 +76,13 @@ def run_pipeline(
     sleep: float = 0.0,
     timeout: float = 300.0,
 ) -> Path:
-    """Submit, wait, download; return the CSV's path. RuntimeError if the job did not
-    complete (naming the failed task and its error)."""
-    with httpx.Client(base_url=url, timeout=30) as client:
+    """Submit, wait, download; return the CSV's path. ``DTQ_TOKEN``, when set, is sent as the
+    bearer token (an orchestrator's default ``API_AUTH=tokens`` needs one with the ``submit``
+    and ``read`` scopes). RuntimeError if the job did not complete (naming the failed task and
+    its error)."""
+    token = os.environ.get("DTQ_TOKEN")
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    with httpx.Client(base_url=url, timeout=30, headers=headers) as client:
         response = client.post("/v1/jobs", json=job_spec(chunks, k, queries, sleep))
         if response.status_code >= 400:
             raise RuntimeError(f"submission refused ({response.status_code}): {response.text}")

@@ -6,6 +6,7 @@ import asyncio
 import os
 import re
 import signal
+import socket
 import sys
 import textwrap
 from pathlib import Path
@@ -347,3 +348,16 @@ def test_migrate_with_the_database_down_is_one_line_naming_the_host_and_exits_2(
     assert status == 2
     line = one_error_line(capsys.readouterr().err)
     assert line == "dtq: CRDB_DSN: cannot connect: connection refused at 127.0.0.1:1"
+
+
+def test_a_port_in_use_is_one_line_saying_so(capsys: pytest.CaptureFixture[str]) -> None:
+    """The line names the reason (it said only "could not start", the errno being in an
+    earlier JSON log line)."""
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        status = cli.main(["dev", "--port", str(port)])
+
+    assert status == 1
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith(f"dtq: the HTTP server could not start on 127.0.0.1:{port}: ")
+    assert "in use" in last

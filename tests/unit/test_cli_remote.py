@@ -91,6 +91,9 @@ async def test_watch_exits_1_for_a_failed_job_and_shows_the_failure(
 
     assert status == 1
     assert "failed" in view and "boom: the disk is full" in view
+    # Piped, the last line ends like any other (the shell prompt or the next command's
+    # output was glued to the view's last row).
+    assert view.endswith("\n")
     assert final["failures"][0]["error"] == "boom: the disk is full"
 
 
@@ -139,6 +142,25 @@ async def test_bad_input_is_one_line_and_exit_2(
     assert status == 2
     assert err.startswith(message)
     assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"\xff\xfe{}", "dtq: --payload: cannot read"),  # not UTF-8: was a traceback
+        (b"NaN", "dtq: --payload: not JSON: NaN"),  # was sent as a null payload
+        (b'{"x": Infinity}', "dtq: --payload: not JSON: Infinity"),
+    ],
+)
+async def test_a_payload_file_that_is_not_strict_json_is_one_line_and_exit_2(
+    server: Server, tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes, message: str
+) -> None:
+    path = tmp_path / "payload.json"
+    path.write_bytes(content)
+
+    assert await dtq("submit", "echo", "--payload", f"@{path}") == 2
+    err = capsys.readouterr().err
+    assert err.startswith(message) and err.count("\n") == 1
 
 
 async def test_a_job_file_that_is_not_an_object_is_refused(

@@ -102,10 +102,15 @@ async def test_a_quiet_stream_sends_keep_alive_comments() -> None:
         ({"kinds": "task.exploded"}, {}, "kinds"),
         ({"after": "12"}, {}, "after"),
         ({}, {"Last-Event-ID": "not-an-id"}, "Last-Event-ID"),
+        # A misspelt filter would otherwise stream every event unfiltered.
+        ({"types": "task.failed"}, {}, "types"),
+        ({"kinds": ""}, {}, "kinds"),
+        ({"kinds": " , "}, {}, "kinds"),
+        ([("job_id", str(uuid4())), ("job_id", str(uuid4()))], {}, "job_id"),
     ],
 )
 async def test_bad_parameters_are_400_naming_the_field(
-    params: dict[str, str], headers: dict[str, str], field: str
+    params: Any, headers: dict[str, str], field: str
 ) -> None:
     async with serving(FAST) as server, httpx.AsyncClient(base_url=server.url) as client:
         response = await client.get("/v1/events", params=params, headers=headers)

@@ -133,3 +133,21 @@ async def test_the_results_route_is_in_the_openapi_document(api: Api) -> None:
     route = schema["paths"]["/v1/jobs/{id}/results"]["get"]
     assert {p["name"] for p in route["parameters"]} >= {"id", "limit", "cursor"}
     assert {"200", "400", "404"} <= set(route["responses"])
+
+
+@pytest.mark.parametrize("route", ["/v1/jobs/{id}", "/v1/jobs/{id}/results"])
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        # A misspelt page size returned the whole job (every task) with a 200.
+        ([("limt", "2")], "limt"),
+        ([("limit", "1"), ("limit", "2")], "limit"),
+    ],
+)
+async def test_an_unknown_or_repeated_parameter_is_400_naming_it(
+    api: Api, route: str, query: Any, field: str
+) -> None:
+    created = await submit(api, ["a", "b", "c"])
+    response = await api.client.get(route.format(id=created["job_id"]), params=query)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["field"] == field

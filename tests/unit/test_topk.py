@@ -7,10 +7,11 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import httpx
 import pytest
 from examples.topk import compute
 from examples.topk.app import runtime
-from examples.topk.run import job_spec, main
+from examples.topk.run import job_spec, main, run_pipeline
 
 from dtq.application.commands import TaskSpec
 from dtq.domain.status import JobStatus, TaskStatus
@@ -119,3 +120,31 @@ def test_the_submit_script_refuses_bad_options_in_one_line(
         main(argv)
     assert stop.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_the_submit_script_sends_dtq_token_as_a_bearer_token(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Against an orchestrator with its default ``API_AUTH=tokens`` every request needs the
+    token (the script was refused with a 401 before it sent ``DTQ_TOKEN``)."""
+    seen: list[str | None] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers.get("Authorization"))
+        if request.headers.get("Authorization") != "Bearer dtq_secret":
+            return httpx.Response(401, json={"error": {"code": "unauthenticated"}})
+        if request.method == "POST":
+            return httpx.Response(201, json={"job_id": "J", "tasks": {}})
+        return httpx.Response(200, json={"status": "failed", "tasks": []})
+
+    real_client = httpx.Client
+    monkeypatch.setattr(
+        httpx,
+        "Client",
+        lambda **kw: real_client(transport=httpx.MockTransport(answer), **kw),
+    )
+    monkeypatch.setenv("DTQ_TOKEN", "dtq_secret")
+
+    with pytest.raises(RuntimeError, match="job J failed"):
+        run_pipeline("http://orchestrator", 2, 1, 1, None)
+    assert seen == ["Bearer dtq_secret", "Bearer dtq_secret"]

@@ -11,12 +11,12 @@ checked before the stream starts (400 naming the parameter, 404 for an unknown `
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
-from typing import Annotated
+from typing import Annotated, Any
 from uuid import UUID
 
 import msgspec
 import structlog
-from litestar import Controller, get
+from litestar import Controller, Request, get
 from litestar.di import NamedDependency
 from litestar.params import HeaderParameter, QueryParameter
 from litestar.response import ServerSentEvent
@@ -25,13 +25,16 @@ from litestar.response.sse import ServerSentEventMessage
 from dtq.application.events import EventService, check_types, format_event_id, parse_event_id
 from dtq.application.ports import Event, EventCursor
 from dtq.domain.errors import BackendUnavailable, ValidationError
-from dtq.entrypoints.api import responses
+from dtq.entrypoints.api import filters, responses
 
 _ENCODER = msgspec.json.Encoder()
 _log = structlog.get_logger("dtq.api.events")
 
 #: Milliseconds a browser's EventSource waits before it reconnects (``retry:``).
 RECONNECT_MS = 1000
+#: The stream's query parameters: any other (a misspelt ``?types=``) is a 400, not an
+#: unfiltered stream.
+EVENT_PARAMS = frozenset({"job_id", "kinds", "after"})
 
 
 def event_message(event: Event) -> ServerSentEventMessage:
@@ -81,6 +84,8 @@ class EventController(Controller):
     )
     async def stream(
         self,
+        *,
+        request: Request[Any, Any, Any],
         events: NamedDependency[EventService],
         job_id: Annotated[
             str | None,
@@ -105,8 +110,9 @@ class EventController(Controller):
         ] = None,
     ) -> ServerSentEvent:
         """Every transition after the given position, in order, for as long as the client
-        stays connected. 400 for a malformed ``job_id``, ``kinds`` or event id; 404 for an
-        unknown job."""
+        stays connected. 400 for a malformed ``job_id``, ``kinds`` (an empty one included) or
+        event id, an unknown parameter or one given twice; 404 for an unknown job."""
+        filters.check_names((k for k, _ in request.query_params.multi_items()), EVENT_PARAMS)
         cursor: EventCursor | None = None
         if last_event_id:
             cursor = parse_event_id(last_event_id, field="Last-Event-ID")
@@ -122,4 +128,6 @@ class EventController(Controller):
         types = None
         if kinds is not None:
             types = check_types([k.strip() for k in kinds.split(",") if k.strip()], field="kinds")
+            if not types:
+                raise ValidationError("kinds names no event type", field="kinds")
         return ServerSentEvent(_messages(events, cursor, job, types))

@@ -61,6 +61,8 @@ TASK_PARAMS = frozenset(
     {"status", "kind", "job_id", "priority", "since", "until", "limit", "cursor"}
 )
 JOB_PARAMS = frozenset({"status", "name", "since", "until", "limit", "cursor"})
+#: ``GET /v1/jobs/{id}`` and ``GET /v1/jobs/{id}/results``: the page only.
+PAGE_PARAMS = frozenset({"limit", "cursor"})
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICRO = timedelta(microseconds=1)

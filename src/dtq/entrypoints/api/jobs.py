@@ -89,6 +89,8 @@ class JobController(Controller):
     )
     async def get_job(
         self,
+        *,
+        request: Request[Any, Any, Any],
         id: ResourceId,
         queries: NamedDependency[QueryService],
         limit: Annotated[
@@ -103,8 +105,10 @@ class JobController(Controller):
         """The job row, ``counts`` (tasks per status, every status present) and its tasks:
         every task without ``limit`` (spec §7; ``next_cursor`` null), else a page in submission
         order with ``next_cursor`` (the results route's cursor). 404 unknown; 400 not a UUID, a
-        bad ``limit``, a cursor this API did not issue, or a cursor without ``limit``.
+        bad ``limit``, a cursor this API did not issue, a cursor without ``limit``, or an
+        unknown or repeated parameter (a misspelt ``?limt=`` would return every task).
         """
+        filters.check_names((k for k, _ in request.query_params.multi_items()), filters.PAGE_PARAMS)
         after = parse_cursor(cursor)
         if after is not None and limit is None:
             raise ValidationError("cursor needs limit (the page size)", field="cursor")
@@ -158,6 +162,8 @@ class JobController(Controller):
     )
     async def get_results(
         self,
+        *,
+        request: Request[Any, Any, Any],
         id: ResourceId,
         queries: NamedDependency[QueryService],
         limit: Annotated[
@@ -171,8 +177,10 @@ class JobController(Controller):
     ) -> JobResultsBody:
         """Each task's name, id, status and result (null until completed) in the order the job
         was submitted; ``next_cursor`` is null on the last page. 404 unknown job, 400 not a
-        UUID, a ``limit`` outside 1..1000 or a ``cursor`` this API did not issue.
+        UUID, a ``limit`` outside 1..1000, a ``cursor`` this API did not issue, or an unknown
+        or repeated parameter.
         """
+        filters.check_names((k for k, _ in request.query_params.multi_items()), filters.PAGE_PARAMS)
         view = await queries.job_results(
             parse_id(id), limit=parse_limit(limit), after=parse_cursor(cursor)
         )

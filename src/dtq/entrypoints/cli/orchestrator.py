@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import ipaddress
+import socket
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -193,8 +194,19 @@ async def _serve_http(server: uvicorn.Server, stop: asyncio.Event) -> None:
     try:
         await server.serve()
     except SystemExit:  # uvicorn exits this way when it cannot bind or start the app
+        host, port = server.config.host, server.config.port
         raise BackendUnavailable(
-            f"the HTTP server could not start on {server.config.host}:{server.config.port}"
+            f"the HTTP server could not start on {host}:{port}{_bind_error(host, port)}"
         ) from None
     finally:
         stop.set()
+
+
+def _bind_error(host: str, port: int) -> str:
+    """``": <reason>"`` when binding ``host:port`` fails now (the reason uvicorn logged before
+    it exited, e.g. "Address already in use"), else ``""`` (the app's startup failed)."""
+    try:
+        with socket.create_server((host, port)):
+            return ""
+    except OSError as exc:
+        return f": {exc.strerror or exc}"

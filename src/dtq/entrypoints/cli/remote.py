@@ -78,10 +78,12 @@ def api_command(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.N
 
 
 def json_argument(text: str, *, option: str) -> Any:
-    """``--payload``-style input: JSON text, or ``@path`` for a file holding JSON.
+    """``--payload``-style input: JSON text, or ``@path`` for a file holding UTF-8 JSON. Strict
+    JSON only: ``NaN`` and ``Infinity`` are refused (the API refuses them too; encoded they
+    would have become ``null``).
 
     Raises:
-        UsageError: the file cannot be read or the text is not JSON.
+        UsageError: the file cannot be read (or is not UTF-8) or the text is not JSON.
     """
     source = text
     if text.startswith("@"):
@@ -89,10 +91,20 @@ def json_argument(text: str, *, option: str) -> Any:
             source = Path(text[1:]).read_text(encoding="utf-8")
         except OSError as exc:
             raise UsageError(option, f"cannot read {text[1:]!r}: {exc.strerror}") from None
+        except UnicodeDecodeError as exc:
+            raise UsageError(
+                option, f"cannot read {text[1:]!r}: not UTF-8 ({exc.reason})"
+            ) from None
     try:
-        return json.loads(source)
+        return json.loads(source, parse_constant=_not_json)
     except json.JSONDecodeError as exc:
         raise UsageError(option, f"not JSON: {exc.msg} at line {exc.lineno}") from None
+    except ValueError as exc:
+        raise UsageError(option, f"not JSON: {exc}") from None
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not a JSON number")
 
 
 def console() -> Console:

@@ -248,6 +248,8 @@ def follow(
             wake.close()
         if live is not None:
             live.stop()
+            if not live.console.is_terminal:  # rich ends the view with a newline on a tty only
+                live.console.line()
     if as_json:
         emit_json(snap_json(snap))
     return snap.exit_status()
