@@ -151,6 +151,22 @@ async def test_the_page_turns_live_updates_from_where_its_render_left_off() -> N
     assert all(m.id for m in promoted + done)
 
 
+async def test_the_server_ends_the_stream_of_a_finished_job_once_its_events_are_served() -> None:
+    async with serving(FAST) as server, httpx.AsyncClient(base_url=server.url) as client:
+        job = await submit_pair(client)
+        async with updates(client, job["job_id"]) as got:
+            await until(got, lambda m: True)
+            await server.complete(UUID(job["tasks"]["a"]), None)
+            await server.complete(UUID(job["tasks"]["b"]), None)
+            seen: list[Message] = []
+            async with asyncio.timeout(10):
+                seen.extend([message async for message in got])  # ends when the server closes
+
+    assert seen, "no update after the job finished"
+    assert seen[-1].data["finished"] is True
+    assert seen[-1].data["job_status"] == "completed"
+
+
 async def test_a_resumed_stream_sends_only_what_changed_after_its_last_event_id(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -113,14 +113,19 @@ async def job_updates(
     after: EventCursor | None,
 ) -> AsyncIterator[ServerSentEventMessage]:
     """The stream's messages (see the module docstring) from ``snapshot`` (the first
-    update), until the client goes away."""
+    update), until the client goes away or the job is finished and every event of it has been
+    served: once an update has said ``finished``, the server ends the stream at the first quiet
+    moment more than twice the events' settle margin later (so the last transitions, which the
+    stream serves only once they are ``settle`` old, are sent first)."""
     yield ServerSentEventMessage(data=None, comment="dtq job updates", retry=RECONNECT_MS)
     loop = asyncio.get_running_loop()
     job_id = snapshot.job.id
+    catch_up = 2 * events.policy.settle
     try:
         cursor = after or events.horizon(snapshot.at)
         yield update_message(snapshot, {}, False, cursor)
         last = loop.time()
+        finished_at = last if snapshot.finished else None
         changes = _Changes()
         async for batch in events.follow(after=cursor, job_id=job_id, idle=UPDATE_EVERY):
             for event in batch:
@@ -131,6 +136,12 @@ async def job_updates(
                 snapshot = await read(queries, job_id)
                 yield update_message(snapshot, changes.tasks, changes.more, cursor)
                 changes, last = _Changes(), now
+                if not snapshot.finished:
+                    finished_at = None  # (re)opened, e.g. by a manual retry
+                elif finished_at is None:
+                    finished_at = now
+            elif not batch and finished_at is not None and now - finished_at > catch_up:
+                return  # finished, and every event of it served: close the stream
             elif not batch and now - last >= KEEPALIVE:
                 yield ServerSentEventMessage(data=None, comment="keep-alive")
                 last = now
