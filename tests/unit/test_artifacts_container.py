@@ -40,3 +40,26 @@ def test_dtq_dev_puts_artifacts_in_a_new_temporary_directory(capsys) -> None:
     settings.artifact_dir.rmdir()
     chosen = load_settings({"ARTIFACT_DIR": "/srv/a"})
     assert dev_artifact_dir(chosen) is chosen
+
+
+def test_dtq_dev_removes_its_temporary_directory_only_when_no_artifact_was_written(
+    tmp_path, capsys
+) -> None:
+    from dtq.entrypoints.cli.dev import dev_artifact_dir, drop_empty_artifact_dir
+
+    unset = load_settings({})
+    empty = dev_artifact_dir(unset)
+    drop_empty_artifact_dir(unset, empty)
+    assert empty.artifact_dir is not None and not empty.artifact_dir.exists()
+
+    kept = dev_artifact_dir(unset)
+    assert kept.artifact_dir is not None
+    (kept.artifact_dir / "report.csv").write_text("a,b\n")
+    drop_empty_artifact_dir(unset, kept)
+    assert (kept.artifact_dir / "report.csv").exists()  # left for inspection
+    (kept.artifact_dir / "report.csv").unlink()
+    kept.artifact_dir.rmdir()
+
+    mine = load_settings({"ARTIFACT_DIR": str(tmp_path)})
+    drop_empty_artifact_dir(mine, dev_artifact_dir(mine))
+    assert tmp_path.is_dir()  # the user's own directory is never removed

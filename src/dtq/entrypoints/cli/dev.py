@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -58,9 +59,14 @@ def cmd_dev(args: argparse.Namespace) -> int:
         host, _ = listen_address(settings.orchestrator_listen)
         settings = dataclasses.replace(settings, orchestrator_listen=f"[{host}]:{args.port}")
     check_dev_auth(settings)
+    chosen = settings
     settings = dev_artifact_dir(settings)
     runtime = load_runtime(args.app)
-    return exit_without_lingering_threads(run(serve(settings, backend="memory", runtime=runtime)))
+    try:
+        code = run(serve(settings, backend="memory", runtime=runtime))
+    finally:
+        drop_empty_artifact_dir(chosen, settings)
+    return exit_without_lingering_threads(code)
 
 
 def check_dev_auth(settings: Settings) -> None:
@@ -91,12 +97,23 @@ def check_dev_auth(settings: Settings) -> None:
 
 def dev_artifact_dir(settings: Settings) -> Settings:
     """``settings`` with a new temporary ``ARTIFACT_DIR`` when the fs backend has none set
-    (said on stdout; the directory is left in place for inspection after the run)."""
+    (said on stdout; after the run it is left in place for inspection when it holds any
+    artifact, see :func:`drop_empty_artifact_dir`)."""
     if settings.artifact_backend != "fs" or settings.artifact_dir is not None:
         return settings
     directory = Path(tempfile.mkdtemp(prefix="dtq-dev-artifacts-"))
     say(f"dtq dev: artifacts in {directory} (ARTIFACT_DIR)")
     return dataclasses.replace(settings, artifact_dir=directory)
+
+
+def drop_empty_artifact_dir(chosen: Settings, used: Settings) -> None:
+    """Remove the temporary ``ARTIFACT_DIR`` :func:`dev_artifact_dir` made for ``used`` if no
+    artifact was written to it; a directory the user chose (``chosen``) is never touched."""
+    made = used.artifact_dir
+    if made is None or made == chosen.artifact_dir:
+        return
+    with contextlib.suppress(OSError):  # not empty (kept for inspection), or already gone
+        made.rmdir()
 
 
 async def announce(server: uvicorn.Server) -> None:
