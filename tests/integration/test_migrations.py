@@ -150,7 +150,6 @@ REFERENCE_COLUMNS: dict[str, list[tuple[str, str, bool]]] = {  # (name, type, nu
 REFERENCE_INDEXES: dict[str, tuple[str, str, bool]] = {  # name -> (table, columns, unique)
     "jobs_pkey": ("jobs", "id", True),
     "jobs_idempotency_key_key": ("jobs", "idempotency_key", True),
-    "idx_jobs_status_updated": ("jobs", "status, updated_at DESC", False),
     "tasks_pkey": ("tasks", "id", True),
     "idx_tasks_job_id": ("tasks", "job_id, status", False),
     "idx_tasks_queued_scheduled": ("tasks", "scheduled_at, id WHERE status = 'queued'", False),
