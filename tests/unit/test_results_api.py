@@ -151,3 +151,24 @@ async def test_an_unknown_or_repeated_parameter_is_400_naming_it(
     response = await api.client.get(route.format(id=created["job_id"]), params=query)
     assert response.status_code == 400, response.text
     assert response.json()["error"]["field"] == field
+
+
+@pytest.mark.parametrize(
+    ("route", "query", "field"),
+    [
+        ("/v1/tasks/{task}", [("foo", "1")], "foo"),
+        ("/v1/tasks/{task}/explain", [("verbose", "1")], "verbose"),
+        # a misspelt window listed the default one with a 200
+        ("/v1/workers", [("activ_since", "5m")], "activ_since"),
+        ("/v1/workers", [("active_since", "5m"), ("active_since", "1h")], "active_since"),
+    ],
+)
+async def test_reads_refuse_a_query_parameter_they_do_not_take(
+    api: Api, route: str, query: Any, field: str
+) -> None:
+    created = await submit(api, ["a"])
+    url = route.format(task=created["tasks"]["a"])
+    response = await api.client.get(url, params=query)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["field"] == field
+    assert (await api.client.get(url)).status_code == 200

@@ -77,9 +77,14 @@ class TaskController(Controller):
 
     @get("/{id:str}", summary="Get a task with its run history", responses=responses.READ_BY_ID)
     async def get_task(
-        self, id: ResourceId, queries: NamedDependency[QueryService]
+        self,
+        id: ResourceId,
+        queries: NamedDependency[QueryService],
+        request: Request[Any, Any, Any],
     ) -> TaskDetailBody:
-        """The task row and its runs ordered by ``started_at``; 404 unknown, 400 not a UUID."""
+        """The task row and its runs ordered by ``started_at``; 404 unknown, 400 not a UUID or
+        any query parameter (the route takes none: a misspelt one is not silently ignored)."""
+        filters.check_names((k for k, _ in request.query_params.multi_items()), frozenset())
         return bodies.task_detail_body(await queries.get_task(parse_id(id)))
 
     @get(
@@ -88,12 +93,16 @@ class TaskController(Controller):
         responses=responses.READ_BY_ID,
     )
     async def explain(
-        self, id: ResourceId, explain: NamedDependency[ExplainService]
+        self,
+        id: ResourceId,
+        explain: NamedDependency[ExplainService],
+        request: Request[Any, Any, Any],
     ) -> ExplainBody:
         """``reason`` is one of terminal, waiting_on_dependencies, running, lease_lost,
         scheduled, queued_no_worker, queued, delivery_in_flight (decision order in
-        ``application/explain.py``); 404 unknown, 400 not a UUID, 503 when the database, or
-        Redis for a code that needs it, is unavailable."""
+        ``application/explain.py``); 404 unknown, 400 not a UUID or any query parameter, 503
+        when the database, or Redis for a code that needs it, is unavailable."""
+        filters.check_names((k for k, _ in request.query_params.multi_items()), frozenset())
         return bodies.explain_body(await explain.explain(parse_id(id)))
 
     @post(

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
-from litestar import Controller, get
+from litestar import Controller, Request, get
 from litestar.di import NamedDependency
 from litestar.params import QueryParameter
 
 from dtq.application.queries import QueryService
-from dtq.entrypoints.api import bodies, responses
+from dtq.entrypoints.api import bodies, filters, responses
 from dtq.entrypoints.api.params import DEFAULT_ACTIVE_SINCE, parse_active_since
 from dtq.entrypoints.api.schemas import WorkersBody
 
@@ -28,6 +28,7 @@ class WorkerController(Controller):
     async def list_workers(
         self,
         queries: NamedDependency[QueryService],
+        request: Request[Any, Any, Any],
         active_since: Annotated[
             str,
             QueryParameter(
@@ -39,6 +40,10 @@ class WorkerController(Controller):
         ] = DEFAULT_ACTIVE_SINCE,
     ) -> WorkersBody:
         """Workers whose last registry heartbeat is within ``active_since``; 400 unless it is
-        a positive duration of at most 2562047h47m16s."""
+        a positive duration of at most 2562047h47m16s, or for any other or a repeated query
+        parameter (``?activ_since=`` would silently list the default window)."""
+        filters.check_names(
+            (k for k, _ in request.query_params.multi_items()), frozenset({"active_since"})
+        )
         workers = await queries.list_workers(parse_active_since(active_since))
         return bodies.workers_body(workers)
