@@ -172,3 +172,21 @@ async def test_reads_refuse_a_query_parameter_they_do_not_take(
     assert response.status_code == 400, response.text
     assert response.json()["error"]["field"] == field
     assert (await api.client.get(url)).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "words"),
+    [
+        ({"kind": "Bad Kind!"}, "kind", "letters, digits, '.', '_', ':' or '-' only"),
+        ({"kind": "echo", "priority": "HIGH"}, "priority", "1 to 32 characters of a-z"),
+    ],
+)
+async def test_a_refused_pattern_is_said_in_words_not_as_its_regex(
+    api: Api, body: dict[str, Any], field: str, words: str
+) -> None:
+    response = await api.client.post("/v1/tasks", json=body)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["field"] == field
+    assert words in error["message"]
+    assert "regex" not in error["message"] and "(?!" not in error["message"]

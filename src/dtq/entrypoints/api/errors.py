@@ -48,7 +48,7 @@ from dtq.domain.errors import (
     ValidationError,
 )
 from dtq.domain.tokens import Forbidden, Unauthenticated
-from dtq.entrypoints.api.schemas import ErrorBody, ErrorDetail
+from dtq.entrypoints.api.schemas import PATTERN_HINTS, ErrorBody, ErrorDetail
 
 logger = logging.getLogger("dtq.api")
 
@@ -116,6 +116,7 @@ PARAMETER_FIELDS: Mapping[str, str] = {
     "x_worker_id": "X-Worker-Id",
 }
 
+_REGEX = re.compile(r"matching regex '(?P<pattern>.*)'", re.DOTALL)
 _AT_PATH = re.compile(r"^(?P<message>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.DOTALL)
 _BODY_ROOT = re.compile(r"^\.data(?=$|[.\[])")
 _NAMED_FIELD = re.compile(r"^Object (?:missing required|contains unknown) field `(?P<name>[^`]+)`")
@@ -233,6 +234,7 @@ def handle_validation_exception(
         parts = _AT_PATH.match(str(cause))
         assert parts is not None  # the pattern matches any text
         message, field = parts["message"], _field_path(parts["path"] or "", parts["message"])
+        message = _readable(message)
         if field == "data":
             message, field = "a JSON request body is required", None
     else:
@@ -243,6 +245,20 @@ def handle_validation_exception(
         field = PARAMETER_FIELDS.get(field, field)
     _log(request, 400, exc, "validation_error")
     return error_response(400, "validation_error", message, field)
+
+
+def _readable(message: str) -> str:
+    r"""msgspec's ``Expected `str` matching regex '<pattern>'`` in words (``PATTERN_HINTS``);
+    an unknown pattern is shown without the ``(?!\n)`` guard every pattern ends with.
+    msgspec quotes the pattern as Python's ``repr`` does, backslashes doubled."""
+    found = _REGEX.search(message)
+    if found is None:
+        return message
+    pattern = found["pattern"].replace("\\\\", "\\")
+    hint = PATTERN_HINTS.get(pattern)
+    if hint is None:
+        return message.replace("(?!\\\\n)", "")
+    return f"expected a string with {hint}{message[found.end() :]}"
 
 
 def handle_http_exception(

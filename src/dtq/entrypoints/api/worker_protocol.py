@@ -26,7 +26,7 @@ from dtq.application.remote import RemoteWorkerService
 from dtq.domain.entities import DEFAULT_PRIORITY
 from dtq.domain.errors import InvalidPayload, ValidationError
 from dtq.entrypoints.api import guards, responses
-from dtq.entrypoints.api.schemas import Kind, Payload, Priority
+from dtq.entrypoints.api.schemas import WORKER_ID_PATTERN, Kind, Payload, Priority
 from dtq.entrypoints.api.timing import format_duration
 from dtq.entrypoints.config import ConfigError, parse_duration
 
@@ -37,7 +37,6 @@ DEFAULT_CLAIM_WAIT = "20s"
 #: Longest failure ``error`` text, in characters.
 MAX_ERROR_CHARS = 10_000
 
-WORKER_ID_PATTERN = r"^[\x21-\x7e]{1,200}(?!\n)$"
 
 WorkerId = Annotated[
     str,
