@@ -117,6 +117,11 @@ async def test_dry_run_answers_the_count_at_once_and_changes_nothing(api: Api) -
         ),
         ("/v1/tasks/retry", {"status": 3}, "status"),
         ("/v1/tasks/cancel", {"status": "failed", "dry_run": "yes"}, "dry_run"),
+        # statuses the action never changes: every match would be skipped
+        ("/v1/tasks/retry", {"status": "completed"}, "status"),
+        ("/v1/tasks/retry", {"status": ["failed", "queued"]}, "status"),
+        ("/v1/tasks/cancel", {"status": "completed,failed"}, "status"),
+        ("/v1/tasks/cancel", {"status": "cancelled", "dry_run": True}, "status"),
     ],
 )
 async def test_bad_bodies_are_400_naming_the_field(

@@ -10,6 +10,8 @@ from litestar.params import JSONBody
 
 from dtq.application.bulk import BulkAction, BulkService, Operation
 from dtq.application.filters import TaskFilter
+from dtq.domain.errors import ValidationError
+from dtq.domain.status import TaskStatus
 from dtq.entrypoints.api import filters, guards, responses
 from dtq.entrypoints.api.params import ResourceId, parse_id
 from dtq.entrypoints.api.schemas import BulkDryRunBody, BulkRequest, OperationBody
@@ -56,10 +58,35 @@ def operation_body(op: Operation) -> OperationBody:
     )
 
 
+#: The statuses each bulk action can change (a task in another status is skipped).
+ACTIONABLE: dict[BulkAction, frozenset[TaskStatus]] = {
+    BulkAction.CANCEL: frozenset({TaskStatus.PENDING, TaskStatus.QUEUED, TaskStatus.RUNNING}),
+    BulkAction.RETRY: frozenset({TaskStatus.FAILED, TaskStatus.CANCELLED}),
+}
+
+
+def check_actionable(action: BulkAction, where: TaskFilter) -> None:
+    """Refuse a ``status`` filter naming a status the action never changes (a bulk retry of
+    ``completed`` tasks would start, match and skip every one of them).
+
+    Raises:
+        ValidationError: naming ``status``.
+    """
+    refused = sorted(s.value for s in where.statuses - ACTIONABLE[action])
+    if refused:
+        accepted = " or ".join(sorted(s.value for s in ACTIONABLE[action]))
+        raise ValidationError(
+            f"a bulk {action.value} never changes {', '.join(refused)} tasks; "
+            f"status must be {accepted}",
+            field="status",
+        )
+
+
 async def _start(
     bulk: BulkService, action: BulkAction, body: BulkRequest
 ) -> Response[OperationBody | BulkDryRunBody]:
     where = bulk_filter(body)
+    check_actionable(action, where)
     if body.dry_run:
         counted = await bulk.run(action, where, dry_run=True)
         return Response(BulkDryRunBody(matched=counted.matched, changed=0), status_code=200)
