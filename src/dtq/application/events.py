@@ -13,6 +13,7 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 from uuid import UUID
 
 from dtq.application.ports import Event, EventCursor, Store, Transaction
@@ -26,6 +27,20 @@ def format_event_id(cursor: EventCursor) -> str:
     """The SSE ``id`` of an event: ``<microseconds since the epoch>-<event id hex>``."""
     micros = (cursor.created_at - _EPOCH) // timedelta(microseconds=1)
     return f"{micros}-{cursor.id.hex}"
+
+
+def event_document(event: Event) -> dict[str, Any]:
+    """An event as the stream and the webhooks send it: ``id`` (:func:`format_event_id`),
+    ``type``, ``job_id``, ``task_id`` (null for a job event), ``data``, ``created_at`` (ISO
+    8601), ready for a JSON encoder."""
+    return {
+        "id": format_event_id(event.cursor),
+        "type": event.type,
+        "job_id": str(event.job_id),
+        "task_id": None if event.task_id is None else str(event.task_id),
+        "data": event.data,
+        "created_at": event.created_at.isoformat(),
+    }
 
 
 def parse_event_id(value: str, *, field: str) -> EventCursor:

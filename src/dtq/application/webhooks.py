@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from uuid import UUID
 
-from dtq.application.events import format_event_id
+from dtq.application.events import event_document, format_event_id
 from dtq.application.ports import (
     DeliveryFailed,
     Event,
@@ -74,14 +74,7 @@ class WebhookPolicy:
 def event_body(event: Event) -> bytes:
     """The JSON body of a delivery: the event as ``GET /v1/events`` sends it (``id``, ``type``,
     ``job_id``, ``task_id``, ``data``, ``created_at``), UTF-8, compact."""
-    document = {
-        "id": format_event_id(event.cursor),
-        "type": event.type,
-        "job_id": str(event.job_id),
-        "task_id": None if event.task_id is None else str(event.task_id),
-        "data": event.data,
-        "created_at": event.created_at.isoformat(),
-    }
+    document = event_document(event)
     return json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()
 
 

@@ -22,7 +22,12 @@ from litestar.params import HeaderParameter, QueryParameter
 from litestar.response import ServerSentEvent
 from litestar.response.sse import ServerSentEventMessage
 
-from dtq.application.events import EventService, check_types, format_event_id, parse_event_id
+from dtq.application.events import (
+    EventService,
+    check_types,
+    event_document,
+    parse_event_id,
+)
 from dtq.application.ports import Event, EventCursor
 from dtq.domain.errors import BackendUnavailable, ValidationError
 from dtq.entrypoints.api import filters, responses
@@ -39,16 +44,9 @@ EVENT_PARAMS = frozenset({"job_id", "kinds", "after"})
 
 def event_message(event: Event) -> ServerSentEventMessage:
     """One event as an SSE message."""
-    data = {
-        "id": format_event_id(event.cursor),
-        "type": event.type,
-        "job_id": str(event.job_id),
-        "task_id": None if event.task_id is None else str(event.task_id),
-        "data": event.data,
-        "created_at": event.created_at.isoformat(),
-    }
+    document = event_document(event)
     return ServerSentEventMessage(
-        data=_ENCODER.encode(data).decode(), event=event.type, id=format_event_id(event.cursor)
+        data=_ENCODER.encode(document).decode(), event=event.type, id=document["id"]
     )
 
 
