@@ -13,7 +13,6 @@ from litestar.params import JSONBody, QueryParameter
 from dtq.application.control import ControlService
 from dtq.application.queries import QueryService
 from dtq.domain.errors import ValidationError
-from dtq.entrypoints import tracing
 from dtq.entrypoints.api import bodies, commands, filters, guards, responses
 from dtq.entrypoints.api.middleware import Submission
 from dtq.entrypoints.api.params import (
@@ -69,16 +68,15 @@ class JobController(Controller):
         cycle; 201 with the ids, or 200 with the original ids on an idempotent replay;
         ``warnings`` when no live worker serves some task's priority or kind.
         """
-        with tracing.submit_span(traceparent) as trace_context:
-            cmd = commands.submit_job(
+        result, warnings = await submission.run(
+            traceparent,
+            lambda trace_context: commands.submit_job(
                 data,
                 idempotency_key=idempotency_key,
                 settings=submission.settings,
                 trace_context=trace_context,
-            )
-            result = await submission.submit.submit_job(cmd)
-            tracing.submitted(result.job_id, len(cmd.tasks), created=result.created)
-            warnings = await submission.fleet.submit_warnings(cmd.tasks)
+            ),
+        )
         body = bodies.submitted_job(result, warnings)
         return Response(body, status_code=201 if result.created else 200)
 

@@ -30,14 +30,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from litestar.enums import ScopeType
 
 from dtq.application.commands import SubmitJob, SubmitResult
-from dtq.application.fleet import FleetService
+from dtq.application.fleet import FleetService, SubmitWarning
 from dtq.application.submit import SubmitService
+from dtq.entrypoints import tracing
 from dtq.entrypoints.api.errors import CLIENT_CLOSED, ClientClosedRequest, RequestTimeout
 from dtq.entrypoints.config import Settings
 from dtq.entrypoints.metrics import OrchestratorMetrics
@@ -224,6 +226,22 @@ class Submission:
     submit: CountingSubmit
     fleet: FleetService
     settings: Settings
+
+    async def run(
+        self, traceparent: str | None, build: Callable[[str | None], SubmitJob]
+    ) -> tuple[SubmitResult, list[SubmitWarning]]:
+        """Submit what ``build(trace_context)`` makes, inside the submit span (issue 16 item 5:
+        the span's W3C context is stored with the job); the result and the fleet warnings.
+
+        Raises:
+            DtqError: as :meth:`SubmitService.submit_job` (or ``build``'s validation).
+        """
+        with tracing.submit_span(traceparent) as trace_context:
+            cmd = build(trace_context)
+            result = await self.submit.submit_job(cmd)
+            tracing.submitted(result.job_id, len(cmd.tasks), created=result.created)
+            warnings = await self.fleet.submit_warnings(cmd.tasks)
+        return result, warnings
 
 
 def install_middleware(app: Litestar, metrics: OrchestratorMetrics, body_timeout: float) -> None:

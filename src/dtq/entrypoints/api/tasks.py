@@ -13,7 +13,6 @@ from litestar.params import JSONBody, QueryParameter
 from dtq.application.control import ControlService
 from dtq.application.explain import ExplainService
 from dtq.application.queries import QueryService
-from dtq.entrypoints import tracing
 from dtq.entrypoints.api import bodies, commands, filters, guards, responses
 from dtq.entrypoints.api.middleware import Submission
 from dtq.entrypoints.api.params import IdempotencyKey, ResourceId, TraceParent, parse_id
@@ -62,16 +61,15 @@ class TaskController(Controller):
         Returns 201 with the new ids, or 200 with the original ids on an idempotent replay;
         ``warnings`` when no live worker serves the task's priority or kind.
         """
-        with tracing.submit_span(traceparent) as trace_context:
-            cmd = commands.submit_task(
+        result, warnings = await submission.run(
+            traceparent,
+            lambda trace_context: commands.submit_task(
                 data,
                 idempotency_key=idempotency_key,
                 settings=submission.settings,
                 trace_context=trace_context,
-            )
-            result = await submission.submit.submit_job(cmd)
-            tracing.submitted(result.job_id, len(cmd.tasks), created=result.created)
-            warnings = await submission.fleet.submit_warnings(cmd.tasks)
+            ),
+        )
         body = bodies.submitted_task(result, data.kind, warnings)
         return Response(body, status_code=201 if result.created else 200)
 
