@@ -47,7 +47,15 @@ import httpx
 import psycopg
 import redis
 
-from benchmarks.common import BenchError, check_services, median, redis_addr, redis_client, say
+from benchmarks.common import (
+    BenchError,
+    check_services,
+    median,
+    probe_connect,
+    redis_addr,
+    redis_client,
+    say,
+)
 from benchmarks.dtq_bench import Cluster, cluster, flat_job, post_json
 from benchmarks.run import machine
 from dtq.adapters.cockroach import sql
@@ -198,7 +206,7 @@ def _blocks(conn: psycopg.Connection[Any]) -> tuple[int, int]:
 def _submit(c: Cluster, f: Figures, jobs: int, job_size: int, client: redis.Redis) -> None:
     post_json(f"{c.url}/v1/jobs", flat_job(10))  # warm-up (not counted, not drained)
     pid = c.procs.procs["orchestrator"].pid
-    with psycopg.connect(c.dsn, autocommit=True) as probe:
+    with probe_connect(c.dsn) as probe:
         for job in range(jobs):
             body = flat_job(job_size)
             backends = backend_pids(c.dsn)

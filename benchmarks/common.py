@@ -70,6 +70,21 @@ def check_services() -> None:
         client.close()
 
 
+def probe_connect(dsn: str) -> psycopg.Connection[Any]:
+    """An autocommit connection for the harness's own probes (counting done tasks while a drain
+    runs, reading CPU or block counters) at READ COMMITTED.
+
+    The bench databases default to SERIALIZABLE, as dtq's own transactions need. A probe that
+    counts ``tasks`` every 10 ms at that level takes SIRead locks on the table and joins the
+    workers' read/write dependency graph: PostgreSQL then cancels workers' transactions (which
+    dtq re-runs, slower) and the probe itself ("canceled on conflict out to pivot"). The harness
+    only observes; it must not take part.
+    """
+    conn = psycopg.connect(dsn, autocommit=True)
+    conn.execute("SET default_transaction_isolation = 'read committed'")
+    return conn
+
+
 def dsn_for(database: str) -> str:
     """The admin DSN pointed at ``database``."""
     info = psycopg.conninfo.conninfo_to_dict(ADMIN_DSN)

@@ -294,6 +294,13 @@ async def _drain_one(
     return elapsed
 
 
+#: --tables: row writes per table since the database was created (submit included)
+TABLE_STATS = (
+    "SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del FROM pg_stat_user_tables"
+    " WHERE n_tup_ins + n_tup_upd + n_tup_del > 0 ORDER BY relname"
+)
+
+
 def _backend_cpu(dsn: str) -> dict[int, float]:
     """CPU seconds (user + system, from /proc) of every PostgreSQL backend connected to the
     drain's database, by pid; empty where /proc cannot be read (the server is elsewhere)."""
@@ -353,8 +360,12 @@ async def drain_once(args: argparse.Namespace, dsn: str, prefix: str) -> dict[st
             db_after = _backend_cpu(dsn)
     db_cpu = sum(cpu - db_before.get(pid, 0.0) for pid, cpu in db_after.items())
 
+    tables: list[tuple[Any, ...]] = []
     with psycopg.connect(dsn) as conn:
         row = conn.execute("SELECT count(*) FROM tasks WHERE status = 'completed'").fetchone()
+        if args.tables:
+            await asyncio.sleep(1.2)  # the backends flush their table counters within 1 s
+            tables = conn.execute(TABLE_STATS).fetchall()
     completed = int(row[0]) if row else 0
     if completed != args.tasks:
         raise RuntimeError(f"{completed}/{args.tasks} tasks completed in the database")
@@ -368,6 +379,7 @@ async def drain_once(args: argparse.Namespace, dsn: str, prefix: str) -> dict[st
         "redis_calls": dict(redis_calls),
         "worker_cpu_us": worker_cpu / args.tasks * 1e6,
         "db_cpu_us": db_cpu / args.tasks * 1e6,
+        "tables": tables,
     }
 
 
@@ -388,6 +400,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--redis-calls", action="store_true", help="count the Redis round trips of the drain"
+    )
+    parser.add_argument(
+        "--tables",
+        action="store_true",
+        help="print rows inserted / updated (HOT of them) / deleted per table",
     )
     parser.add_argument(
         "--fleet",
@@ -427,6 +444,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  redis round trips: {total} ({total / args.tasks:.3f} per task)")
             for text, count in sorted(redis_calls.items(), key=lambda kv: -kv[1]):
                 print(f"  {count:6d}  {text}")
+            for name, ins, upd, hot, dele in result["tables"]:
+                print(f"  table {name}: {ins} inserted, {upd} updated ({hot} HOT), {dele} deleted")
     print(
         f"drain, fleet {args.fleet}, concurrency {args.concurrency}: "
         f"median {statistics.median(rates):,.0f} tasks/s "

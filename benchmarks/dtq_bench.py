@@ -30,6 +30,7 @@ from benchmarks.common import (
     median,
     percentile,
     post_same,
+    probe_connect,
     redis_addr,
     redis_client,
     say,
@@ -205,7 +206,7 @@ class Cluster:
 
     def count_status(self, status: str) -> int:
         if self._conn is None:
-            self._conn = psycopg.connect(self.dsn, autocommit=True)
+            self._conn = probe_connect(self.dsn)
         row = self._conn.execute(
             "SELECT count(*) FROM tasks WHERE status = %s", (status,)
         ).fetchone()

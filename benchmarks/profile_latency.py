@@ -25,13 +25,13 @@ import time
 from pathlib import Path
 
 import httpx
-import psycopg
 
 from benchmarks.common import (
     ROOT,
     BenchError,
     Processes,
     percentile,
+    probe_connect,
     redis_client,
     say,
     temp_database,
@@ -80,7 +80,7 @@ def one_run(args: argparse.Namespace, variant: Variant, logs: Path) -> dict[str,
         }
         client = redis_client()
         try:
-            with httpx.Client(timeout=30) as http, psycopg.connect(dsn, autocommit=True) as db:
+            with httpx.Client(timeout=30) as http, probe_connect(dsn) as db:
                 for i in range(args.tasks + 20):
                     sent = time.time()
                     response = http.post(f"{c.url}/v1/tasks", json={"kind": "stamp"})
