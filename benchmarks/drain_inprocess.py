@@ -112,6 +112,8 @@ def count_calls(target: Any, names: tuple[str, ...]) -> dict[str, CallStats]:
 
 #: Wall seconds per statement text, summed by ``counting_statements`` (cleared after each run).
 STATEMENT_SECONDS: dict[str, float] = {}
+#: serialization failures (40001) raised by each statement text while counting
+STATEMENT_CONFLICTS: dict[str, int] = {}
 
 
 @contextlib.contextmanager
@@ -129,6 +131,9 @@ def counting_statements() -> Iterator[dict[str, int]]:
         t0 = time.perf_counter()
         try:
             return await real(self, query, *args, **kwargs)
+        except psycopg.errors.SerializationFailure:
+            STATEMENT_CONFLICTS[key] = STATEMENT_CONFLICTS.get(key, 0) + 1
+            raise
         finally:
             STATEMENT_SECONDS[key] = STATEMENT_SECONDS.get(key, 0.0) + time.perf_counter() - t0
 
@@ -438,6 +443,9 @@ def main(argv: list[str] | None = None) -> int:
                 each = STATEMENT_SECONDS.get(text, 0.0) / count * 1000
                 print(f"  {count:6d}  {each:6.2f} ms  {text}")
             STATEMENT_SECONDS.clear()
+            for text, count in sorted(STATEMENT_CONFLICTS.items(), key=lambda kv: -kv[1]):
+                print(f"  40001 x{count:4d} at  {text}")
+            STATEMENT_CONFLICTS.clear()
             redis_calls = result["redis_calls"]
             if redis_calls:
                 total = sum(redis_calls.values())

@@ -1,4 +1,4 @@
-"""Task ids of one job (domain/ids.py): version 8, adjacent and ordered by position."""
+"""Task and run ids of one job (domain/ids.py): version 8, adjacent and ordered by position."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from dtq.domain.ids import MAX_POSITION, job_task_ids
+from dtq.domain.ids import MAX_POSITION, job_task_ids, run_id_for
 
 
 def test_a_jobs_ids_are_distinct_rfc_version_8_and_sorted_by_position() -> None:
@@ -39,3 +39,20 @@ def test_count_out_of_range_is_refused() -> None:
         job_task_ids(-1)
     with pytest.raises(ValueError, match="task ids number"):
         job_task_ids(MAX_POSITION + 2)
+
+
+def test_run_ids_sort_with_their_tasks_and_differ_per_run() -> None:
+    tasks = job_task_ids(300)
+    runs = [run_id_for(task_id) for task_id in tasks]
+    assert runs == sorted(runs)  # a job's runs keep its tasks' order in the primary key
+    assert {r.version for r in runs} == {8} and {r.variant for r in runs} == {uuid.RFC_4122}
+    assert all(r.int >> 42 == t.int >> 42 for r, t in zip(runs, tasks, strict=True))
+    again = {run_id_for(tasks[0]) for _ in range(50)}
+    assert len(again) == 50  # each run of one task draws new low bits
+
+
+def test_a_run_id_for_a_uuid4_task_keeps_its_version_and_variant() -> None:
+    task_id = uuid.uuid4()
+    run_id = run_id_for(task_id, randbits=lambda n: (1 << n) - 1)
+    assert run_id.version == 4 and run_id.variant == uuid.RFC_4122
+    assert run_id.int >> 42 == task_id.int >> 42 and run_id.int & ((1 << 42) - 1) == (1 << 42) - 1

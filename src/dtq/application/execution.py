@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from uuid import UUID, uuid4
+from uuid import UUID
 
 from dtq.application.commands import Claim, ExecutionPolicy, ReportOutcome
 from dtq.application.ports import Clock, Lease, LeaseState, Queue, Store, Transaction
@@ -39,6 +39,7 @@ from dtq.domain.errors import (
     StaleRun,
     TaskNotClaimable,
 )
+from dtq.domain.ids import run_id_for
 from dtq.domain.policy import retry_delay
 from dtq.domain.status import RunStatus, TaskStatus
 
@@ -172,7 +173,7 @@ class ExecutionService:
         if not ids:
             return []
         served = None if kinds is None else frozenset(kinds)
-        run_ids = {task_id: uuid4() for task_id in ids}
+        run_ids = {task_id: run_id_for(task_id) for task_id in ids}
         try:
             try:
                 batch = await self._store.run(

@@ -1,4 +1,5 @@
-"""Task ids that keep one job's tasks next to each other in the primary key (issue 17 item 1).
+"""Task and run ids that keep one job's tasks, and its runs, next to each other in the
+primary keys of ``tasks`` and ``task_runs`` (issue 17 item 1).
 
 A job's task ids share a random 48-bit prefix and carry the task's position in the submission,
 so the ids of one job sort in submission order and occupy a contiguous range of the ``tasks``
@@ -20,6 +21,11 @@ reads nearly every leaf page of a 10,000-task job, and two workers' transactions
 (40001) on most tries. A job's range stays bounded by its size on CockroachDB too, where the
 random prefix keeps different jobs on different ranges (no single insert hotspot as with
 time-ordered ids).
+
+A run id (:func:`run_id_for`) is its task's id with the 42 random bits drawn again: with uuid4
+run ids, a completion batch's lookup of its ~128 runs read more than 32 leaf pages of the
+``task_runs`` primary key, which PostgreSQL then locks as a whole relation, and every
+concurrent claim's run insert conflicted with it.
 """
 
 from __future__ import annotations
@@ -57,3 +63,17 @@ def job_task_ids(count: int, *, randbits: Callable[[int], int] = secrets.randbit
         )
         ids.append(UUID(int=value))
     return ids
+
+
+def run_id_for(task_id: UUID, *, randbits: Callable[[int], int] = secrets.randbits) -> UUID:
+    """A new run id for a run of ``task_id``: the task id with its 42 random low bits drawn
+    again, so that a job's runs, like its tasks, occupy one contiguous range of the
+    ``task_runs`` primary key in position order (claims insert where no completion of an
+    earlier batch reads). Distinct runs of one task differ in those 42 bits.
+
+    Args:
+        task_id: the task the run belongs to (any UUID; for ids not made by
+            :func:`job_task_ids` the result is still a UUID of the same version and variant).
+        randbits: the random source (``secrets.randbits`` by default).
+    """
+    return UUID(int=(task_id.int >> 42 << 42) | randbits(42))
