@@ -49,11 +49,14 @@ import redis
 
 from benchmarks.common import (
     BenchError,
+    backend_pids,
     check_services,
+    cpu_seconds,
     median,
     probe_connect,
     redis_addr,
     redis_client,
+    redis_cpu,
     say,
 )
 from benchmarks.dtq_bench import Cluster, cluster, flat_job, post_json
@@ -66,7 +69,6 @@ from dtq.entrypoints.container import open_services
 RESULTS = Path(__file__).resolve().parent / "results"
 SLOWLOG_US = 1_000  # log every command of 1 ms or more while the run lasts
 PASS_IDS = 5_000  # one reconcile pass: max_pages (10) x RECONCILE_BATCH (500)
-_TICK = os.sysconf("SC_CLK_TCK")
 
 
 # --- process probes ----------------------------------------------------------------------------
@@ -79,30 +81,6 @@ def rss_mib(pid: int) -> float:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
     return 0.0
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds ``pid`` has used (all its threads; 0 when it is gone)."""
-    with contextlib.suppress(OSError, IndexError, ValueError):
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / _TICK
-    return 0.0
-
-
-def backend_pids(dsn: str) -> list[int]:
-    """The PostgreSQL backends connected to the database of ``dsn`` (not this probe's own)."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        rows = conn.execute(
-            "SELECT pid FROM pg_stat_activity"
-            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-        ).fetchall()
-    return [int(row[0]) for row in rows]
-
-
-def redis_cpu(client: redis.Redis) -> float:
-    """CPU seconds the Redis server has used (shared with every other client of it)."""
-    info = client.info("cpu")
-    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
 @dataclass

@@ -228,6 +228,9 @@ class Drain:
     finished: float  # time.monotonic() of the first poll seeing everything done
     launched: float  # time.monotonic() just before the workers were started
     complete: bool = True  # False: the wait timed out with ``tasks`` done out of more
+    #: µs of CPU per task by part (workers, postgres, redis, orchestrator) over the window, where
+    #: the harness measured it (``CpuSplit``); empty otherwise
+    cpu: dict[str, float] = field(default_factory=dict)
 
     @property
     def window(self) -> float:
@@ -244,6 +247,64 @@ class Drain:
         return self.finished - self.launched
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds ``pid`` has used (all its threads; 0 when it is gone)."""
+    with contextlib.suppress(OSError, IndexError, ValueError):
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return 0.0
+
+
+def backend_pids(dsn: str) -> list[int]:
+    """The PostgreSQL backends connected to the database of ``dsn`` (not this probe's own)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pid FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchall()
+    return [int(row[0]) for row in rows]
+
+
+def redis_cpu(client: redis.Redis) -> float:
+    """CPU seconds the Redis server has used (shared with every other client of it)."""
+    info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+@dataclass
+class CpuSplit:
+    """CPU seconds of each part of a dtq cluster at one moment (``take``); the difference of
+    two, over the tasks done between them, is the per-task split (``per_task``)."""
+
+    workers: float
+    postgres: float
+    redis: float
+    orchestrator: float
+
+    @classmethod
+    def take(
+        cls, workers: Sequence[int], orchestrator: int | None, dsn: str, client: redis.Redis
+    ) -> CpuSplit:
+        """Read ``/proc`` for the worker and orchestrator pids and every PostgreSQL backend of
+        ``dsn``'s database (the server must run on this machine), and Redis's INFO."""
+        return cls(
+            workers=sum(map(cpu_seconds, workers)),
+            postgres=sum(map(cpu_seconds, backend_pids(dsn))),
+            redis=redis_cpu(client),
+            orchestrator=0.0 if orchestrator is None else cpu_seconds(orchestrator),
+        )
+
+    def per_task(self, later: CpuSplit, tasks: int) -> dict[str, float]:
+        """µs of CPU per task of each part from this moment to ``later``. PostgreSQL counts the
+        backends connected at both moments; Redis is the whole server (the bench's only
+        client while a drain runs)."""
+        n = max(tasks, 1)
+        return {
+            part: round((getattr(later, part) - getattr(self, part)) * 1e6 / n, 1)
+            for part in ("workers", "postgres", "redis", "orchestrator")
+        }
+
+
 def wait_drained(
     count: Callable[[], int],
     total: int,
@@ -253,6 +314,7 @@ def wait_drained(
     interval: float = 0.01,
     check: Callable[[], None] | None = None,
     partial: bool = False,
+    on_start: Callable[[int], None] | None = None,
 ) -> Drain:
     """Poll ``count()`` until it reaches ``total``.
 
@@ -264,6 +326,7 @@ def wait_drained(
         interval: seconds between polls.
         check: called every few polls (e.g. to fail fast when a worker died).
         partial: on timeout return what was done (``complete=False``) instead of raising.
+        on_start: called once, with the count, at the first poll that sees progress.
 
     Raises:
         BenchError: ``total`` was not reached within ``timeout`` (and ``partial`` is False).
@@ -277,6 +340,8 @@ def wait_drained(
         now = time.monotonic()
         if done > 0 and started is None:
             started = now
+            if on_start is not None:
+                on_start(done)
         if done >= total:
             return Drain(tasks=total, started=started or now, finished=now, launched=launched)
         if now > deadline:

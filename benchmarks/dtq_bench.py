@@ -24,6 +24,7 @@ from benchmarks.common import (
     BIN,
     ROOT,
     BenchError,
+    CpuSplit,
     Drain,
     Processes,
     free_port,
@@ -202,6 +203,14 @@ class Cluster:
     def check_workers(self) -> None:
         self.procs.check_alive("orchestrator", *self.workers)
 
+    def cpu_split(self, client: Any) -> CpuSplit:
+        """CPU seconds of the workers, the orchestrator, this database's backends and Redis."""
+        procs = self.procs.procs
+        orchestrator = procs["orchestrator"].pid if "orchestrator" in procs else None
+        return CpuSplit.take(
+            [procs[name].pid for name in self.workers], orchestrator, self.dsn, client
+        )
+
     # -- database probes ---------------------------------------------------------------------
 
     def count_status(self, status: str) -> int:
@@ -350,6 +359,12 @@ def _drain(
         post_many(f"{c.url}/v1/jobs", bodies, 16)
     launched = time.monotonic()
     c.start_workers(concurrency, **worker_env)
+    client = redis_client()
+    first: list[tuple[int, CpuSplit]] = []
+
+    def on_start(done: int) -> None:
+        first.append((done, c.cpu_split(client)))
+
     try:
         ran = wait_drained(
             c.counter,
@@ -358,6 +373,7 @@ def _drain(
             timeout=timeout,
             check=c.check_workers,
             partial=True,
+            on_start=on_start,
         )
         if not ran.complete:
             return ran
@@ -370,9 +386,16 @@ def _drain(
             check=c.check_workers,
             partial=True,
         )
+        cpu: dict[str, float] = {}
+        if first:
+            done, at_start = first[0]
+            cpu = at_start.per_task(c.cpu_split(client), total - done)
     finally:
         c.stop_workers()
-    return Drain(total, ran.started, committed.finished, launched, complete=committed.complete)
+        client.close()
+    return Drain(
+        total, ran.started, committed.finished, launched, complete=committed.complete, cpu=cpu
+    )
 
 
 def _incomplete(d: Drain, what: str) -> str:
@@ -433,9 +456,12 @@ def bench_drain(
                 break
             d = _drain(c, flat_job(n), RECOMMENDED_CONCURRENCY, sizes.drain_timeout)
             result.add_run("tasks_per_s", d.rate)
+            for part, us in d.cpu.items():
+                result.add_run(f"cpu_us_per_task_{part}", us)
+            split = ", ".join(f"{part} {us:.0f}" for part, us in d.cpu.items())
             say(
                 f"  drain {recommended} defaults: {d.rate:,.0f} tasks/s ({d.window:.2f}s, "
-                f"wall {d.wall:.2f}s)"
+                f"wall {d.wall:.2f}s; CPU µs/task: {split or 'n/a'})"
             )
             if not d.complete:
                 result.notes.append(_incomplete(d, "drain"))

@@ -134,6 +134,22 @@ def build_table(
                 vs or "no peers run",
             )
         )
+        split = {
+            part: drain.figures.get(f"cpu_us_per_task_{part}")
+            for part in ("workers", "postgres", "redis", "orchestrator")
+        }
+        if all(us is not None for us in split.values()):
+            total = sum(us for us in split.values() if us is not None)
+            rows.append(
+                (
+                    "drain",
+                    "CPU µs per task (median of the runs): workers / PostgreSQL / Redis / "
+                    "orchestrator",
+                    " / ".join(f"{us:.0f}" for us in split.values() if us is not None),
+                    "-",
+                    f"total {total:.0f} µs per task on {os.cpu_count()} cores",
+                )
+            )
         tuned = drain.figures.get("defaults_vs_tuned")
         rows.append(
             (
