@@ -448,3 +448,54 @@ async def test_claims_abandoned_before_their_task_began_are_handed_back() -> Non
     assert runner.handed_back == 2
     for task_id in ids:
         assert [r.status for r in (await h.task(task_id)).runs] == [RunStatus.DEAD]
+
+
+async def test_a_backlog_is_claimed_in_whole_batches_not_staggered_halves() -> None:
+    """While the lists hold a backlog, a pop waits for the commit that frees the rest of the
+    slots instead of claiming half a batch (Fetcher.loop): completions of 32 would otherwise
+    keep the claims at 32 for the whole backlog."""
+    h, execution = counting_harness(latency=0.003)
+    runtime = Runtime(replace(FAST, concurrency=64, complete_batch=32, claim_batch=64))
+    runtime.register("noop", lambda task: None)
+
+    ids = await submit_many(h, "noop", 640)
+    async with h.running(runtime):
+        for task_id in ids:
+            await h.wait_task(task_id, [TaskStatus.COMPLETED], timeout=10)
+
+    assert sum(execution.claim_sizes) == 640
+    full = sum(1 for size in execution.claim_sizes if size == 64)
+    assert full >= 8, execution.claim_sizes  # of the 10 batches the backlog fills
+    assert h.counter("worker_tasks_succeeded_total", kind="noop") == 640
+
+
+async def test_slots_freed_by_failures_are_claimed_again_without_waiting_for_a_commit() -> None:
+    """The fetch loop's wait for a commit of successes is bounded: here the slots are freed by
+    failures (recorded by their own transactions, never a success commit) while the other
+    slots stay held by long handlers, and the tasks behind them are still claimed and run."""
+    h, _ = counting_harness(latency=0.002)
+    runtime = Runtime(replace(FAST, concurrency=8, complete_batch=4, claim_batch=8))
+    release = asyncio.Event()
+    failed: list[UUID] = []
+
+    @runtime.handler("long")
+    async def long(task: Task) -> None:
+        await release.wait()
+
+    @runtime.handler("broken")
+    async def broken(task: Task) -> None:
+        failed.append(task.id)
+        raise RuntimeError("boom")
+
+    long_ids = await submit_many(h, "long", 7)
+    result = await h.submit_tasks(
+        *(TaskSpec(name=f"b{i}", kind="broken", max_attempts=1) for i in range(40))
+    )
+    broken_ids = list(result.task_ids.values())
+    async with h.running(runtime):
+        for task_id in broken_ids:  # seven of eight slots stay held the whole time
+            await h.wait_task(task_id, [TaskStatus.FAILED], timeout=10)
+        assert not release.is_set() and len(failed) == 40
+        release.set()
+        for task_id in long_ids:
+            await h.wait_task(task_id, [TaskStatus.COMPLETED], timeout=10)

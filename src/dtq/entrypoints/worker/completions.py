@@ -128,6 +128,8 @@ class Completions:
         #: Set while fewer than ``limit`` successes wait: the fetch loop claims only then.
         self.room = asyncio.Event()
         self.room.set()
+        #: Set after each commit returned (its slots released); cleared by a waiter first.
+        self.committed = asyncio.Event()
         self._stopping = False  # shutdown: a failing commit gets the bounded tries only
 
     def stop_retrying(self) -> None:
@@ -197,6 +199,7 @@ class Completions:
             for held in batch:  # the lease renewal stops: committed, or the lease lapses
                 held.phase = Phase.SETTLING
                 self._settled(held)
+            self.committed.set()
         if started is not None:
             _complete_spans(batch, outcomes, started)
         if outcomes is None:

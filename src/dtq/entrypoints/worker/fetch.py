@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeVar
+from typing import Protocol, TypeVar
 from uuid import UUID
 
 from dtq.application.commands import Claim
@@ -29,6 +30,8 @@ T = TypeVar("T")
 #: how far doubling takes it.
 ADAPTIVE_CLAIM_MIN = 32
 ADAPTIVE_CLAIM_MAX = 256
+#: Shortest bound (seconds) of the fetch loop's wait for a commit of its own successes.
+COALESCE_MIN_WAIT = 0.005
 
 
 class ClaimBatch:
@@ -89,6 +92,13 @@ class Slots:
         await self._freed.wait()
 
 
+class CommitSignal(Protocol):
+    """What the fetch loop reads of the success batcher (``Completions``)."""
+
+    #: set after each commit returned (its slots released); a waiter clears it first
+    committed: asyncio.Event
+
+
 class Fetcher:
     """Pops ids into free slots, claims them, hands each claim to ``deliver``.
 
@@ -98,6 +108,9 @@ class Fetcher:
         queue: the ready lists.
         turn: the hot-path transaction turn (taken around a batch claim).
         room: set while completions can take more successes (backpressure).
+        completions: the success batcher (its ``committed`` event): after a full pop, the
+            next one may wait for one commit of the worker's own successes when fewer slots
+            than a batch are free (see :meth:`loop`); None never waits.
         deliver: starts one committed claim (runs it, or hands it back when stopping), with
             the parent of its handler span (``tracing.claim_span``; None while tracing is off).
         hand_back: hands claims back at once (used when this loop is cancelled).
@@ -113,6 +126,7 @@ class Fetcher:
         queue: ReadyLists,
         turn: asyncio.Lock,
         room: asyncio.Event,
+        completions: CommitSignal | None = None,
         deliver: Callable[[Claim, tracing.TraceHandle | None], None],
         hand_back: Callable[[Sequence[Claim]], Awaitable[None]],
         kinds: frozenset[str] | None = None,
@@ -123,8 +137,11 @@ class Fetcher:
         self._refusals = shared.meters.metrics.claim_refusals
         self._queue, self._turn, self._room = queue, turn, room
         self._deliver, self._hand_back = deliver, hand_back
+        self._completions = completions
         self.slots = Slots(config.concurrency)
         self.batch = ClaimBatch(config.claim_batch)
+        self._coalesce = False  # the last pop was full: the next may wait for one commit
+        self._claim_took = 0.0  # seconds the last batch claim took
         self._stopping = asyncio.Event()
 
     def stop(self) -> None:
@@ -133,7 +150,17 @@ class Fetcher:
         self.slots.wake()
 
     async def loop(self) -> None:
-        """Pop, claim and deliver until stopped; errors back off, never end the loop."""
+        """Pop, claim and deliver until stopped; errors back off, never end the loop.
+
+        While the ready lists have a backlog (the last pop brought all it asked for), a pop
+        that would ask for fewer ids than a batch first waits for the next commit of this
+        worker's own successes, once, for at most twice the last claim transaction's time
+        (``COALESCE_MIN_WAIT`` at least): short handlers free their slots within it, long
+        ones cost that much idle time once per pop. Otherwise two half batches, one being
+        claimed while the other completes, stay staggered for the whole backlog: twice the
+        claim transactions, and on PostgreSQL twice the key ranges where two workers'
+        transactions meet and abort each other (benchmarks/PROFILE.md, fifth pass).
+        """
         config, slots = self._config, self.slots
         failures = 0
         while not self._stopping.is_set():
@@ -144,6 +171,15 @@ class Fetcher:
             if not self._room.is_set():
                 await wait_any(self._room, self._stopping)
                 continue
+            completions = self._completions
+            if self._coalesce and completions is not None and free < self.batch.size:
+                # at most one wait per pop, bounded by about two claim transactions' time
+                self._coalesce = False
+                completions.committed.clear()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(max(COALESCE_MIN_WAIT, 2 * self._claim_took)):
+                        await wait_any(completions.committed, self._stopping)
+                continue
             try:
                 asked = self.batch.ask(free)
                 task_ids = await self._queue.pop_many(
@@ -153,6 +189,7 @@ class Fetcher:
                     kinds=self._kinds,
                 )
                 self.batch.popped(asked, len(task_ids))
+                self._coalesce = len(task_ids) == asked
                 if task_ids and self._stopping.is_set():
                     # popped by a wait that began before the stop: give them to another worker
                     # unclaimed, rather than claim them only to hand them back (dead runs).
@@ -208,7 +245,11 @@ class Fetcher:
         if len(task_ids) == 1:
             return await self._execution.claim_many(task_ids, worker_id, kinds)
         async with self._turn:
-            return await self._execution.claim_many(task_ids, worker_id, kinds)
+            started = time.monotonic()
+            try:
+                return await self._execution.claim_many(task_ids, worker_id, kinds)
+            finally:
+                self._claim_took = time.monotonic() - started
 
     async def _settle(self, claiming: asyncio.Future[list[Claim]]) -> list[Claim]:
         """The claims of a claim call that outlived a cancel (recovered a bounded number of

@@ -100,6 +100,7 @@ class Session:
             queue=services.queue,
             turn=turn,
             room=self._completions.room,
+            completions=self._completions,
             deliver=self.start,
             hand_back=self._hand_back_claims,
             kinds=frozenset(self._handlers),
