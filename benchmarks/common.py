@@ -231,6 +231,8 @@ class Drain:
     #: µs of CPU per task by part (workers, postgres, redis, orchestrator) over the window, where
     #: the harness measured it (``CpuSplit``); empty otherwise
     cpu: dict[str, float] = field(default_factory=dict)
+    #: transactions of the drain's database (``commits``, ``rollbacks``), where measured
+    transactions: dict[str, int] = field(default_factory=dict)
 
     @property
     def window(self) -> float:

@@ -213,6 +213,18 @@ class Cluster:
 
     # -- database probes ---------------------------------------------------------------------
 
+    def transactions(self) -> dict[str, int]:
+        """This database's committed and rolled-back transactions so far (pg_stat_database;
+        a SERIALIZABLE conflict re-run is one rollback)."""
+        if self._conn is None:
+            self._conn = probe_connect(self.dsn)
+        self._conn.execute("SELECT pg_stat_clear_snapshot()")
+        row = self._conn.execute(
+            "SELECT xact_commit, xact_rollback FROM pg_stat_database"
+            " WHERE datname = current_database()"
+        ).fetchone()
+        return {"commits": int(row[0]), "rollbacks": int(row[1])} if row else {}
+
     def count_status(self, status: str) -> int:
         if self._conn is None:
             self._conn = probe_connect(self.dsn)
@@ -357,6 +369,7 @@ def _drain(
         post_json(f"{c.url}/v1/jobs", bodies[0])
     else:
         post_many(f"{c.url}/v1/jobs", bodies, 16)
+    xacts = c.transactions()
     launched = time.monotonic()
     c.start_workers(concurrency, **worker_env)
     client = redis_client()
@@ -393,8 +406,15 @@ def _drain(
     finally:
         c.stop_workers()
         client.close()
+    after = c.transactions()  # the workers' backends flushed their counters as they exited
     return Drain(
-        total, ran.started, committed.finished, launched, complete=committed.complete, cpu=cpu
+        total,
+        ran.started,
+        committed.finished,
+        launched,
+        complete=committed.complete,
+        cpu=cpu,
+        transactions={k: after[k] - xacts[k] for k in after},
     )
 
 
@@ -458,10 +478,13 @@ def bench_drain(
             result.add_run("tasks_per_s", d.rate)
             for part, us in d.cpu.items():
                 result.add_run(f"cpu_us_per_task_{part}", us)
+            for name, count in d.transactions.items():
+                result.add_run(f"transactions_{name}", count)
             split = ", ".join(f"{part} {us:.0f}" for part, us in d.cpu.items())
+            xacts = ", ".join(f"{count:,} {name}" for name, count in d.transactions.items())
             say(
                 f"  drain {recommended} defaults: {d.rate:,.0f} tasks/s ({d.window:.2f}s, "
-                f"wall {d.wall:.2f}s; CPU µs/task: {split or 'n/a'})"
+                f"wall {d.wall:.2f}s; CPU µs/task: {split or 'n/a'}; transactions: {xacts})"
             )
             if not d.complete:
                 result.notes.append(_incomplete(d, "drain"))
