@@ -13,7 +13,7 @@ from dtq.entrypoints.worker import gctuning
 @pytest.fixture
 def fresh_gc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """An untuned process as far as ``tune`` knows; the collector's settings restored after."""
-    monkeypatch.setattr(gctuning, "_tuned", False)
+    monkeypatch.setattr(gctuning._Process, "tuned", False)
     before = gc.get_threshold()
     gc.set_threshold(700, before[1], before[2])
     yield

@@ -18,7 +18,11 @@ import gc
 #: Young-generation threshold while a worker runs (CPython's default is 700).
 WORKER_GC_THRESHOLD0 = 10_000
 
-_tuned = False
+
+class _Process:
+    """Whether :func:`tune` ran in this process."""
+
+    tuned = False
 
 
 def tune() -> bool:
@@ -29,10 +33,9 @@ def tune() -> bool:
     Returns:
         True if this call tuned the collector, False if an earlier call did.
     """
-    global _tuned
-    if _tuned:
+    if _Process.tuned:
         return False
-    _tuned = True
+    _Process.tuned = True
     gc.collect()  # what is garbage now is freed, not frozen
     gc.freeze()
     threshold0, threshold1, threshold2 = gc.get_threshold()

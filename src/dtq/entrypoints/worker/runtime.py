@@ -27,8 +27,8 @@ from dtq.entrypoints import eventloop, tracing
 from dtq.entrypoints.bundles import WorkerServices
 from dtq.entrypoints.config import Settings, listen_address, load_settings
 from dtq.entrypoints.metrics import WorkerMetrics, new_registry
-from dtq.entrypoints.worker.backend import WorkerBackend
 from dtq.entrypoints.worker import gctuning
+from dtq.entrypoints.worker.backend import WorkerBackend
 from dtq.entrypoints.worker.config import WorkerConfig
 from dtq.entrypoints.worker.session import Session
 from dtq.worker import Handler, Options, Task
