@@ -20,6 +20,7 @@ lists.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from datetime import datetime
 from itertools import repeat
 from typing import Any, ClassVar
@@ -78,8 +79,19 @@ class _ArrayDumper(Dumper):
         info = _types[self.element]
         self.oid = info.array_oid
         self._element_oid = info.oid
-        adapters = context.adapters if context is not None else psycopg.adapters
-        self._dump_one = adapters.get_dumper_by_oid(info.oid, self.format)(type(None), context).dump
+        self._context = context
+        self._element_dumper: Callable[[Any], Buffer | None] | None = None
+
+    def _element(self) -> Callable[[Any], Buffer | None]:
+        """psycopg's dumper of one element, made on first use: a dumper lives as long as one
+        statement's parameters, and the fixed-size arrays need it only for a column with a
+        NULL."""
+        if self._element_dumper is None:
+            context = self._context
+            adapters = context.adapters if context is not None else psycopg.adapters
+            dumper_class = adapters.get_dumper_by_oid(self._element_oid, self.format)
+            self._element_dumper = dumper_class(type(None), context).dump
+        return self._element_dumper
 
     def dump(self, obj: Any) -> Buffer | None:
         if not obj:
@@ -96,7 +108,7 @@ class _ArrayDumper(Dumper):
     def _items_with_nulls(self, obj: list[Any]) -> bytes:
         # A batch column often repeats one object (the transaction time, a status): an element
         # that is the previous one reuses its bytes.
-        dump = self._dump_one
+        dump = self._element()
         parts: list[bytes] = []
         last: object = None
         encoded = b""
