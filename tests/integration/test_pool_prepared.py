@@ -5,6 +5,8 @@ prepared statement, with a ``DEALLOCATE ALL``, on each)."""
 from __future__ import annotations
 
 import pytest
+from psycopg import AsyncConnection
+from psycopg.rows import TupleRow
 
 from dtq.adapters.cockroach.pool import Pool, StoreConnection
 
@@ -18,7 +20,14 @@ class _Boom(Exception):
     pass
 
 
-async def _prepared_on_server(conn: StoreConnection) -> int:
+async def _rolled_back(conn: AsyncConnection[TupleRow]) -> None:
+    """One transaction running the probe, then rolled back by an exception."""
+    async with conn.transaction():
+        await conn.execute(_PROBE, ("k",))
+        raise _Boom
+
+
+async def _prepared_on_server(conn: AsyncConnection[TupleRow]) -> int:
     row = await (await conn.execute(_SERVER_STATEMENTS, prepare=False)).fetchone()
     assert row is not None
     return int(row[0])
@@ -30,9 +39,7 @@ async def test_a_rollback_keeps_the_connections_prepared_statements(pg_pool: Poo
         await conn.execute(_PROBE, ("k",), prepare=True)
         assert await _prepared_on_server(conn) == 1
         with pytest.raises(_Boom):
-            async with conn.transaction():
-                await conn.execute(_PROBE, ("k",))
-                raise _Boom
+            await _rolled_back(conn)
         assert await _prepared_on_server(conn) == 1  # no DEALLOCATE ALL
         # still known to the client: executed as prepared, no new statement
         row = await (await conn.execute(_PROBE, ("k",))).fetchone()
