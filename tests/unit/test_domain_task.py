@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from datetime import UTC, datetime, timedelta
 from uuid import UUID, uuid4
 
@@ -303,3 +304,16 @@ def test_job_status_change_reports_whether_a_write_is_needed() -> None:
     assert job.set_status(JobStatus.FAILED, at=T0) is True
     assert job.set_status(JobStatus.COMPLETED, at=T0) is False
     assert job.status is JobStatus.FAILED
+
+
+def test_copy_of_a_task_and_its_run_is_shallow_and_independent() -> None:
+    """``copy.copy`` (``__copy__``) gives every field, ``transitions`` too, by reference."""
+    task = make_task(payload={"n": [1]}, result=None)
+    run = claimed(task)
+    task_copy, run_copy = copy.copy(task), copy.copy(run)
+    assert task_copy is not task and run_copy is not run
+    assert task_copy == task and run_copy == run
+    assert task_copy.transitions == task.transitions != ()  # compare=False: checked apart
+    assert task_copy.payload is task.payload  # shallow
+    assert task_copy.succeed(run_copy, at=T0 + timedelta(seconds=1), result=7)
+    assert (task.status, task.result, run.status) == (TaskStatus.RUNNING, None, RunStatus.RUNNING)

@@ -14,20 +14,67 @@ Three bounds keep a database outage visible within seconds instead of half a min
 :func:`open_pool` first makes one plain connection, so a database that is down at start is
 reported in one line ("connection refused at 127.0.0.1:26257") rather than as "pool
 initialization incomplete after 30 sec".
+
+Pool connections are :class:`StoreConnection`: their prepared statements survive a rolled-back
+transaction (psycopg's own connection forgets them all on every ROLLBACK).
 """
 
 from __future__ import annotations
 
 import math
 import re
+from typing import Any
 
 import psycopg
 from psycopg import AsyncConnection, IsolationLevel
+from psycopg._preparing import PrepareManager
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool
 
 from dtq.domain.errors import BackendUnavailable
+
+
+class _KeptOnRollback(PrepareManager):
+    """psycopg's prepared-statement cache, except that a transaction's rollback keeps it.
+
+    psycopg clears the cache and sends ``DEALLOCATE ALL`` whenever a transaction block rolls
+    back (a rolled-back DDL could have changed what a statement refers to). The store's
+    connections run no DDL, and a prepared statement outlives a ROLLBACK on the server
+    (PostgreSQL and CockroachDB keep prepared statements per session), so the cache stays valid.
+    Without this, the store's re-runs after 40001 (a third of the drain's tries) kept the hot
+    statements from ever reaching the prepare threshold: parsed and planned on every execution.
+    Statements that really drop the server's state (``DISCARD ALL``, ``DEALLOCATE ALL``, DDL)
+    still clear it (psycopg's check of each statement's result).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._checking = False
+
+    def clear(self) -> bool:
+        """Clear the cache only when psycopg's check of a statement's result asks for it; a
+        transaction's rollback (the other caller) keeps it (see the class)."""
+        return super().clear() if self._checking else False
+
+    def validate(self, *args: Any, **kwargs: Any) -> None:
+        # psycopg's check of an executed statement's results: clears what DDL, DISCARD ALL or
+        # DEALLOCATE ALL made stale
+        self._checking = True
+        try:
+            super().validate(*args, **kwargs)
+        finally:
+            self._checking = False
+
+
+class StoreConnection(AsyncConnection[TupleRow]):
+    """The store pool's connection: prepared statements are kept across rollbacks
+    (:class:`_KeptOnRollback`); otherwise psycopg's ``AsyncConnection``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._prepared = _KeptOnRollback()
+
 
 Pool = AsyncConnectionPool[AsyncConnection[TupleRow]]
 
@@ -132,6 +179,7 @@ async def open_pool(
         min_size=min_size,
         max_size=max_size,
         kwargs={"autocommit": True},
+        connection_class=StoreConnection,
         configure=_configure,
         max_lifetime=max_lifetime,
         timeout=acquire_timeout,

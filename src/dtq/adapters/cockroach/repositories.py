@@ -28,6 +28,7 @@ from psycopg.rows import TupleRow
 from psycopg.types.numeric import Int8
 
 from dtq.adapters.cockroach import listing_sql, sql
+from dtq.adapters.cockroach.arrays import Int8Array, TextArray, TimestamptzArray, UuidArray
 from dtq.adapters.cockroach.events import PgEventRepository
 from dtq.adapters.cockroach.retention import PgRetentionRepository
 from dtq.adapters.cockroach.rows import (
@@ -244,7 +245,7 @@ class PgJobRepository:
         """The known jobs among ``job_ids``, in no set order (one statement)."""
         if not job_ids:
             return []
-        cur = await self._conn.execute(sql.GET_JOBS, (list(job_ids),))
+        cur = await self._conn.execute(sql.GET_JOBS, (UuidArray(job_ids),))
         return [job_from_row(row) for row in await cur.fetchall()]
 
     async def save(self, job: Job) -> None:
@@ -373,6 +374,26 @@ def _task_changes(t: Task) -> tuple[Any, ...]:
     )
 
 
+def _task_change_arrays(tasks: Sequence[Task]) -> tuple[Any, ...]:
+    """The columns of :func:`_task_changes` for many tasks, one typed array each, in the same
+    order (``UPDATE_TASKS``): built column by column, no per-task tuple nor ``Int8``."""
+    return (
+        TextArray([t.status.value for t in tasks]),
+        TimestamptzArray([t.scheduled_at for t in tasks]),
+        TimestamptzArray([t.updated_at for t in tasks]),
+        TextArray([t.priority for t in tasks]),
+        Int8Array([t.max_attempts for t in tasks]),
+        Int8Array([t.attempt for t in tasks]),
+        Int8Array([t.reclaims for t in tasks]),
+        TimestamptzArray([t.started_at for t in tasks]),
+        TimestamptzArray([t.finished_at for t in tasks]),
+        TextArray([t.last_error for t in tasks]),
+        UuidArray([t.current_run_id for t in tasks]),
+        TextArray([encode_json(t.result) for t in tasks]),
+        TextArray([encode_json(t.progress) for t in tasks]),
+    )
+
+
 class PgTaskRepository:
     """``TaskRepository`` on one transaction."""
 
@@ -394,7 +415,7 @@ class PgTaskRepository:
         bring the transaction time)."""
         if not task_ids:
             return []
-        cur = await self._conn.execute(sql.GET_TASKS, (list(task_ids),))
+        cur = await self._conn.execute(sql.GET_TASKS, (UuidArray(task_ids),))
         rows = await cur.fetchall()
         if rows:
             self._clock.offer(rows[0])
@@ -438,9 +459,9 @@ class PgTaskRepository:
             single=self.save,
             statement=sql.UPDATE_TASKS,
             params=lambda ids: (
-                ids,
-                [Int8(t.version) for t in tasks],
-                *(list(column) for column in zip(*map(_task_changes, tasks), strict=True)),
+                UuidArray(ids),
+                Int8Array([t.version for t in tasks]),
+                *_task_change_arrays(tasks),
             ),
         )
         if written:
@@ -487,7 +508,7 @@ class PgTaskRepository:
         (one statement)."""
         if not task_ids:
             return []
-        cur = await self._conn.execute(sql.DEPENDENTS_MANY, (list(task_ids),))
+        cur = await self._conn.execute(sql.DEPENDENTS_MANY, (UuidArray(task_ids),))
         return [(row[0], row[1]) for row in await cur.fetchall()]
 
     async def parent_results(self, task_ids: Sequence[UUID]) -> dict[UUID, dict[str, Any]]:
@@ -495,7 +516,7 @@ class PgTaskRepository:
         statement); tasks without dependencies are left out."""
         if not task_ids:
             return {}
-        cur = await self._conn.execute(sql.PARENT_RESULTS, (list(task_ids),))
+        cur = await self._conn.execute(sql.PARENT_RESULTS, (UuidArray(task_ids),))
         found: dict[UUID, dict[str, Any]] = {}
         for task_id, name, result in await cur.fetchall():
             found.setdefault(task_id, {})[name] = decode_json(result)
@@ -534,7 +555,7 @@ class PgTaskRepository:
         if not statuses:
             return False
         cur = await self._conn.execute(
-            sql.JOB_HAS_STATUS, ([TaskStatus(s).value for s in statuses], job_id)
+            sql.JOB_HAS_STATUS, (TextArray([TaskStatus(s).value for s in statuses]), job_id)
         )
         row = await cur.fetchone()
         return bool(row and row[0])
@@ -619,14 +640,14 @@ class PgRunRepository:
         await self._conn.execute(
             sql.INSERT_RUNS,
             (
-                [r.id for r in runs],
-                [r.task_id for r in runs],
-                [Int8(r.attempt_number) for r in runs],
-                [r.worker_id for r in runs],
-                [r.status.value for r in runs],
-                [r.started_at for r in runs],
-                [r.error for r in runs],
-                [r.finished_at for r in runs],
+                UuidArray([r.id for r in runs]),
+                UuidArray([r.task_id for r in runs]),
+                Int8Array([r.attempt_number for r in runs]),
+                TextArray([r.worker_id for r in runs]),
+                TextArray([r.status.value for r in runs]),
+                TimestamptzArray([r.started_at for r in runs]),
+                TextArray([r.error for r in runs]),
+                TimestamptzArray([r.finished_at for r in runs]),
             ),
         )
 
@@ -639,7 +660,7 @@ class PgRunRepository:
         """The known runs among ``run_ids``, in no set order (one statement)."""
         if not run_ids:
             return []
-        cur = await self._conn.execute(sql.GET_RUNS, (list(run_ids),))
+        cur = await self._conn.execute(sql.GET_RUNS, (UuidArray(run_ids),))
         return [run_from_row(row) for row in await cur.fetchall()]
 
     async def save(self, run: TaskRun) -> None:
@@ -671,10 +692,10 @@ class PgRunRepository:
             single=self.save,
             statement=sql.UPDATE_RUNS,
             params=lambda ids: (
-                ids,
-                [r.status.value for r in runs],
-                [r.error for r in runs],
-                [r.finished_at for r in runs],
+                UuidArray(ids),
+                TextArray([r.status.value for r in runs]),
+                TextArray([r.error for r in runs]),
+                TimestamptzArray([r.finished_at for r in runs]),
                 RunStatus.RUNNING.value,
                 RunStatus.RUNNING.value,
             ),

@@ -27,6 +27,7 @@ from dtq.entrypoints import eventloop, tracing
 from dtq.entrypoints.bundles import WorkerServices
 from dtq.entrypoints.config import Settings, listen_address, load_settings
 from dtq.entrypoints.metrics import WorkerMetrics, new_registry
+from dtq.entrypoints.worker import gctuning
 from dtq.entrypoints.worker.backend import WorkerBackend
 from dtq.entrypoints.worker.config import WorkerConfig
 from dtq.entrypoints.worker.session import Session
@@ -136,6 +137,9 @@ class Runtime:
     ) -> None:
         """Work until stopped, then shut down (hand unfinished tasks back, spec §6).
 
+        The first run in a process also tunes its garbage collector for throughput
+        (:func:`dtq.entrypoints.worker.gctuning.tune`: a frozen start-up heap, rarer passes).
+
         Args:
             services: the worker's bundle (execution, registry, queue).
             config: the resolved configuration (:meth:`configure`).
@@ -154,6 +158,7 @@ class Runtime:
         if self._running:
             raise RuntimeError("this Runtime is already running")
         self._running = True
+        gctuning.tune()
         stop = asyncio.Event() if stop is None else stop
         stop_now = asyncio.Event() if stop_now is None else stop_now
         metrics = WorkerMetrics(new_registry()) if metrics is None else metrics
