@@ -141,6 +141,11 @@ class TaskRepository(Protocol):
         """The known tasks among ``task_ids`` (unknown ids are left out), in no set order."""
         ...
 
+    async def get_many_with_jobs(self, task_ids: Sequence[UUID]) -> tuple[list[Task], list[Job]]:
+        """``get_many``, and the jobs of the tasks found (each job once, in no set order),
+        read together in one statement (the claim needs both)."""
+        ...
+
     async def list_by_job(self, job_id: UUID) -> list[Task]:
         """Every task of the job, ordered by ``created_at`` then ``name``."""
         ...

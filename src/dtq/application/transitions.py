@@ -175,23 +175,24 @@ async def reopen_job(tx: Transaction, job_id: UUID, *, at: datetime, started: bo
         await tx.jobs.save(job)
 
 
-async def mark_jobs_started(tx: Transaction, job_ids: Iterable[UUID], *, at: datetime) -> list[Job]:
-    """Move the ``pending`` jobs among ``job_ids`` to ``running`` (a task of each was claimed).
+async def mark_jobs_started(tx: Transaction, jobs: Iterable[Job], *, at: datetime) -> list[Job]:
+    """Move the ``pending`` jobs among ``jobs`` (read in this transaction, e.g. with their
+    tasks by ``TaskRepository.get_many_with_jobs``) to ``running``: a task of each was claimed.
 
-    The job rows are read in one statement and written only when a status changes.
+    The job rows are written only when a status changes, in one statement.
 
     Returns:
-        The jobs read (the known ones among ``job_ids``, in no set order), as written.
+        ``jobs`` (each once), as written.
     """
-    jobs = await tx.jobs.get_many(list(dict.fromkeys(job_ids)))
+    read = list({job.id: job for job in jobs}.values())
     started = [
         job
-        for job in jobs
+        for job in read
         if job.status is JobStatus.PENDING and job.set_status(JobStatus.RUNNING, at=at)
     ]
     if started:
         await tx.jobs.save_many(started)
-    return jobs
+    return read
 
 
 async def mark_job_failed(tx: Transaction, job_id: UUID, *, at: datetime) -> None:

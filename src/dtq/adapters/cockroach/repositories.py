@@ -51,6 +51,9 @@ from dtq.domain.tokens import ApiToken, TokenNameTaken
 
 Conn = AsyncConnection[TupleRow]
 
+#: Where the job's columns start in a ``sql.GET_TASKS_WITH_JOBS`` row (after the task's).
+_JOB_COLUMNS = 23
+
 
 class _TxClock:
     """The transaction timestamp of one try, read at most once.
@@ -399,6 +402,22 @@ class PgTaskRepository:
         if rows:
             self._clock.offer(rows[0])
         return [task_from_row(row) for row in rows]
+
+    async def get_many_with_jobs(self, task_ids: Sequence[UUID]) -> tuple[list[Task], list[Job]]:
+        """``get_many`` and the jobs of the tasks found, each job once, in one statement
+        (``sql.GET_TASKS_WITH_JOBS``; the rows also bring the transaction time)."""
+        if not task_ids:
+            return [], []
+        cur = await self._conn.execute(sql.GET_TASKS_WITH_JOBS, (list(task_ids),))
+        rows = await cur.fetchall()
+        if not rows:
+            return [], []
+        self._clock.offer(rows[0])
+        jobs: dict[UUID, Job] = {}
+        for row in rows:
+            if row[_JOB_COLUMNS] not in jobs:  # tasks of one job decode it once
+                jobs[row[_JOB_COLUMNS]] = job_from_row(row[_JOB_COLUMNS:])
+        return [task_from_row(row) for row in rows], list(jobs.values())
 
     async def list_by_job(self, job_id: UUID) -> list[Task]:
         """Every task of the job, ordered by ``created_at``, ``name`` (then id)."""

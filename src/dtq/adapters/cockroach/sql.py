@@ -164,6 +164,21 @@ GET_TASKS: Final = (
     " WHERE id = ANY(%b::uuid[])"
 )
 
+# GET_TASKS with each task's job, for the claim of a lone id (issue 17 item 4: one round trip
+# fewer than GET_TASKS then GET_JOBS on an idle task's submit-to-start path): the task
+# columns as in GET_TASKS, then the job columns as in GET_JOB, then now(). Served by the two
+# primary keys. Not for batches: their tasks mostly share a job, whose columns every row
+# would repeat (measured: no gain in the drain).
+GET_TASKS_WITH_JOBS: Final = (
+    "SELECT t.id, t.job_id, t.name, t.kind, t.payload::text, t.status, t.scheduled_at,"
+    " t.created_at, t.updated_at, t.priority, t.max_attempts, t.attempt, t.reclaims,"
+    " t.started_at, t.finished_at, t.last_error, t.current_run_id, t.version, t.result::text,"
+    " t.job_position, t.progress::text, t.retry_policy::text, t.timeout_ms,"
+    " j.id, j.name, j.status, j.metadata::text, j.idempotency_key, j.request_hash, j.version,"
+    " j.created_at, j.updated_at, j.trace_context, now()"
+    " FROM tasks AS t JOIN jobs AS j ON j.id = t.job_id WHERE t.id = ANY(%b::uuid[])"
+)
+
 LIST_TASKS_BY_JOB: Final = (
     "SELECT id, job_id, name, kind, payload::text, status, scheduled_at, created_at,"
     " updated_at, priority, max_attempts, attempt, reclaims, started_at, finished_at,"

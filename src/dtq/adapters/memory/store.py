@@ -350,6 +350,11 @@ class _Tasks:
         found = (self._tx.task(i) for i in dict.fromkeys(task_ids))  # each row once, as SQL
         return [replace(t) for t in found if t is not None]
 
+    async def get_many_with_jobs(self, task_ids: Sequence[UUID]) -> tuple[list[Task], list[Job]]:
+        tasks = await self.get_many(task_ids)
+        jobs = (self._tx.job(i) for i in dict.fromkeys(t.job_id for t in tasks))
+        return tasks, [replace(j) for j in jobs if j is not None]
+
     async def list_by_job(self, job_id: UUID) -> list[Task]:
         tasks = await self.get_many(self._job_task_ids(job_id))
         return sorted(tasks, key=lambda t: (t.created_at, t.name))
