@@ -16,7 +16,7 @@ import psycopg
 import pytest
 from redis.asyncio import Redis
 
-from dtq.adapters.cockroach import CockroachStore, sql
+from dtq.adapters.cockroach import CockroachStore
 from dtq.adapters.redis import KeyLayout, RedisQueue
 from dtq.application.commands import Claim, SubmitJob, TaskSpec
 from dtq.domain.status import JobStatus, TaskStatus
@@ -69,7 +69,7 @@ async def test_routing_a_task_at_claim_adds_no_statement(
     async def claim(ids: list[UUID]) -> list[Claim]:
         return await services.worker.execution.claim_many(ids, "w-a", {"a"})
 
-    # two ids either way (a lone id is read with its job, see the next test): one claimed,
+    # two ids either way (a lone id is read with its job: test_idle_path_real): one claimed,
     # the other unknown here, of a kind this worker does not serve below
     with counting_statements() as for_one:
         assert len(await claim([alone["a0"], uuid4()])) == 1
@@ -80,24 +80,6 @@ async def test_routing_a_task_at_claim_adds_no_statement(
     assert for_mixed == for_one  # the kind is read from the rows the claim reads anyway
     routed = await redis_client.lrange(KeyLayout(redis_prefix).routed("default", "b"), 0, -1)
     assert routed == [str(mixed["b0"]).encode()]
-
-
-async def test_a_lone_claim_reads_its_task_and_job_in_one_statement(
-    services: Services,
-) -> None:
-    """An idle worker's claim (one popped id) is on the task's submit-to-start path (issue 17
-    item 4): the task and its job come from one statement, then the task, run and job
-    writes and the outbox; no separate job read."""
-    ids = await submit(services, a=1)
-
-    with counting_statements() as sent:
-        claims = await services.worker.execution.claim_many([ids["a0"]], "w-a", {"a"})
-
-    assert [c.task.id for c in claims] == [ids["a0"]]
-    expected = (sql.GET_TASKS_WITH_JOBS, sql.UPDATE_TASK, sql.INSERT_RUN, sql.UPDATE_JOB)
-    assert sent == [" ".join(q.split())[:60] for q in (*expected, sql.INSERT_EVENTS)]
-    job = await services.api.queries.get_job(claims[0].task.job_id)
-    assert job.job.status is JobStatus.RUNNING
 
 
 async def test_after_a_redis_flush_the_reconciler_re_enqueue_routes_each_kind_to_its_workers(

@@ -161,6 +161,39 @@ async def test_tasks_read_with_their_jobs_each_job_once(store: Store) -> None:
     assert empty == ([], [])
 
 
+async def test_a_job_reads_with_whether_some_task_failed_or_was_cancelled(store: Store) -> None:
+    """``get_with_endings`` (what settling a finished job reads, one statement): the job as
+    ``jobs.get`` reads it, and whether some task of it is ``failed`` / ``cancelled``."""
+    now = await db_now(store)
+    done = TaskStatus.COMPLETED
+    shapes = {
+        "failed": [done, TaskStatus.FAILED],
+        "cancelled": [done, TaskStatus.CANCELLED],
+        "both": [TaskStatus.CANCELLED, TaskStatus.FAILED],
+        "neither": [done, done],
+    }
+    jobs = {}
+    for name, statuses in shapes.items():
+        job = new_job(now)
+        await add(
+            store, job, [new_task(job, f"t{i}", now, status=s) for i, s in enumerate(statuses)]
+        )
+        jobs[name] = job
+
+    async def fetch(tx: Transaction) -> dict[str, Any]:
+        found = {name: await tx.jobs.get_with_endings(job.id) for name, job in jobs.items()}
+        return {**found, "unknown": await tx.jobs.get_with_endings(uuid4())}
+
+    got = await store.run(fetch)
+    assert got == {
+        "failed": (jobs["failed"], True, False),
+        "cancelled": (jobs["cancelled"], False, True),
+        "both": (jobs["both"], True, True),
+        "neither": (jobs["neither"], False, False),
+        "unknown": None,
+    }
+
+
 async def test_unknown_ids_read_as_none_or_empty(store: Store) -> None:
     async def fetch(tx: Transaction) -> tuple[Any, ...]:
         return (

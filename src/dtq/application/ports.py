@@ -110,6 +110,12 @@ class JobRepository(Protocol):
         """
         ...
 
+    async def get_with_endings(self, job_id: UUID) -> tuple[Job, bool, bool] | None:
+        """The job, whether some task of it is ``failed`` and whether some is ``cancelled``
+        (index probes, whatever the job's size), read together in one statement; None for an
+        unknown id. What settling a job whose tasks have all finished needs."""
+        ...
+
     async def get_many(self, job_ids: Sequence[UUID]) -> list[Job]:
         """The known jobs among ``job_ids``, in no set order (one statement)."""
         ...

@@ -238,6 +238,18 @@ class PgJobRepository:
         row = await (await self._conn.execute(sql.GET_JOB, (job_id,))).fetchone()
         return None if row is None else job_from_row(row)
 
+    async def get_with_endings(self, job_id: UUID) -> tuple[Job, bool, bool] | None:
+        """The job, whether some task of it is ``failed``, whether some is ``cancelled``; None
+        for an unknown id (one statement, ``sql.GET_JOB_ENDINGS``)."""
+        failed, cancelled = TaskStatus.FAILED.value, TaskStatus.CANCELLED.value
+        cur = await self._conn.execute(
+            sql.GET_JOB_ENDINGS, (job_id, failed, job_id, cancelled, job_id)
+        )
+        row = await cur.fetchone()
+        if row is None:
+            return None
+        return job_from_row(row), bool(row[10]), bool(row[11])
+
     async def get_by_idempotency_key(self, key: str) -> Job | None:
         """The job created under ``key``, or None."""
         row = await (await self._conn.execute(sql.GET_JOB_BY_KEY, (key,))).fetchone()

@@ -280,6 +280,14 @@ class _Jobs:
         job = self._tx.job(job_id)
         return replace(job) if job else None
 
+    async def get_with_endings(self, job_id: UUID) -> tuple[Job, bool, bool] | None:
+        job = await self.get(job_id)
+        if job is None:
+            return None
+        tasks = (self._tx.task(i) for i in self._tx.job_task_ids(job_id))
+        statuses = {t.status for t in tasks if t is not None}
+        return job, TaskStatus.FAILED in statuses, TaskStatus.CANCELLED in statuses
+
     async def get_by_idempotency_key(self, key: str) -> Job | None:
         tx = self._tx
         for job, _, _ in tx._new_jobs:
