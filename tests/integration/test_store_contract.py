@@ -132,6 +132,68 @@ async def test_added_job_tasks_and_edges_read_back_equal(store: Store) -> None:
     assert dependents == [tasks[1].id]
 
 
+async def test_tasks_read_with_their_jobs_each_job_once(store: Store) -> None:
+    """``get_many_with_jobs`` (a lone claim's read): the tasks as ``get_many`` reads them,
+    plus each distinct job of the tasks found once, equal to ``jobs.get``; unknown ids are
+    left out and bring no job."""
+    now = await db_now(store)
+    job = new_job(now, key="with-jobs", metadata={"owner": "zoë"})
+    other, unrelated = new_job(now), new_job(now)
+    tasks = [new_task(job, f"t{i}", now) for i in range(3)]
+    lone = new_task(other, "lone", now)
+    await add(store, job, tasks)
+    await add(store, other, [lone])
+    await add(store, unrelated, [new_task(unrelated, "not asked", now)])
+
+    async def fetch(tx: Transaction) -> tuple[Any, ...]:
+        return (
+            await tx.tasks.get_many_with_jobs([*(t.id for t in tasks), lone.id, uuid4()]),
+            await tx.tasks.get_many_with_jobs([lone.id]),
+            await tx.tasks.get_many_with_jobs([uuid4()]),
+            await tx.tasks.get_many_with_jobs([]),
+        )
+
+    (got_tasks, got_jobs), one, unknown, empty = await store.run(fetch)
+    assert sorted(got_tasks, key=lambda t: t.id) == sorted([*tasks, lone], key=lambda t: t.id)
+    assert sorted(got_jobs, key=lambda j: j.id) == sorted([job, other], key=lambda j: j.id)
+    assert one == ([lone], [other])
+    assert unknown == ([], [])
+    assert empty == ([], [])
+
+
+async def test_a_job_reads_with_whether_some_task_failed_or_was_cancelled(store: Store) -> None:
+    """``get_with_endings`` (what settling a finished job reads, one statement): the job as
+    ``jobs.get`` reads it, and whether some task of it is ``failed`` / ``cancelled``."""
+    now = await db_now(store)
+    done = TaskStatus.COMPLETED
+    shapes = {
+        "failed": [done, TaskStatus.FAILED],
+        "cancelled": [done, TaskStatus.CANCELLED],
+        "both": [TaskStatus.CANCELLED, TaskStatus.FAILED],
+        "neither": [done, done],
+    }
+    jobs = {}
+    for name, statuses in shapes.items():
+        job = new_job(now)
+        await add(
+            store, job, [new_task(job, f"t{i}", now, status=s) for i, s in enumerate(statuses)]
+        )
+        jobs[name] = job
+
+    async def fetch(tx: Transaction) -> dict[str, Any]:
+        found = {name: await tx.jobs.get_with_endings(job.id) for name, job in jobs.items()}
+        return {**found, "unknown": await tx.jobs.get_with_endings(uuid4())}
+
+    got = await store.run(fetch)
+    assert got == {
+        "failed": (jobs["failed"], True, False),
+        "cancelled": (jobs["cancelled"], False, True),
+        "both": (jobs["both"], True, True),
+        "neither": (jobs["neither"], False, False),
+        "unknown": None,
+    }
+
+
 async def test_unknown_ids_read_as_none_or_empty(store: Store) -> None:
     async def fetch(tx: Transaction) -> tuple[Any, ...]:
         return (

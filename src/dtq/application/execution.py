@@ -557,7 +557,12 @@ async def _claim_tx(
     worker_id: str,
     kinds: frozenset[str] | None = None,
 ) -> _ClaimBatch:
-    tasks = {task.id: task for task in await tx.tasks.get_many(task_ids)}
+    jobs: list[Job] | None = None
+    if len(task_ids) == 1:  # an idle worker's claim: task and job in one statement
+        found, jobs = await tx.tasks.get_many_with_jobs(task_ids)
+    else:  # a batch reads the jobs of the claimed tasks only, after the claim
+        found = await tx.tasks.get_many(task_ids)
+    tasks = {task.id: task for task in found}
     now = await tx.now()
     batch = _ClaimBatch(now=now)
     roots: set[UUID] = set()
@@ -581,8 +586,10 @@ async def _claim_tx(
     if batch.claims:
         await tx.tasks.save_many([claim.task for claim in batch.claims])
         await tx.runs.add_many([claim.run for claim in batch.claims])
-        jobs = await mark_jobs_started(tx, (claim.task.job_id for claim in batch.claims), at=now)
-        batch.claims = _with_trace_contexts(batch.claims, jobs)
+        if jobs is None:
+            jobs = await tx.jobs.get_many(list({claim.task.job_id for claim in batch.claims}))
+        started = await mark_jobs_started(tx, jobs, at=now)
+        batch.claims = _with_trace_contexts(batch.claims, started)
         batch.claims = await _with_parents(tx, batch.claims, roots=roots)
     return batch
 

@@ -110,6 +110,12 @@ class JobRepository(Protocol):
         """
         ...
 
+    async def get_with_endings(self, job_id: UUID) -> tuple[Job, bool, bool] | None:
+        """The job, whether some task of it is ``failed`` and whether some is ``cancelled``
+        (index probes, whatever the job's size), read together in one statement; None for an
+        unknown id. What settling a job whose tasks have all finished needs."""
+        ...
+
     async def get_many(self, job_ids: Sequence[UUID]) -> list[Job]:
         """The known jobs among ``job_ids``, in no set order (one statement)."""
         ...
@@ -139,6 +145,11 @@ class TaskRepository(Protocol):
 
     async def get_many(self, task_ids: Sequence[UUID]) -> list[Task]:
         """The known tasks among ``task_ids`` (unknown ids are left out), in no set order."""
+        ...
+
+    async def get_many_with_jobs(self, task_ids: Sequence[UUID]) -> tuple[list[Task], list[Job]]:
+        """``get_many``, and the jobs of the tasks found (each job once, in no set order),
+        read together in one statement (the claim needs both)."""
         ...
 
     async def list_by_job(self, job_id: UUID) -> list[Task]:

@@ -175,23 +175,24 @@ async def reopen_job(tx: Transaction, job_id: UUID, *, at: datetime, started: bo
         await tx.jobs.save(job)
 
 
-async def mark_jobs_started(tx: Transaction, job_ids: Iterable[UUID], *, at: datetime) -> list[Job]:
-    """Move the ``pending`` jobs among ``job_ids`` to ``running`` (a task of each was claimed).
+async def mark_jobs_started(tx: Transaction, jobs: Iterable[Job], *, at: datetime) -> list[Job]:
+    """Move the ``pending`` jobs among ``jobs`` (read in this transaction, e.g. with their
+    tasks by ``TaskRepository.get_many_with_jobs``) to ``running``: a task of each was claimed.
 
-    The job rows are read in one statement and written only when a status changes.
+    The job rows are written only when a status changes, in one statement.
 
     Returns:
-        The jobs read (the known ones among ``job_ids``, in no set order), as written.
+        ``jobs`` (each once), as written.
     """
-    jobs = await tx.jobs.get_many(list(dict.fromkeys(job_ids)))
+    read = list({job.id: job for job in jobs}.values())
     started = [
         job
-        for job in jobs
+        for job in read
         if job.status is JobStatus.PENDING and job.set_status(JobStatus.RUNNING, at=at)
     ]
     if started:
         await tx.jobs.save_many(started)
-    return jobs
+    return read
 
 
 async def mark_job_failed(tx: Transaction, job_id: UUID, *, at: datetime) -> None:
@@ -208,22 +209,22 @@ async def settle_job(tx: Transaction, job_id: UUID, *, at: datetime) -> None:
     ``pending`` in an earlier, committed transaction). The first index probe asks whether
     anything is left; while something is, the job is ``running`` and already says so (or is
     terminal, which never changes), so the job row is not even read. Only the task that leaves
-    nothing unfinished pays for reading the job and up to two more probes, and the row is
-    written only when its status changes (DESIGN §3).
+    nothing unfinished pays for reading the job with two more probes (one statement,
+    ``JobRepository.get_with_endings``), and the row is written only when its status changes
+    (DESIGN §3).
     """
     if await tx.tasks.job_has_status(job_id, _UNFINISHED):
         return
-    job = await tx.jobs.get(job_id)
-    if job is None or job.status.terminal:
+    found = await tx.jobs.get_with_endings(job_id)
+    if found is None:
         return
-    any_failed = await tx.tasks.job_has_status(job_id, (TaskStatus.FAILED,))
-    any_cancelled = not any_failed and await tx.tasks.job_has_status(
-        job_id, (TaskStatus.CANCELLED,)
-    )
+    job, any_failed, any_cancelled = found
+    if job.status.terminal:
+        return
     status = derive_job_status(
         any_failed=any_failed,
         any_unfinished=False,
-        any_cancelled=any_cancelled,
+        any_cancelled=any_cancelled and not any_failed,
         any_started=True,
     )
     if job.set_status(status, at=at):

@@ -52,6 +52,9 @@ from dtq.domain.tokens import ApiToken, TokenNameTaken
 
 Conn = AsyncConnection[TupleRow]
 
+#: Where the job's columns start in a ``sql.GET_TASKS_WITH_JOBS`` row (after the task's).
+_JOB_COLUMNS = 23
+
 
 class _TxClock:
     """The transaction timestamp of one try, read at most once.
@@ -235,6 +238,18 @@ class PgJobRepository:
         """The job, or None for an unknown id."""
         row = await (await self._conn.execute(sql.GET_JOB, (job_id,))).fetchone()
         return None if row is None else job_from_row(row)
+
+    async def get_with_endings(self, job_id: UUID) -> tuple[Job, bool, bool] | None:
+        """The job, whether some task of it is ``failed``, whether some is ``cancelled``; None
+        for an unknown id (one statement, ``sql.GET_JOB_ENDINGS``)."""
+        failed, cancelled = TaskStatus.FAILED.value, TaskStatus.CANCELLED.value
+        cur = await self._conn.execute(
+            sql.GET_JOB_ENDINGS, (job_id, failed, job_id, cancelled, job_id)
+        )
+        row = await cur.fetchone()
+        if row is None:
+            return None
+        return job_from_row(row), bool(row[10]), bool(row[11])
 
     async def get_by_idempotency_key(self, key: str) -> Job | None:
         """The job created under ``key``, or None."""
@@ -420,6 +435,22 @@ class PgTaskRepository:
         if rows:
             self._clock.offer(rows[0])
         return [task_from_row(row) for row in rows]
+
+    async def get_many_with_jobs(self, task_ids: Sequence[UUID]) -> tuple[list[Task], list[Job]]:
+        """``get_many`` and the jobs of the tasks found, each job once, in one statement
+        (``sql.GET_TASKS_WITH_JOBS``; the rows also bring the transaction time)."""
+        if not task_ids:
+            return [], []
+        cur = await self._conn.execute(sql.GET_TASKS_WITH_JOBS, (list(task_ids),))
+        rows = await cur.fetchall()
+        if not rows:
+            return [], []
+        self._clock.offer(rows[0])
+        jobs: dict[UUID, Job] = {}
+        for row in rows:
+            if row[_JOB_COLUMNS] not in jobs:  # tasks of one job decode it once
+                jobs[row[_JOB_COLUMNS]] = job_from_row(row[_JOB_COLUMNS:])
+        return [task_from_row(row) for row in rows], list(jobs.values())
 
     async def list_by_job(self, job_id: UUID) -> list[Task]:
         """Every task of the job, ordered by ``created_at``, ``name`` (then id)."""

@@ -280,6 +280,14 @@ class _Jobs:
         job = self._tx.job(job_id)
         return replace(job) if job else None
 
+    async def get_with_endings(self, job_id: UUID) -> tuple[Job, bool, bool] | None:
+        job = await self.get(job_id)
+        if job is None:
+            return None
+        tasks = (self._tx.task(i) for i in self._tx.job_task_ids(job_id))
+        statuses = {t.status for t in tasks if t is not None}
+        return job, TaskStatus.FAILED in statuses, TaskStatus.CANCELLED in statuses
+
     async def get_by_idempotency_key(self, key: str) -> Job | None:
         tx = self._tx
         for job, _, _ in tx._new_jobs:
@@ -349,6 +357,11 @@ class _Tasks:
     async def get_many(self, task_ids: Sequence[UUID]) -> list[Task]:
         found = (self._tx.task(i) for i in dict.fromkeys(task_ids))  # each row once, as SQL
         return [replace(t) for t in found if t is not None]
+
+    async def get_many_with_jobs(self, task_ids: Sequence[UUID]) -> tuple[list[Task], list[Job]]:
+        tasks = await self.get_many(task_ids)
+        jobs = (self._tx.job(i) for i in dict.fromkeys(t.job_id for t in tasks))
+        return tasks, [replace(j) for j in jobs if j is not None]
 
     async def list_by_job(self, job_id: UUID) -> list[Task]:
         tasks = await self.get_many(self._job_task_ids(job_id))

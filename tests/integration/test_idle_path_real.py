@@ -1,0 +1,84 @@
+"""The statements of an idle task's claim and completion on PostgreSQL (issue 17 item 4).
+
+A lone claim is on the task's submit-to-start path; the completion of a one-task job runs
+while the next task is submitted and claimed and competes with them for the cores, so both
+are pinned here by the statements they send.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from redis.asyncio import Redis
+
+from dtq.adapters.cockroach import CockroachStore, sql
+from dtq.adapters.redis import RedisQueue
+from dtq.application.commands import SubmitJob, TaskSpec
+from dtq.domain.status import JobStatus
+from dtq.entrypoints.bundles import Services
+from tests.integration.wiring import services_on
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+async def services(pg_store: CockroachStore, redis_client: Redis, redis_prefix: str) -> Services:
+    return services_on(pg_store, queue=RedisQueue(redis_client, prefix=redis_prefix))
+
+
+def label(query: str) -> str:
+    return " ".join(query.split())
+
+
+@contextlib.contextmanager
+def counting_statements() -> Iterator[list[str]]:
+    """Every statement sent through ``psycopg.AsyncConnection.execute`` while open."""
+    sent: list[str] = []
+    real = psycopg.AsyncConnection.execute
+
+    async def execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        sent.append(label(str(query)))
+        return await real(self, query, *args, **kwargs)
+
+    psycopg.AsyncConnection.execute = execute  # type: ignore[method-assign]
+    try:
+        yield sent
+    finally:
+        psycopg.AsyncConnection.execute = real  # type: ignore[method-assign]
+
+
+async def test_a_lone_claim_reads_its_task_and_job_in_one_statement(services: Services) -> None:
+    """Task and job from one statement, then the task, run and job writes and the outbox."""
+    result = await services.api.submit.submit_job(SubmitJob(tasks=(TaskSpec("a", "k"),)))
+    task_id = result.task_ids["a"]
+
+    with counting_statements() as sent:
+        claims = await services.worker.execution.claim_many([task_id], "w")
+
+    assert [c.task.id for c in claims] == [task_id]
+    expected = (sql.GET_TASKS_WITH_JOBS, sql.UPDATE_TASK, sql.INSERT_RUN, sql.UPDATE_JOB)
+    assert sent == [label(q) for q in (*expected, sql.INSERT_EVENTS)]
+    job = await services.api.queries.get_job(result.job_id)
+    assert job.job.status is JobStatus.RUNNING
+
+
+async def test_settling_a_finished_job_reads_it_with_its_endings_in_one_statement(
+    services: Services,
+) -> None:
+    """The last task's completion asks "anything unfinished?" once, then reads the job with
+    "any failed?" and "any cancelled?" in one statement (not a job read and two probes)."""
+    result = await services.api.submit.submit_job(SubmitJob(tasks=(TaskSpec("a", "k"),)))
+    claims = await services.worker.execution.claim_many([result.task_ids["a"]], "w")
+
+    with counting_statements() as sent:
+        await services.worker.execution.complete_many(claims)
+
+    assert sent.count(label(sql.JOB_HAS_STATUS)) == 1
+    assert sent.count(label(sql.GET_JOB_ENDINGS)) == 1
+    assert label(sql.GET_JOB) not in sent
+    job = await services.api.queries.get_job(result.job_id)
+    assert job.job.status is JobStatus.COMPLETED
