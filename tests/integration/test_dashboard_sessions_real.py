@@ -27,8 +27,7 @@ from dtq.application.sessions import SessionService
 from dtq.domain.tokens import Scope
 from dtq.entrypoints.bundles import Services
 from dtq.entrypoints.config import Settings
-from tests.integration.test_events_real import counting_statements
-from tests.integration.wiring import api_client, services_on
+from tests.integration.wiring import api_client, counting_statements, services_on
 
 pytestmark = pytest.mark.integration
 

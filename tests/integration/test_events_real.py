@@ -5,8 +5,7 @@ settle horizon exists for, resumption across a rebuilt app and a Redis flush, an
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import timedelta
@@ -33,29 +32,12 @@ from dtq.entrypoints.bundles import Services
 from dtq.entrypoints.config import Settings
 from dtq.entrypoints.metrics import OrchestratorMetrics, new_registry
 from tests.integration.test_store_contract import add, db_now, new_job, new_task
-from tests.integration.wiring import claim_ready, services_on
+from tests.integration.wiring import claim_ready, counting_statements, services_on
 from tests.sse import Message, collect
 
 pytestmark = pytest.mark.integration
 
 SETTINGS = Settings(api_auth="none", events_settle=0.3, events_poll_interval=0.02)
-
-
-@contextlib.contextmanager
-def counting_statements() -> Iterator[list[str]]:
-    """Every statement sent through ``psycopg.AsyncConnection.execute`` while open."""
-    sent: list[str] = []
-    real = psycopg.AsyncConnection.execute
-
-    async def execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
-        sent.append(" ".join(str(query).split()))
-        return await real(self, query, *args, **kwargs)
-
-    psycopg.AsyncConnection.execute = execute  # type: ignore[method-assign]
-    try:
-        yield sent
-    finally:
-        psycopg.AsyncConnection.execute = real  # type: ignore[method-assign]
 
 
 def outbox_inserts(sent: list[str]) -> int:

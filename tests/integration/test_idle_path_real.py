@@ -7,11 +7,6 @@ are pinned here by the statements they send.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-from typing import Any
-
-import psycopg
 import pytest
 from redis.asyncio import Redis
 
@@ -20,7 +15,7 @@ from dtq.adapters.redis import RedisQueue
 from dtq.application.commands import SubmitJob, TaskSpec
 from dtq.domain.status import JobStatus
 from dtq.entrypoints.bundles import Services
-from tests.integration.wiring import services_on
+from tests.integration.wiring import counting_statements, services_on
 
 pytestmark = pytest.mark.integration
 
@@ -32,23 +27,6 @@ async def services(pg_store: CockroachStore, redis_client: Redis, redis_prefix: 
 
 def label(query: str) -> str:
     return " ".join(query.split())
-
-
-@contextlib.contextmanager
-def counting_statements() -> Iterator[list[str]]:
-    """Every statement sent through ``psycopg.AsyncConnection.execute`` while open."""
-    sent: list[str] = []
-    real = psycopg.AsyncConnection.execute
-
-    async def execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
-        sent.append(label(str(query)))
-        return await real(self, query, *args, **kwargs)
-
-    psycopg.AsyncConnection.execute = execute  # type: ignore[method-assign]
-    try:
-        yield sent
-    finally:
-        psycopg.AsyncConnection.execute = real  # type: ignore[method-assign]
 
 
 async def test_a_lone_claim_reads_its_task_and_job_in_one_statement(services: Services) -> None:

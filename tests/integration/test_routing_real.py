@@ -7,12 +7,9 @@ tier and the same claim-time routing hands each kind to its workers again.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Awaitable, Callable, Iterator
-from typing import Any
+from collections.abc import Awaitable, Callable
 from uuid import UUID, uuid4
 
-import psycopg
 import pytest
 from redis.asyncio import Redis
 
@@ -21,7 +18,7 @@ from dtq.adapters.redis import KeyLayout, RedisQueue
 from dtq.application.commands import Claim, SubmitJob, TaskSpec
 from dtq.domain.status import JobStatus, TaskStatus
 from dtq.entrypoints.bundles import Services
-from tests.integration.wiring import services_on
+from tests.integration.wiring import counting_statements, services_on
 
 pytestmark = pytest.mark.integration
 
@@ -41,23 +38,6 @@ async def submit(services: Services, **kinds: int) -> dict[str, UUID]:
 async def pop_and_claim(services: Services, worker: str, kinds: set[str]) -> list[Claim]:
     ids = await services.queue.pop_many(["default"], timeout=0.05, max_count=50, kinds=kinds)
     return await services.worker.execution.claim_many(ids, worker, kinds)
-
-
-@contextlib.contextmanager
-def counting_statements() -> Iterator[list[str]]:
-    """Every statement sent through ``psycopg.AsyncConnection.execute`` while open."""
-    sent: list[str] = []
-    real = psycopg.AsyncConnection.execute
-
-    async def execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
-        sent.append(" ".join(str(query).split())[:60])
-        return await real(self, query, *args, **kwargs)
-
-    psycopg.AsyncConnection.execute = execute  # type: ignore[method-assign]
-    try:
-        yield sent
-    finally:
-        psycopg.AsyncConnection.execute = real  # type: ignore[method-assign]
 
 
 async def test_routing_a_task_at_claim_adds_no_statement(

@@ -9,10 +9,13 @@ would run the app on a portal thread's loop).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import contextlib
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import httpx
+import psycopg
 from dependency_injector import providers
 
 from dtq.application.commands import Claim, ExecutionPolicy
@@ -67,3 +70,21 @@ async def claim_ready(services: Services, worker: str = "w1") -> list[Claim]:
     """Pop what waits on the default ready list (up to 16 ids) and claim it as ``worker``."""
     ids = await services.queue.pop_many(["default"], timeout=0.05, max_count=16)
     return await services.worker.execution.claim_many(ids, worker)
+
+
+@contextlib.contextmanager
+def counting_statements() -> Iterator[list[str]]:
+    """Every statement sent through ``psycopg.AsyncConnection.execute`` while open, in order,
+    its whitespace runs collapsed to one space (the texts of ``dtq.adapters.cockroach.sql``)."""
+    sent: list[str] = []
+    real = psycopg.AsyncConnection.execute
+
+    async def execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        sent.append(" ".join(str(query).split()))
+        return await real(self, query, *args, **kwargs)
+
+    psycopg.AsyncConnection.execute = execute  # type: ignore[method-assign]
+    try:
+        yield sent
+    finally:
+        psycopg.AsyncConnection.execute = real  # type: ignore[method-assign]
