@@ -78,7 +78,12 @@ def configure_logging(fmt: str, level: str, *, stream: TextIO | None = None) -> 
         renderer = structlog.processors.JSONRenderer()
         final: list[Processor] = [structlog.processors.format_exc_info, renderer]
     else:
-        renderer = structlog.dev.ConsoleRenderer(colors=_is_tty(out))
+        # plain_traceback, not structlog's default (rich's, as rich is installed for the CLI):
+        # rich took 30-180 ms of the event loop per logged exception (0.4 ms plain), throttling
+        # a worker whose handlers raise to a task every 180 ms
+        renderer = structlog.dev.ConsoleRenderer(
+            colors=_is_tty(out), exception_formatter=structlog.dev.plain_traceback
+        )
         final = [renderer]
 
     structlog.configure(
