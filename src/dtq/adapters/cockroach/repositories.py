@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
+from operator import attrgetter
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -369,44 +370,47 @@ def _task_arrays(job_id: UUID, tasks: Sequence[Task]) -> tuple[Any, ...]:
     return (job_id, list(columns[0]), *(list(column) for column in columns[2:]))
 
 
+def _status(t: Task) -> str:
+    return t.status.value
+
+
+def _result(t: Task) -> str | None:
+    return encode_json(t.result)
+
+
+def _progress(t: Task) -> str | None:
+    return encode_json(t.progress)
+
+
+#: The mutable columns of a task, in the order ``UPDATE_TASK`` and ``UPDATE_TASKS`` write them
+#: (after the id and version that guard the write): how to read each from a task, and the
+#: typed array that carries it in the batch statement.
+_TASK_CHANGES: tuple[tuple[Callable[[Task], Any], type[list[Any]]], ...] = (
+    (_status, TextArray),
+    (attrgetter("scheduled_at"), TimestamptzArray),
+    (attrgetter("updated_at"), TimestamptzArray),
+    (attrgetter("priority"), TextArray),
+    (attrgetter("max_attempts"), Int8Array),
+    (attrgetter("attempt"), Int8Array),
+    (attrgetter("reclaims"), Int8Array),
+    (attrgetter("started_at"), TimestamptzArray),
+    (attrgetter("finished_at"), TimestamptzArray),
+    (attrgetter("last_error"), TextArray),
+    (attrgetter("current_run_id"), UuidArray),
+    (_result, TextArray),
+    (_progress, TextArray),
+)
+
+
 def _task_changes(t: Task) -> tuple[Any, ...]:
-    """The mutable columns of a task, in the order ``UPDATE_TASK`` and ``UPDATE_TASKS`` write
-    them (after the id and version that guard the write)."""
-    return (
-        t.status.value,
-        t.scheduled_at,
-        t.updated_at,
-        t.priority,
-        Int8(t.max_attempts),
-        Int8(t.attempt),
-        Int8(t.reclaims),
-        t.started_at,
-        t.finished_at,
-        t.last_error,
-        t.current_run_id,
-        encode_json(t.result),
-        encode_json(t.progress),
-    )
+    """The parameters of ``UPDATE_TASK`` after the id and version, from :data:`_TASK_CHANGES`
+    (integers as ``Int8``)."""
+    return tuple(Int8(get(t)) if array is Int8Array else get(t) for get, array in _TASK_CHANGES)
 
 
 def _task_change_arrays(tasks: Sequence[Task]) -> tuple[Any, ...]:
-    """The columns of :func:`_task_changes` for many tasks, one typed array each, in the same
-    order (``UPDATE_TASKS``): built column by column, no per-task tuple nor ``Int8``."""
-    return (
-        TextArray([t.status.value for t in tasks]),
-        TimestamptzArray([t.scheduled_at for t in tasks]),
-        TimestamptzArray([t.updated_at for t in tasks]),
-        TextArray([t.priority for t in tasks]),
-        Int8Array([t.max_attempts for t in tasks]),
-        Int8Array([t.attempt for t in tasks]),
-        Int8Array([t.reclaims for t in tasks]),
-        TimestamptzArray([t.started_at for t in tasks]),
-        TimestamptzArray([t.finished_at for t in tasks]),
-        TextArray([t.last_error for t in tasks]),
-        UuidArray([t.current_run_id for t in tasks]),
-        TextArray([encode_json(t.result) for t in tasks]),
-        TextArray([encode_json(t.progress) for t in tasks]),
-    )
+    """The same columns for many tasks, one typed array each (``UPDATE_TASKS``)."""
+    return tuple(array(map(get, tasks)) for get, array in _TASK_CHANGES)
 
 
 class PgTaskRepository:
@@ -441,7 +445,7 @@ class PgTaskRepository:
         (``sql.GET_TASKS_WITH_JOBS``; the rows also bring the transaction time)."""
         if not task_ids:
             return [], []
-        cur = await self._conn.execute(sql.GET_TASKS_WITH_JOBS, (list(task_ids),))
+        cur = await self._conn.execute(sql.GET_TASKS_WITH_JOBS, (UuidArray(task_ids),))
         rows = await cur.fetchall()
         if not rows:
             return [], []
