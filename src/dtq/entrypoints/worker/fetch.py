@@ -13,7 +13,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Protocol, TypeVar
+from typing import TypeVar
 from uuid import UUID
 
 from dtq.application.commands import Claim
@@ -92,13 +92,6 @@ class Slots:
         await self._freed.wait()
 
 
-class CommitSignal(Protocol):
-    """What the fetch loop reads of the success batcher (``Completions``)."""
-
-    #: set after each commit returned (its slots released); a waiter clears it first
-    committed: asyncio.Event
-
-
 class Fetcher:
     """Pops ids into free slots, claims them, hands each claim to ``deliver``.
 
@@ -108,9 +101,9 @@ class Fetcher:
         queue: the ready lists.
         turn: the hot-path transaction turn (taken around a batch claim).
         room: set while completions can take more successes (backpressure).
-        completions: the success batcher (its ``committed`` event): after a full pop, the
-            next one may wait for one commit of the worker's own successes when fewer slots
-            than a batch are free (see :meth:`loop`); None never waits.
+        committed: set by the success batcher after each commit (``Completions.committed``):
+            after a full pop, the next one may wait for one such commit when fewer slots than a
+            batch are free (see :meth:`loop`); None never waits.
         deliver: starts one committed claim (runs it, or hands it back when stopping), with
             the parent of its handler span (``tracing.claim_span``; None while tracing is off).
         hand_back: hands claims back at once (used when this loop is cancelled).
@@ -126,7 +119,7 @@ class Fetcher:
         queue: ReadyLists,
         turn: asyncio.Lock,
         room: asyncio.Event,
-        completions: CommitSignal | None = None,
+        committed: asyncio.Event | None = None,
         deliver: Callable[[Claim, tracing.TraceHandle | None], None],
         hand_back: Callable[[Sequence[Claim]], Awaitable[None]],
         kinds: frozenset[str] | None = None,
@@ -137,7 +130,7 @@ class Fetcher:
         self._refusals = shared.meters.metrics.claim_refusals
         self._queue, self._turn, self._room = queue, turn, room
         self._deliver, self._hand_back = deliver, hand_back
-        self._completions = completions
+        self._committed = committed
         self.slots = Slots(config.concurrency)
         self.batch = ClaimBatch(config.claim_batch)
         self._coalesce = False  # the last pop was full: the next may wait for one commit
@@ -171,14 +164,14 @@ class Fetcher:
             if not self._room.is_set():
                 await wait_any(self._room, self._stopping)
                 continue
-            completions = self._completions
-            if self._coalesce and completions is not None and free < self.batch.size:
+            committed = self._committed
+            if self._coalesce and committed is not None and free < self.batch.size:
                 # at most one wait per pop, bounded by about two claim transactions' time
                 self._coalesce = False
-                completions.committed.clear()
+                committed.clear()
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(max(COALESCE_MIN_WAIT, 2 * self._claim_took)):
-                        await wait_any(completions.committed, self._stopping)
+                        await wait_any(committed, self._stopping)
                 continue
             try:
                 asked = self.batch.ask(free)

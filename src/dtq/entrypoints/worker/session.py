@@ -100,7 +100,7 @@ class Session:
             queue=services.queue,
             turn=turn,
             room=self._completions.room,
-            completions=self._completions,
+            committed=self._completions.committed,
             deliver=self.start,
             hand_back=self._hand_back_claims,
             kinds=frozenset(self._handlers),
