@@ -86,7 +86,9 @@ async def write_uncommitted(conn: psycopg.AsyncConnection[Any], job_id: UUID) ->
     await conn.execute("BEGIN")
     outbox = PgEventRepository(conn)
     outbox.add_many([NewEvent(job_id, None, "job.submitted", {"status": "pending"})])
-    await outbox.flush()
+    insert = outbox.take_insert(conn)
+    assert insert is not None
+    await conn.execute(insert, prepare=False)
 
 
 async def follow_into(service: EventService, found: list[Event]) -> None:

@@ -2,7 +2,8 @@
 
 A lone claim is on the task's submit-to-start path; the completion of a one-task job runs
 while the next task is submitted and claimed and competes with them for the cores, so both
-are pinned here by the statements they send.
+are pinned here by the requests they send (each ``execute`` is one round trip: ``BEGIN`` goes
+with ``SELECT now()``, the outbox insert with ``COMMIT``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dtq.adapters.redis import RedisQueue
 from dtq.application.commands import SubmitJob, TaskSpec
 from dtq.domain.status import JobStatus
 from dtq.entrypoints.bundles import Services
-from tests.integration.wiring import counting_statements, services_on
+from tests.integration.wiring import OUTBOX_WITH_COMMIT, counting_statements, services_on
 
 pytestmark = pytest.mark.integration
 
@@ -38,8 +39,14 @@ async def test_a_lone_claim_reads_its_task_and_job_in_one_statement(services: Se
         claims = await services.worker.execution.claim_many([task_id], "w")
 
     assert [c.task.id for c in claims] == [task_id]
-    expected = (sql.GET_TASKS_WITH_JOBS, sql.UPDATE_TASK, sql.INSERT_RUN, sql.UPDATE_JOB)
-    assert sent == [label(q) for q in (*expected, sql.INSERT_EVENTS)]
+    expected = (
+        sql.BEGIN_WITH_NOW,
+        sql.GET_TASKS_WITH_JOBS,
+        sql.UPDATE_TASK,
+        sql.INSERT_RUN,
+        sql.UPDATE_JOB,
+    )
+    assert sent == [*(label(q) for q in expected), OUTBOX_WITH_COMMIT]
     job = await services.api.queries.get_job(result.job_id)
     assert job.job.status is JobStatus.RUNNING
 
@@ -60,3 +67,38 @@ async def test_settling_a_finished_job_reads_it_with_its_endings_in_one_statemen
     assert label(sql.GET_JOB) not in sent
     job = await services.api.queries.get_job(result.job_id)
     assert job.job.status is JobStatus.COMPLETED
+
+
+async def test_a_completion_learns_the_time_with_begin_and_commits_with_its_outbox(
+    services: Services,
+) -> None:
+    """A one-task job's completion: 8 round trips (BEGIN and COMMIT were 2 more, and the
+    time a ``SELECT now()`` of its own)."""
+    result = await services.api.submit.submit_job(SubmitJob(tasks=(TaskSpec("a", "k"),)))
+    claims = await services.worker.execution.claim_many([result.task_ids["a"]], "w")
+
+    with counting_statements() as sent:
+        await services.worker.execution.complete_many(claims)
+
+    expected = (
+        sql.BEGIN_WITH_NOW,
+        sql.UPDATE_TASK,
+        sql.UPDATE_RUN,
+        sql.DEPENDENTS_MANY,
+        sql.JOB_HAS_STATUS,
+        sql.GET_JOB_ENDINGS,
+        sql.UPDATE_JOB,
+    )
+    assert sent == [*(label(q) for q in expected), OUTBOX_WITH_COMMIT]
+    assert label(sql.NOW) not in sent
+
+
+async def test_a_submission_sends_its_job_and_task_between_begin_and_commit(
+    services: Services,
+) -> None:
+    """A one-task job's submit: the job and task inserts between the two paired requests."""
+    with counting_statements() as sent:
+        await services.api.submit.submit_job(SubmitJob(tasks=(TaskSpec("a", "k"),)))
+
+    expected = (sql.BEGIN_WITH_NOW, sql.INSERT_JOB, sql.INSERT_TASK)
+    assert sent == [*(label(q) for q in expected), OUTBOX_WITH_COMMIT]

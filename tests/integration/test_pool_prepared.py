@@ -55,3 +55,17 @@ async def test_deallocate_all_still_clears_the_cache(pg_pool: Pool) -> None:
         # the client forgot it too: prepared again instead of naming a missing statement
         row = await (await conn.execute(_PROBE, ("k",), prepare=True)).fetchone()
         assert row == (0,)
+
+
+async def test_the_stores_rollback_statement_keeps_them_too(pg_pool: Pool) -> None:
+    """A failed store try ends with an explicit ``ROLLBACK`` statement (``store._roll_back``),
+    which psycopg's cache would take as a reason to forget everything, as its own rollback."""
+    async with pg_pool.connection() as conn:
+        await conn.execute(_PROBE, ("k",), prepare=True)
+        await conn.execute("BEGIN", prepare=False)
+        await conn.execute(_PROBE, ("k",))
+        await conn.execute("ROLLBACK", prepare=False)
+        assert await _prepared_on_server(conn) == 1
+        row = await (await conn.execute(_PROBE, ("k",))).fetchone()
+        assert row == (0,)
+        assert await _prepared_on_server(conn) == 1

@@ -18,6 +18,7 @@ import httpx
 import psycopg
 from dependency_injector import providers
 
+from dtq.adapters.cockroach import sql
 from dtq.application.commands import Claim, ExecutionPolicy
 from dtq.application.ports import Queue, Store
 from dtq.entrypoints.api import create_app
@@ -27,6 +28,11 @@ from dtq.entrypoints.container import build_container
 from dtq.entrypoints.metrics import OrchestratorMetrics, new_registry
 
 #: Leases, backoff and the stale threshold short enough for tests that wait them out.
+#: How :func:`counting_statements` records a store try's last request: the outbox's
+#: ``INSERT_EVENTS`` (its parameter bound on the client) and ``COMMIT``.
+OUTBOX_WITH_COMMIT = f"{' '.join(sql.INSERT_EVENTS.split())}; {sql.COMMIT}"
+_OUTBOX_HEAD = " ".join(sql.INSERT_EVENTS.split()).split("%s")[0]
+
 POLICY = ExecutionPolicy(lease_duration=2.0, retry_backoff=0.1, stale_running_after=0.5)
 
 
@@ -74,13 +80,19 @@ async def claim_ready(services: Services, worker: str = "w1") -> list[Claim]:
 
 @contextlib.contextmanager
 def counting_statements() -> Iterator[list[str]]:
-    """Every statement sent through ``psycopg.AsyncConnection.execute`` while open, in order,
-    its whitespace runs collapsed to one space (the texts of ``dtq.adapters.cockroach.sql``)."""
+    """Every request sent through ``psycopg.AsyncConnection.execute`` while open, in order,
+    its whitespace runs collapsed to one space (the texts of ``dtq.adapters.cockroach.sql``).
+
+    The outbox insert a store try sends with its COMMIT, bound on the client, is recorded as
+    :data:`OUTBOX_WITH_COMMIT`: its events (ids, times) differ from one try to the next."""
     sent: list[str] = []
     real = psycopg.AsyncConnection.execute
 
     async def execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
-        sent.append(" ".join(str(query).split()))
+        text = " ".join(str(query).split())
+        if text.startswith(_OUTBOX_HEAD) and text.endswith(f"; {sql.COMMIT}"):
+            text = OUTBOX_WITH_COMMIT
+        sent.append(text)
         return await real(self, query, *args, **kwargs)
 
     psycopg.AsyncConnection.execute = execute  # type: ignore[method-assign]

@@ -1,9 +1,9 @@
 """``PgEventRepository``: the transition outbox on one transaction (issue 16 item 1).
 
-``add_many`` only buffers; ``CockroachStore`` calls :meth:`PgEventRepository.flush` as the try's
-last statement before COMMIT, so a transaction gains exactly one statement (``INSERT_EVENTS``)
-when it changed any status, and none otherwise. A try that is re-run starts with a new, empty
-buffer (the rolled-back try's events are gone with it).
+``add_many`` only buffers; ``CockroachStore`` sends the buffer as the try's last statement, in
+the COMMIT's round trip (:meth:`PgEventRepository.take_insert`), so a transaction gains exactly
+one statement (``INSERT_EVENTS``) and no round trip when it changed any status. A try that is
+re-run starts with a new, empty buffer (the rolled-back try's events are gone with it).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from uuid import UUID
 
-from psycopg import AsyncConnection
+from psycopg import AsyncClientCursor, AsyncConnection
 from psycopg.rows import TupleRow
 from psycopg.types.numeric import Int8
 
@@ -36,24 +36,18 @@ class PgEventRepository:
         """Buffer ``events``; written by :meth:`flush` (no statement now)."""
         self._buffer.extend(events)
 
-    async def flush(self) -> int:
-        """Write the buffer in one statement (none when empty) and empty it.
-
-        Returns:
-            How many events were written.
+    def take_insert(self, conn: AsyncConnection[TupleRow]) -> str | None:
+        """The buffer's ``INSERT_EVENTS`` with its parameter bound on the client (None when
+        empty), and the buffer emptied: the store sends it together with ``COMMIT``.
 
         Raises:
             InvalidPayload: some event data is not JSON-encodable.
         """
         events, self._buffer = self._buffer, []
         if not events:
-            return 0
-        # One JSON array of [job_id, task_id, type, data] rows, encoded by one msgspec call
-        # and unpacked by the statement, which also draws the ids (gen_random_uuid()): per
-        # event no Python-side id and no per-element array dumping.
+            return None
         rows = encode_rows([(e.job_id, e.task_id, e.type, e.data) for e in events])
-        await self._conn.execute(sql.INSERT_EVENTS, (rows,))
-        return len(events)
+        return AsyncClientCursor(conn).mogrify(sql.INSERT_EVENTS, (rows,))
 
     async def page(
         self,

@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
 from psycopg import AsyncConnection, IsolationLevel
 from psycopg._preparing import PrepareManager
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.pq.abc import PGresult
 from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool
 
@@ -38,8 +40,9 @@ from dtq.domain.errors import BackendUnavailable
 class _KeptOnRollback(PrepareManager):
     """psycopg's prepared-statement cache, except that a transaction's rollback keeps it.
 
-    psycopg clears the cache and sends ``DEALLOCATE ALL`` whenever a transaction block rolls
-    back (a rolled-back DDL could have changed what a statement refers to). The store's
+    psycopg clears the cache and sends ``DEALLOCATE ALL`` whenever a transaction rolls back, by
+    its transaction block or by a ``ROLLBACK`` statement (a rolled-back DDL could have changed
+    what a statement refers to). The store's
     connections run no DDL, and a prepared statement outlives a ROLLBACK on the server
     (PostgreSQL and CockroachDB keep prepared statements per session), so the cache stays valid.
     Without this, the store's re-runs after 40001 (a third of the drain's tries) kept the hot
@@ -57,12 +60,12 @@ class _KeptOnRollback(PrepareManager):
         transaction's rollback (the other caller) keeps it (see the class)."""
         return super().clear() if self._checking else False
 
-    def validate(self, *args: Any, **kwargs: Any) -> None:
+    def validate(self, key: Any, prep: Any, name: bytes, results: Sequence[PGresult]) -> None:
         # psycopg's check of an executed statement's results: clears what DDL, DISCARD ALL or
-        # DEALLOCATE ALL made stale
-        self._checking = True
+        # DEALLOCATE ALL made stale; the store's explicit ROLLBACK of a failed try keeps it
+        self._checking = not any(r.command_status == b"ROLLBACK" for r in results)
         try:
-            super().validate(*args, **kwargs)
+            super().validate(key, prep, name, results)
         finally:
             self._checking = False
 

@@ -69,6 +69,10 @@ class _TxClock:
         self._conn = conn
         self._now: datetime | None = None
 
+    def know(self, now: datetime) -> None:
+        """Take ``now`` (the transaction timestamp, read with ``BEGIN``) as this try's time."""
+        self._now = now.astimezone(UTC)
+
     def offer(self, row: TupleRow) -> None:
         """Keep the trailing ``now()`` column of ``row`` unless the time is known already."""
         if self._now is None:
@@ -832,3 +836,38 @@ class PgTransaction:
     async def now(self) -> datetime:
         """The transaction timestamp (database ``now()``, aware UTC), fixed for this try."""
         return await self._clock.now()
+
+    async def begin(self) -> None:
+        """Open the try's transaction and learn its timestamp in one round trip.
+
+        ``BEGIN ISOLATION LEVEL SERIALIZABLE; SELECT now()`` goes as one simple query (no
+        parameters, so both dialects take the two statements together): a try that needs the
+        time (submit, report, reconcile) sends no ``SELECT now()`` of its own.
+        """
+        cur = await self.conn.execute(sql.BEGIN_WITH_NOW, prepare=False)
+        cur.nextset()
+        row = await cur.fetchone()
+        if row is None:  # pragma: no cover - SELECT now() always answers a row
+            raise RuntimeError("BEGIN did not return the transaction timestamp")
+        self._clock.know(row[0])
+
+    async def commit(self) -> None:
+        """Write the buffered events and COMMIT in one round trip (the outbox insert is the
+        try's last statement, DESIGN §7).
+
+        The insert is bound on the client (``INSERT ...; COMMIT`` is one simple query, which
+        takes no parameters); an insert that fails leaves the COMMIT unexecuted and the
+        transaction aborted for the caller's ROLLBACK.
+
+        Raises:
+            psycopg.Error: the insert or the COMMIT failed (40001 at COMMIT included).
+            RuntimeError: the server did not answer COMMIT (the transaction had already failed:
+                a caller swallowed an error inside it), so nothing was written.
+        """
+        insert = self.events.take_insert(self.conn)
+        text = sql.COMMIT if insert is None else f"{insert}; {sql.COMMIT}"
+        cur = await self.conn.execute(text, prepare=False)
+        while cur.nextset():
+            pass
+        if cur.statusmessage != sql.COMMIT:
+            raise RuntimeError(f"COMMIT answered {cur.statusmessage!r}; nothing was written")

@@ -19,6 +19,11 @@ from typing import Final
 
 # Only when no earlier statement of the try returned now() (see GET_TASK / GET_TASKS).
 NOW: Final = "SELECT now()"
+# A store try opens with this simple query (two statements, no parameters): the transaction
+# and its timestamp in one round trip.
+BEGIN_WITH_NOW: Final = "BEGIN ISOLATION LEVEL SERIALIZABLE; SELECT now()"
+COMMIT: Final = "COMMIT"
+ROLLBACK: Final = "ROLLBACK"
 PING: Final = "SELECT 1"
 
 # --- jobs -------------------------------------------------------------------------------------

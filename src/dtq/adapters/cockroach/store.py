@@ -1,8 +1,8 @@
 """``CockroachStore``: the ``Store`` port on CockroachDB / PostgreSQL via psycopg 3 (DESIGN §3-4).
 
 The unit of retry is the whole transaction function. Each try takes a fresh pool connection,
-opens ``conn.transaction()`` inside the try, runs ``fn`` and commits; then, by what failed and
-*when* (CRDB.md "Transactions and retries"):
+opens a transaction inside the try, runs ``fn`` and commits; then, by what failed and *when*
+(CRDB.md "Transactions and retries"):
 
 =============================================  ============================================
 failure                                        outcome
@@ -21,9 +21,15 @@ A lost connection also makes the store test the pool's idle connections (``pool.
 before the re-run: after a database restart all of them are dead at once. The pool itself, with
 its bounded waits, lives in :mod:`dtq.adapters.cockroach.pool`.
 
-"COMMIT phase" is real: a flag is set after ``fn`` returns and before the transaction context
-exits, and that exit is where psycopg sends COMMIT; any error seen with the flag set happened
-while committing. A :class:`CommitHook` passed to the store is called at both edges of that
+A try costs two round trips besides ``fn``'s statements: ``BEGIN`` goes with ``SELECT now()``
+(the try's clock), and the outbox insert with ``COMMIT`` (simple queries of two statements;
+``PgTransaction.begin`` and ``commit``). A failed try is rolled back with an explicit
+``ROLLBACK``, which keeps the connection's prepared statements (``pool.StoreConnection``).
+
+"COMMIT phase" is real: a flag is set after ``fn`` returns, just before the outbox insert and
+COMMIT are sent together; any error seen with the flag set happened while committing (an
+error of the insert included: the pair is one request, so a connection lost during it leaves
+the outcome unknown). A :class:`CommitHook` passed to the store is called at both edges of that
 phase, so tests can inject failures there (CRDB.md "Making PostgreSQL catch CockroachDB bugs").
 """
 
@@ -37,6 +43,7 @@ from typing import Protocol, TypeVar
 
 import psycopg
 from psycopg import AsyncConnection
+from psycopg.pq import TransactionStatus
 from psycopg.rows import TupleRow
 
 from dtq.adapters.cockroach import sql
@@ -167,13 +174,17 @@ class CockroachStore:
         conn: AsyncConnection[TupleRow] | None = None
         try:
             async with self._pool.connection() as conn:
-                async with conn.transaction():
-                    tx = PgTransaction(conn)
+                tx = PgTransaction(conn)
+                try:
+                    await tx.begin()  # BEGIN and now() in one round trip
                     result = await fn(tx)
-                    await tx.events.flush()  # the outbox: one statement, the last before COMMIT
-                    committing = True  # leaving this block sends COMMIT
+                    committing = True  # the outbox insert and COMMIT go together now
                     if self._commit_hook is not None:
                         self._commit_hook.at_commit()
+                    await tx.commit()
+                except BaseException:
+                    await _roll_back(conn)
+                    raise
                 if self._commit_hook is not None:
                     self._commit_hook.after_commit()
                 return result
@@ -230,6 +241,18 @@ class CockroachStore:
                     self._drop_broken_connections()
                     continue
                 raise BackendUnavailable(f"database unreachable: {_one_line(exc)}") from exc
+
+
+async def _roll_back(conn: AsyncConnection[TupleRow]) -> None:
+    """End a failed try's transaction if the connection is still in one.
+
+    A connection that cannot take the ROLLBACK (lost, or busy with a cancelled query) is left
+    as it is: the pool checks a returned connection's state and discards a broken one.
+    """
+    if conn.info.transaction_status not in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
+        return
+    with contextlib.suppress(psycopg.Error):
+        await conn.execute(sql.ROLLBACK, prepare=False)
 
 
 def _one_line(exc: BaseException) -> str:
