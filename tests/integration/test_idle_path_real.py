@@ -16,7 +16,12 @@ from dtq.adapters.redis import RedisQueue
 from dtq.application.commands import SubmitJob, TaskSpec
 from dtq.domain.status import JobStatus
 from dtq.entrypoints.bundles import Services
-from tests.integration.wiring import OUTBOX_WITH_COMMIT, counting_statements, services_on
+from tests.integration.wiring import (
+    OUTBOX_WITH_COMMIT,
+    counting_statements,
+    opened_with,
+    services_on,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -31,7 +36,8 @@ def label(query: str) -> str:
 
 
 async def test_a_lone_claim_reads_its_task_and_job_in_one_statement(services: Services) -> None:
-    """Task and job from one statement, then the task, run and job writes and the outbox."""
+    """Task and job from one statement, sent with the BEGIN, then the task, run and job writes,
+    and the outbox with the COMMIT: five round trips."""
     result = await services.api.submit.submit_job(SubmitJob(tasks=(TaskSpec("a", "k"),)))
     task_id = result.task_ids["a"]
 
@@ -39,14 +45,12 @@ async def test_a_lone_claim_reads_its_task_and_job_in_one_statement(services: Se
         claims = await services.worker.execution.claim_many([task_id], "w")
 
     assert [c.task.id for c in claims] == [task_id]
-    expected = (
-        sql.BEGIN_WITH_NOW,
-        sql.GET_TASKS_WITH_JOBS,
-        sql.UPDATE_TASK,
-        sql.INSERT_RUN,
-        sql.UPDATE_JOB,
-    )
-    assert sent == [*(label(q) for q in expected), OUTBOX_WITH_COMMIT]
+    expected = (sql.UPDATE_TASK, sql.INSERT_RUN, sql.UPDATE_JOB)
+    assert sent == [
+        opened_with(sql.GET_TASKS_WITH_JOBS),
+        *(label(q) for q in expected),
+        OUTBOX_WITH_COMMIT,
+    ]
     job = await services.api.queries.get_job(result.job_id)
     assert job.job.status is JobStatus.RUNNING
 
@@ -73,7 +77,8 @@ async def test_a_completion_learns_the_time_with_begin_and_commits_with_its_outb
     services: Services,
 ) -> None:
     """A one-task job's completion: 8 round trips (BEGIN and COMMIT were 2 more, and the
-    time a ``SELECT now()`` of its own)."""
+    time a ``SELECT now()`` of its own). Its first statement needs the time, so the BEGIN goes
+    alone, with ``SELECT now()``."""
     result = await services.api.submit.submit_job(SubmitJob(tasks=(TaskSpec("a", "k"),)))
     claims = await services.worker.execution.claim_many([result.task_ids["a"]], "w")
 
@@ -96,7 +101,8 @@ async def test_a_completion_learns_the_time_with_begin_and_commits_with_its_outb
 async def test_a_submission_sends_its_job_and_task_between_begin_and_commit(
     services: Services,
 ) -> None:
-    """A one-task job's submit: the job and task inserts between the two paired requests."""
+    """A one-task job's submit: four round trips (six before), the BEGIN with the time its
+    rows are dated by, the job and task inserts, the outbox insert with the COMMIT."""
     with counting_statements() as sent:
         await services.api.submit.submit_job(SubmitJob(tasks=(TaskSpec("a", "k"),)))
 

@@ -306,7 +306,7 @@ async def test_a_lost_connection_before_commit_reruns_the_function(
             await tx.jobs.add(job, [new_task(job, "t", now)], [])
             if calls == 1:
                 assert isinstance(tx, PgTransaction)
-                admin.execute("SELECT pg_terminate_backend(%s)", (tx.conn.info.backend_pid,))
+                admin.execute("SELECT pg_terminate_backend(%s)", (tx.conn.raw.info.backend_pid,))
             await tx.jobs.get(job.id)
 
         await store.run(fn)

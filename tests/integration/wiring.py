@@ -18,7 +18,7 @@ import httpx
 import psycopg
 from dependency_injector import providers
 
-from dtq.adapters.cockroach import sql
+from dtq.adapters.cockroach import sql, txconn
 from dtq.application.commands import Claim, ExecutionPolicy
 from dtq.application.ports import Queue, Store
 from dtq.entrypoints.api import create_app
@@ -32,6 +32,7 @@ from dtq.entrypoints.metrics import OrchestratorMetrics, new_registry
 #: ``INSERT_EVENTS`` (its parameter bound on the client) and ``COMMIT``.
 OUTBOX_WITH_COMMIT = f"{' '.join(sql.INSERT_EVENTS.split())}; {sql.COMMIT}"
 _OUTBOX_HEAD = " ".join(sql.INSERT_EVENTS.split()).split("%s")[0]
+_OPENING = f"{sql.BEGIN_WITH_NOW}; "
 
 POLICY = ExecutionPolicy(lease_duration=2.0, retry_backoff=0.1, stale_running_after=0.5)
 
@@ -83,20 +84,41 @@ def counting_statements() -> Iterator[list[str]]:
     """Every request sent through ``psycopg.AsyncConnection.execute`` while open, in order,
     its whitespace runs collapsed to one space (the texts of ``dtq.adapters.cockroach.sql``).
 
-    The outbox insert a store try sends with its COMMIT, bound on the client, is recorded as
-    :data:`OUTBOX_WITH_COMMIT`: its events (ids, times) differ from one try to the next."""
+    The statements a store try binds on the client are recorded by their templates: the first
+    statement, sent with the try's BEGIN, as :func:`opened_with` names it, and the outbox insert
+    sent with its COMMIT as :data:`OUTBOX_WITH_COMMIT` (their values, ids and times, differ
+    from one try to the next)."""
     sent: list[str] = []
     real = psycopg.AsyncConnection.execute
+    real_bind = txconn.bind_on_client
+    templates: dict[str, str] = {}
+
+    def bind_on_client(conn: Any, query: str, params: Any) -> str | None:
+        bound = real_bind(conn, query, params)
+        if bound is not None:
+            templates[" ".join(bound.split())] = " ".join(query.split())
+        return bound
 
     async def execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
         text = " ".join(str(query).split())
-        if text.startswith(_OUTBOX_HEAD) and text.endswith(f"; {sql.COMMIT}"):
-            text = OUTBOX_WITH_COMMIT
-        sent.append(text)
+        opening = _OPENING if text.startswith(_OPENING) else ""
+        rest = text.removeprefix(opening)
+        if rest.startswith(_OUTBOX_HEAD) and rest.endswith(f"; {sql.COMMIT}"):
+            rest = OUTBOX_WITH_COMMIT
+        sent.append(opening + templates.get(rest, rest))
         return await real(self, query, *args, **kwargs)
+
+    txconn.bind_on_client = bind_on_client
 
     psycopg.AsyncConnection.execute = execute  # type: ignore[method-assign]
     try:
         yield sent
     finally:
         psycopg.AsyncConnection.execute = real  # type: ignore[method-assign]
+        txconn.bind_on_client = real_bind
+
+
+def opened_with(query: str) -> str:
+    """How :func:`counting_statements` records ``query`` sent as a try's first statement,
+    with the BEGIN (``sql.BEGIN_WITH_NOW``) in the same request."""
+    return _OPENING + " ".join(query.split())

@@ -18,6 +18,7 @@ from psycopg.types.numeric import Int8
 
 from dtq.adapters.cockroach import sql
 from dtq.adapters.cockroach.rows import decode_json, encode_rows
+from dtq.adapters.cockroach.txconn import Conn
 from dtq.application.ports import Event, EventCursor
 from dtq.domain.events import NewEvent
 
@@ -28,7 +29,7 @@ _START = EventCursor(datetime(1970, 1, 1, tzinfo=UTC), UUID(int=0))
 class PgEventRepository:
     """``EventRepository`` on one transaction: a write buffer plus the stream's page read."""
 
-    def __init__(self, conn: AsyncConnection[TupleRow]) -> None:
+    def __init__(self, conn: Conn) -> None:
         self._conn = conn
         self._buffer: list[NewEvent] = []
 

@@ -42,6 +42,7 @@ from dtq.adapters.cockroach.rows import (
     worker_from_row,
 )
 from dtq.adapters.cockroach.sessions import PgSessionRepository
+from dtq.adapters.cockroach.txconn import Conn, TryConnection
 from dtq.adapters.cockroach.webhooks import PgWebhookRepository
 from dtq.application.filters import JobFilter, JobKeyset, TaskFilter, TaskKeyset
 from dtq.application.ports import DueTask, RunningTask
@@ -51,8 +52,6 @@ from dtq.domain.events import created_events, job_events, task_events
 from dtq.domain.status import RunStatus, TaskStatus
 from dtq.domain.tokens import ApiToken, TokenNameTaken
 
-Conn = AsyncConnection[TupleRow]
-
 #: Where the job's columns start in a ``sql.GET_TASKS_WITH_JOBS`` row (after the task's).
 _JOB_COLUMNS = 23
 
@@ -60,9 +59,10 @@ _JOB_COLUMNS = 23
 class _TxClock:
     """The transaction timestamp of one try, read at most once.
 
-    ``sql.GET_TASK`` and ``sql.GET_TASKS`` return ``now()`` as a trailing column; the first such
-    row seen is kept, so a try that opens with a task read (claim, report) learns the time
-    without a ``SELECT now()`` round trip of its own.
+    A store try learns it from its BEGIN request (``txconn.TryConnection`` hands it to
+    :meth:`know`). ``sql.GET_TASK`` and ``sql.GET_TASKS`` also return ``now()`` as a trailing
+    column, offered here (:meth:`offer`) for a transaction opened otherwise; only when neither
+    brought it does :meth:`now` send ``SELECT now()``.
     """
 
     def __init__(self, conn: Conn) -> None:
@@ -820,36 +820,35 @@ class PgTransaction:
     no statement when a task read earlier in the try brought it (``_TxClock``).
     """
 
-    def __init__(self, conn: Conn) -> None:
-        self.conn = conn
-        self._clock = _TxClock(conn)
-        self.events = PgEventRepository(conn)
-        self.jobs = PgJobRepository(conn, self.events)
-        self.tasks = PgTaskRepository(conn, self._clock, self.events)
-        self.runs = PgRunRepository(conn)
-        self.workers = PgWorkerRepository(conn)
-        self.tokens = PgApiTokenRepository(conn)
-        self.retention = PgRetentionRepository(conn)
-        self.webhooks = PgWebhookRepository(conn)
-        self.sessions = PgSessionRepository(conn, self._clock.offer)
+    def __init__(self, conn: AsyncConnection[TupleRow]) -> None:
+        self.conn = TryConnection(conn, on_now=self._know)
+        self._clock = _TxClock(self.conn)
+        sent = self.conn  # every repository sends through it (the first request opens the try)
+        self.events = PgEventRepository(sent)
+        self.jobs = PgJobRepository(sent, self.events)
+        self.tasks = PgTaskRepository(sent, self._clock, self.events)
+        self.runs = PgRunRepository(sent)
+        self.workers = PgWorkerRepository(sent)
+        self.tokens = PgApiTokenRepository(sent)
+        self.retention = PgRetentionRepository(sent)
+        self.webhooks = PgWebhookRepository(sent)
+        self.sessions = PgSessionRepository(sent, self._clock.offer)
 
     async def now(self) -> datetime:
         """The transaction timestamp (database ``now()``, aware UTC), fixed for this try."""
         return await self._clock.now()
 
-    async def begin(self) -> None:
-        """Open the try's transaction and learn its timestamp in one round trip.
+    def _know(self, now: datetime) -> None:
+        self._clock.know(now)
 
-        ``BEGIN ISOLATION LEVEL SERIALIZABLE; SELECT now()`` goes as one simple query (no
-        parameters, so both dialects take the two statements together): a try that needs the
-        time (submit, report, reconcile) sends no ``SELECT now()`` of its own.
+    def begin(self) -> None:
+        """Open the try's transaction with its first request (no I/O now).
+
+        ``BEGIN ISOLATION LEVEL SERIALIZABLE; SELECT now()`` is sent with the try's first
+        statement (``txconn.TryConnection``), so neither the transaction nor its timestamp
+        costs a round trip of its own.
         """
-        cur = await self.conn.execute(sql.BEGIN_WITH_NOW, prepare=False)
-        cur.nextset()
-        row = await cur.fetchone()
-        if row is None:  # pragma: no cover - SELECT now() always answers a row
-            raise RuntimeError("BEGIN did not return the transaction timestamp")
-        self._clock.know(row[0])
+        self.conn.open_lazily()
 
     async def commit(self) -> None:
         """Write the buffered events and COMMIT in one round trip (the outbox insert is the
@@ -857,16 +856,20 @@ class PgTransaction:
 
         The insert is bound on the client (``INSERT ...; COMMIT`` is one simple query, which
         takes no parameters); an insert that fails leaves the COMMIT unexecuted and the
-        transaction aborted for the caller's ROLLBACK.
+        transaction aborted for the caller's ROLLBACK. A try that sent no statement sends its
+        BEGIN here, before the insert, or nothing at all when it has no event either.
 
         Raises:
             psycopg.Error: the insert or the COMMIT failed (40001 at COMMIT included).
             RuntimeError: the server did not answer COMMIT (the transaction had already failed:
                 a caller swallowed an error inside it), so nothing was written.
         """
-        insert = self.events.take_insert(self.conn)
+        insert = self.events.take_insert(self.conn.raw)
+        opening = self.conn.take_opening()
+        if opening and insert is None:
+            return  # the try sent nothing: no transaction was opened
         text = sql.COMMIT if insert is None else f"{insert}; {sql.COMMIT}"
-        cur = await self.conn.execute(text, prepare=False)
+        cur = await self.conn.raw.execute(f"{opening}{text}", prepare=False)
         while cur.nextset():
             pass
         if cur.statusmessage != sql.COMMIT:

@@ -13,15 +13,11 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from uuid import UUID
 
-from psycopg import AsyncConnection
-from psycopg.rows import TupleRow
-
 from dtq.adapters.cockroach import sql
 from dtq.adapters.cockroach.rows import decode_json, encode_json
+from dtq.adapters.cockroach.txconn import Conn
 from dtq.application.ports import FinishedJob, PrunedJobs, Tombstone
 from dtq.domain.status import JobStatus
-
-Conn = AsyncConnection[TupleRow]
 
 
 class PgRetentionRepository:

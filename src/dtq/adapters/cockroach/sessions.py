@@ -13,16 +13,14 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Final
 
-from psycopg import AsyncConnection
 from psycopg.rows import TupleRow
 from psycopg.types.numeric import Int8
 
 from dtq.adapters.cockroach.rows import token_from_row
+from dtq.adapters.cockroach.txconn import Conn
 from dtq.domain.errors import ConcurrentUpdate
 from dtq.domain.sessions import DashboardSession
 from dtq.domain.tokens import ApiToken
-
-Conn = AsyncConnection[TupleRow]
 
 SESSIONS_INSERT: Final = (
     "INSERT INTO dashboard_sessions (id_hash, token_id, csrf, created_at, expires_at)"

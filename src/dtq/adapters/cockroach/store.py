@@ -21,9 +21,9 @@ A lost connection also makes the store test the pool's idle connections (``pool.
 before the re-run: after a database restart all of them are dead at once. The pool itself, with
 its bounded waits, lives in :mod:`dtq.adapters.cockroach.pool`.
 
-A try costs two round trips besides ``fn``'s statements: ``BEGIN`` goes with ``SELECT now()``
-(the try's clock), and the outbox insert with ``COMMIT`` (simple queries of two statements;
-``PgTransaction.begin`` and ``commit``). A failed try is rolled back with an explicit
+BEGIN and COMMIT cost no round trip of their own: ``BEGIN`` and ``SELECT now()`` (the try's
+clock) go with ``fn``'s first statement, and the outbox insert with ``COMMIT``
+(``txconn.TryConnection``, ``PgTransaction.commit``). A failed try is rolled back with an explicit
 ``ROLLBACK``, which keeps the connection's prepared statements (``pool.StoreConnection``).
 
 "COMMIT phase" is real: a flag is set after ``fn`` returns, just before the outbox insert and
@@ -176,7 +176,7 @@ class CockroachStore:
             async with self._pool.connection() as conn:
                 tx = PgTransaction(conn)
                 try:
-                    await tx.begin()  # BEGIN and now() in one round trip
+                    tx.begin()  # sent with the first statement
                     result = await fn(tx)
                     committing = True  # the outbox insert and COMMIT go together now
                     if self._commit_hook is not None:

@@ -6,11 +6,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from uuid import UUID
 
-from psycopg import AsyncConnection
 from psycopg.rows import TupleRow
 from psycopg.types.numeric import Int8
 
 from dtq.adapters.cockroach import sql
+from dtq.adapters.cockroach.txconn import Conn
 from dtq.domain.webhooks import Webhook
 
 
@@ -40,7 +40,7 @@ def webhook_from_row(row: TupleRow) -> Webhook:
 class PgWebhookRepository:
     """``WebhookRepository`` on one transaction: primary-key statements only."""
 
-    def __init__(self, conn: AsyncConnection[TupleRow]) -> None:
+    def __init__(self, conn: Conn) -> None:
         self._conn = conn
 
     async def add(self, webhook: Webhook) -> None:

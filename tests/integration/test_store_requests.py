@@ -1,0 +1,126 @@
+"""The requests a store try sends (``txconn.TryConnection``, ``PgTransaction.commit``): the BEGIN
+rides with the try's first statement, bound on the client, and the outbox insert with the
+COMMIT; the edges of that (nothing sent, a statement that cannot be bound, a failing first
+request) leave the connection as a separate BEGIN and COMMIT would."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+from uuid import uuid4
+
+import pytest
+from psycopg.pq import TransactionStatus
+
+from dtq.adapters.cockroach import CockroachStore, sql
+from dtq.adapters.cockroach.arrays import UuidArray
+from dtq.adapters.cockroach.repositories import PgTransaction
+from dtq.application.ports import Transaction
+from dtq.domain.entities import Task
+from dtq.domain.errors import InvalidPayload
+from dtq.domain.events import NewEvent
+from dtq.domain.status import TaskStatus
+from tests.integration.test_store_concurrency import new_job, new_task
+from tests.integration.wiring import OUTBOX_WITH_COMMIT, counting_statements, opened_with
+
+pytestmark = pytest.mark.integration
+
+_EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def label(query: str) -> str:
+    return " ".join(query.split())
+
+
+async def _two_tasks(store: CockroachStore) -> list[Task]:
+    job = new_job(_EPOCH)
+    tasks = [new_task(job, name, _EPOCH) for name in "ab"]
+
+    async def add(tx: Transaction) -> None:
+        await tx.jobs.add(job, tasks, [])
+
+    await store.run(add)
+    return tasks
+
+
+async def test_a_try_that_sends_nothing_opens_no_transaction(pg_store: CockroachStore) -> None:
+    async def nothing(tx: Transaction) -> int:
+        return 1
+
+    with counting_statements() as sent:
+        assert await pg_store.run(nothing) == 1
+    assert sent == []
+
+
+async def test_events_alone_go_with_the_begin_and_the_commit(pg_store: CockroachStore) -> None:
+    job_id = uuid4()
+
+    async def only_events(tx: Transaction) -> None:
+        tx.events.add_many([NewEvent(job_id, None, "job.submitted", {"status": "pending"})])
+
+    with counting_statements() as sent:
+        await pg_store.run(only_events)
+    assert sent == [f"{label(sql.BEGIN_WITH_NOW)}; {OUTBOX_WITH_COMMIT}"]
+
+    async def count(tx: Transaction) -> Any:
+        assert isinstance(tx, PgTransaction)
+        cur = await tx.conn.execute("SELECT count(*) FROM events WHERE job_id = %s", (job_id,))
+        return await cur.fetchone()
+
+    assert await pg_store.run(count) == (1,)
+
+
+async def test_the_first_statement_bound_on_the_client_reads_what_a_prepared_one_reads(
+    pg_store: CockroachStore,
+) -> None:
+    """``GET_TASKS`` takes a binary ``uuid[]`` (``%b``): bound as a text literal with the
+    BEGIN, it finds the same rows as the same statement later in the try."""
+    ids = UuidArray(t.id for t in await _two_tasks(pg_store))
+
+    async def read_twice(tx: Transaction) -> tuple[list[Any], list[Any]]:
+        assert isinstance(tx, PgTransaction)
+        first = await (await tx.conn.execute(sql.GET_TASKS, (ids,))).fetchall()
+        again = await (await tx.conn.execute(sql.GET_TASKS, (ids,))).fetchall()
+        return first, again
+
+    with counting_statements() as sent:
+        first, again = await pg_store.run(read_twice)
+    assert sent == [opened_with(sql.GET_TASKS), label(sql.GET_TASKS), label(sql.COMMIT)]
+    assert len(first) == 2
+    assert [row[:-1] for row in first] == [row[:-1] for row in again]  # now() last
+
+
+async def test_a_first_statement_that_cannot_be_bound_on_the_client_follows_its_own_begin(
+    pg_store: CockroachStore,
+) -> None:
+    async def binary_first(tx: Transaction) -> Any:
+        assert isinstance(tx, PgTransaction)
+        cur = await tx.conn.execute("SELECT %s::bigint", (7,), binary=True)
+        return await cur.fetchone()
+
+    with counting_statements() as sent:
+        assert await pg_store.run(binary_first) == (7,)
+    assert sent == [label(sql.BEGIN_WITH_NOW), "SELECT %s::bigint", label(sql.COMMIT)]
+
+
+async def test_a_first_request_that_fails_leaves_the_connection_out_of_any_transaction(
+    pg_store: CockroachStore, pg_pool: Any
+) -> None:
+    """The BEGIN ran, the statement after it failed: the try is rolled back and the pool gets
+    its connection back idle (one connection, so the next try gets the same one)."""
+
+    async def divide_by_zero(tx: Transaction) -> None:
+        assert isinstance(tx, PgTransaction)
+        await tx.conn.execute("SELECT 1 / %s", (0,))
+
+    with pytest.raises(InvalidPayload):
+        await pg_store.run(divide_by_zero)
+    async with pg_pool.connection() as conn:
+        assert conn.info.transaction_status is TransactionStatus.IDLE
+    tasks = await _two_tasks(pg_store)
+
+    async def read(tx: Transaction) -> TaskStatus | None:
+        task = await tx.tasks.get(tasks[0].id)
+        return None if task is None else task.status
+
+    assert await pg_store.run(read) is TaskStatus.QUEUED
