@@ -124,3 +124,18 @@ async def test_a_first_request_that_fails_leaves_the_connection_out_of_any_trans
         return None if task is None else task.status
 
     assert await pg_store.run(read) is TaskStatus.QUEUED
+
+
+async def test_a_literal_percent_sign_stays_literal_when_bound_on_the_client(
+    pg_store: CockroachStore,
+) -> None:
+    """``%%b`` is a percent sign and a ``b``, not a binary placeholder to rebind as text."""
+
+    async def first(tx: Transaction) -> Any:
+        assert isinstance(tx, PgTransaction)
+        cur = await tx.conn.execute("SELECT '%%b' || %s::text || %b::bigint", ("x", 7))
+        return await cur.fetchone()
+
+    with counting_statements() as sent:
+        assert await pg_store.run(first) == ("%bx7",)
+    assert len(sent) == 2  # bound with the BEGIN, then COMMIT

@@ -14,6 +14,7 @@ the server, against a round trip saved on both sides (benchmarks/PROFILE.md, six
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Protocol
@@ -35,7 +36,7 @@ class Conn(Protocol):
         ...
 
 
-def bind_on_client(conn: AsyncConnection[TupleRow], query: str, params: Any) -> str | None:
+def bind_on_client(conn: AsyncConnection[TupleRow], query: Any, params: Any) -> str | None:
     """``query`` with ``params`` bound on the client as SQL literals, or None if they cannot be.
 
     A ``%b`` placeholder (a binary parameter) is bound as ``%s`` (text): the statements cast
@@ -45,12 +46,22 @@ def bind_on_client(conn: AsyncConnection[TupleRow], query: str, params: Any) -> 
         nothing: a parameter psycopg cannot render as text gives None (the caller sends the
             statement with bound parameters instead).
     """
+    if not isinstance(query, str):
+        return None
     if params is None:
         return query
     try:
-        return AsyncClientCursor(conn).mogrify(query.replace("%b", "%s"), params)
+        return AsyncClientCursor(conn).mogrify(_PLACEHOLDER.sub(_as_text, query), params)
     except (psycopg.Error, TypeError, ValueError):
         return None
+
+
+#: ``%%`` (a literal percent sign, kept) or ``%b`` (a binary placeholder, bound as text).
+_PLACEHOLDER = re.compile(r"%([%b])")
+
+
+def _as_text(match: re.Match[str]) -> str:
+    return "%%" if match.group(1) == "%" else "%s"
 
 
 class TryConnection:
