@@ -8,6 +8,8 @@ with ``SELECT now()``, the outbox insert with ``COMMIT``).
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from redis.asyncio import Redis
 
@@ -108,3 +110,24 @@ async def test_a_submission_sends_its_job_and_task_between_begin_and_commit(
 
     expected = (sql.BEGIN_WITH_NOW, sql.INSERT_JOB, sql.INSERT_TASK)
     assert sent == [*(label(q) for q in expected), OUTBOX_WITH_COMMIT]
+
+
+async def test_a_lone_claim_writes_its_lease_and_drops_its_marker_in_one_redis_command(
+    services: Services, redis_client: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The claim's Redis side after its commit: one script call (it was a DEL beside it)."""
+    result = await services.api.submit.submit_job(SubmitJob(tasks=(TaskSpec("a", "k"),)))
+    task_id = result.task_ids["a"]
+    sent: list[str] = []
+    real = redis_client.execute_command
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        sent.append(str(args[0]))
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(redis_client, "execute_command", counted)
+    claims = await services.worker.execution.claim_many([task_id], "w")
+
+    assert [c.task.id for c in claims] == [task_id]
+    assert sent == ["EVALSHA"]
+    assert await services.queue.leases_present([task_id]) == {task_id}

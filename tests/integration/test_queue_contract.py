@@ -888,3 +888,21 @@ async def test_enqueue_unlisted_finds_an_id_waiting_on_its_routed_list(
 async def test_kinds_must_not_be_a_bare_string(queue: Queue) -> None:
     with pytest.raises(ValueError, match="kinds"):
         await queue.pop_many(["default"], 0, 1, kinds="ab")
+
+
+async def test_set_leases_releases_the_named_markers_in_the_same_call(
+    queue: Queue, peek: QueuePeek
+) -> None:
+    """A claim's Redis side is one call: its leases written, its popped ids' markers dropped."""
+    claimed, refused, kept = new_id(), new_id(), new_id()
+    await queue.enqueue_many([(claimed, "default"), (refused, "default"), (kept, "default")])
+    lease = lease_for(claimed)
+
+    await queue.set_leases([lease], 30.0, release=[claimed, refused])
+
+    assert await peek.get_lease(claimed) == lease
+    assert await peek.has_marker(claimed) is False
+    assert await peek.has_marker(refused) is False
+    assert await peek.has_marker(kept) is True
+    await queue.set_leases([], 30.0, release=[kept])  # markers alone: no lease, no ttl check
+    assert await peek.has_marker(kept) is False

@@ -209,23 +209,26 @@ class ExecutionService:
         return batch.claims
 
     async def _after_claim(self, ids: list[UUID], batch: _ClaimBatch) -> None:
-        """After a claim commit: release the markers, write the leases, route the tasks of
-        kinds this worker does not serve, schedule the not due.
+        """After a claim commit: release the markers and write the leases (one call), route
+        the tasks of kinds this worker does not serve, schedule the not due.
 
         A Redis error (``BackendUnavailable``) here is swallowed: the claims are committed and
         the worker owns them (a missing lease is re-created by the next heartbeat, a marker
         expires, a due queued task is re-pushed by the reconciler).
         """
-        # Independent round trips in parallel: the claim's latency is on the path to the
-        # handler's start. A routed id keeps its marker: it is listed again.
+        # The leases and the marker releases in one call, a routing in parallel: the claim's
+        # latency is on the path to the handler's start. A routed id keeps its marker: it is
+        # listed again.
         leases = [self._lease(claim) for claim in batch.claims]
-        steps = [self._queue.set_leases(leases, self._policy.lease_ttl)]
+        steps = []
         if batch.misrouted:
             routed = {task_id for task_id, _, _ in batch.misrouted}
             ids = [task_id for task_id in ids if task_id not in routed]
             steps.append(self._queue.route(batch.misrouted))
         results = await asyncio.gather(
-            self._queue.release_markers(ids), *steps, return_exceptions=True
+            self._queue.set_leases(leases, self._policy.lease_ttl, release=ids),
+            *steps,
+            return_exceptions=True,
         )
         for result in results:
             if isinstance(result, BaseException) and not isinstance(result, BackendUnavailable):

@@ -756,10 +756,13 @@ class Queue(Protocol):
         """
         ...
 
-    async def set_leases(self, leases: Sequence[Lease], ttl: float) -> None:
+    async def set_leases(
+        self, leases: Sequence[Lease], ttl: float, *, release: Sequence[UUID] = ()
+    ) -> None:
         """Give each task the lease, replacing any lease it had, lasting ``ttl`` seconds; each
-        lease is written whole (never seen half-written, never without its expiry). One round
-        trip.
+        lease is written whole (never seen half-written, never without its expiry). The pending
+        markers of ``release`` are dropped too, as :meth:`release_markers` would (a claim's
+        Redis side in one call). One round trip.
 
         Raises:
             ValueError: ``ttl`` is not positive (checked when there are leases).

@@ -293,12 +293,16 @@ class InMemoryQueue:
             return None
         return entry[0]
 
-    async def set_leases(self, leases: Sequence[Lease], ttl: float) -> None:
-        """Create or overwrite each lease, expiring ``ttl`` seconds from ``clock.now()``.
+    async def set_leases(
+        self, leases: Sequence[Lease], ttl: float, *, release: Sequence[UUID] = ()
+    ) -> None:
+        """Create or overwrite each lease, expiring ``ttl`` seconds from ``clock.now()``, and
+        drop the pending markers of ``release``.
 
         Raises:
             ValueError: ``ttl`` is not positive (checked only when there are leases).
         """
+        await self.release_markers(release)
         if not leases:
             return
         _check_ttl(ttl)

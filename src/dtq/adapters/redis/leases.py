@@ -42,26 +42,30 @@ class RedisLeases:
     def _lease_key(self, task_id: UUID) -> str:
         return self._keys.lease(task_id)
 
-    async def set_leases(self, leases: Sequence[Lease], ttl: float) -> None:
-        """Replace each lease hash and PEXPIRE it after ``ttl`` seconds, all in one script call
-        (one round trip, one command).
+    async def set_leases(
+        self, leases: Sequence[Lease], ttl: float, *, release: Sequence[UUID] = ()
+    ) -> None:
+        """Replace each lease hash and PEXPIRE it after ``ttl`` seconds, and delete the pending
+        markers of ``release``, all in one script call (one round trip, one command).
 
         Each hash is replaced whole (DEL, HSET of worker_id, run_id, deadline_ms) and given its
         PEXPIRE inside the script, so it is atomic like a MULTI/EXEC: a client dying mid-send
         cannot leave a hash without its TTL (a lease that never expires would block the reclaim
         of its task forever), and no other client sees a hash between its DEL and its HSET. One
         script instead of three commands per lease: the worker's Redis client packs and parses
-        one command per batch (``benchmarks/PROFILE.md``).
+        one command per batch (``benchmarks/PROFILE.md``). The markers are a claim's: the
+        claim's Redis side is this one call.
 
         Raises:
             ValueError: ``ttl`` is not positive (checked only when there are leases).
             BackendUnavailable: Redis failed or is unreachable.
         """
-        if not leases:
+        if not leases and not release:
             return
-        ttl_ms = ms(ttl)
+        ttl_ms = ms(ttl) if leases else 0
         keys = [self._lease_key(lease.task_id) for lease in leases]
-        args: list[str | int] = [ttl_ms]
+        keys += [self._keys.marker(task_id) for task_id in release]
+        args: list[str | int] = [ttl_ms, len(leases)]
         for lease in leases:
             args += (lease.worker_id, str(lease.run_id), lease.deadline_ms)
         operation = "set_leases" if len(leases) > 1 else "set_lease"

@@ -161,20 +161,26 @@ end
 return taken
 """
 
-# KEYS[i] lease hash of the i-th lease; ARGV[1] ttl ms, then per lease three values: worker id,
-# run id, deadline_ms (ARGV[3i-1], ARGV[3i], ARGV[3i+1]). Each hash is replaced whole (DEL, HSET)
-# and given its TTL in the same atomic step, so no hash ever exists without a TTL. Returns the
-# number of leases written.
+# KEYS[1..n] the lease hashes to write, n = ARGV[2]; KEYS[n+1..] pending markers to delete (a
+# claim's, in the same round trip); ARGV[1] ttl ms, then per lease three values: worker id, run
+# id, deadline_ms (ARGV[3i], ARGV[3i+1], ARGV[3i+2]). Each hash is replaced whole (DEL, HSET) and
+# given its TTL in the same atomic step, so no hash ever exists without a TTL. Returns the number
+# of leases written.
 SET_LEASES = """
 local ttl = ARGV[1]
-for i, key in ipairs(KEYS) do
-  local at = 3 * i - 1
+local n = tonumber(ARGV[2])
+for i = 1, n do
+  local key = KEYS[i]
+  local at = 3 * i
   redis.call('DEL', key)
   redis.call('HSET', key, 'worker_id', ARGV[at], 'run_id', ARGV[at + 1],
     'deadline_ms', ARGV[at + 2])
   redis.call('PEXPIRE', key, ttl)
 end
-return #KEYS
+for i = n + 1, #KEYS do
+  redis.call('DEL', KEYS[i])
+end
+return n
 """
 
 # KEYS[1] lease hash; ARGV[1] run id, ARGV[2] ttl ms, ARGV[3] new deadline_ms.
