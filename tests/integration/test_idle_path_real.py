@@ -38,8 +38,9 @@ def label(query: str) -> str:
 
 
 async def test_a_lone_claim_reads_its_task_and_job_in_one_statement(services: Services) -> None:
-    """Task and job from one statement, sent with the BEGIN, then the task, run and job writes,
-    and the outbox with the COMMIT: five round trips."""
+    """Task and job from one statement, sent with the BEGIN, then the task write, the run
+    insert with the job write, and the outbox with the COMMIT: four round trips (seven before
+    the sixth pass)."""
     result = await services.api.submit.submit_job(SubmitJob(tasks=(TaskSpec("a", "k"),)))
     task_id = result.task_ids["a"]
 
@@ -47,10 +48,10 @@ async def test_a_lone_claim_reads_its_task_and_job_in_one_statement(services: Se
         claims = await services.worker.execution.claim_many([task_id], "w")
 
     assert [c.task.id for c in claims] == [task_id]
-    expected = (sql.UPDATE_TASK, sql.INSERT_RUN, sql.UPDATE_JOB)
     assert sent == [
         opened_with(sql.GET_TASKS_WITH_JOBS),
-        *(label(q) for q in expected),
+        label(sql.UPDATE_TASK),
+        f"{label(sql.INSERT_RUN)}; {label(sql.UPDATE_JOB)}",  # the run insert rides along
         OUTBOX_WITH_COMMIT,
     ]
     job = await services.api.queries.get_job(result.job_id)
@@ -100,16 +101,17 @@ async def test_a_completion_learns_the_time_with_begin_and_commits_with_its_outb
     assert label(sql.NOW) not in sent
 
 
-async def test_a_submission_sends_its_job_and_task_between_begin_and_commit(
+async def test_a_submission_sends_its_inserts_with_its_commit(
     services: Services,
 ) -> None:
-    """A one-task job's submit: four round trips (six before), the BEGIN with the time its
-    rows are dated by, the job and task inserts, the outbox insert with the COMMIT."""
+    """A one-task job without an idempotency key: two round trips (six before the sixth
+    pass), the BEGIN with the time its rows are dated by, then the job and task inserts, the
+    outbox insert and the COMMIT in one request (no insert's answer is read)."""
     with counting_statements() as sent:
         await services.api.submit.submit_job(SubmitJob(tasks=(TaskSpec("a", "k"),)))
 
-    expected = (sql.BEGIN_WITH_NOW, sql.INSERT_JOB, sql.INSERT_TASK)
-    assert sent == [*(label(q) for q in expected), OUTBOX_WITH_COMMIT]
+    inserts = f"{label(sql.INSERT_JOB)}; {label(sql.INSERT_TASK)}"
+    assert sent == [label(sql.BEGIN_WITH_NOW), f"{inserts}; {OUTBOX_WITH_COMMIT}"]
 
 
 async def test_a_lone_claim_writes_its_lease_and_drops_its_marker_in_one_redis_command(
@@ -131,3 +133,21 @@ async def test_a_lone_claim_writes_its_lease_and_drops_its_marker_in_one_redis_c
     assert [c.task.id for c in claims] == [task_id]
     assert sent == ["EVALSHA"]
     assert await services.queue.leases_present([task_id]) == {task_id}
+
+
+async def test_a_keyed_submission_reads_its_job_insert_before_going_on(
+    services: Services,
+) -> None:
+    """With an Idempotency-Key the job insert's answer decides (``ON CONFLICT`` may skip it):
+    it is read before anything else is sent; the task insert rides with the COMMIT."""
+    with counting_statements() as sent:
+        await services.api.submit.submit_job(
+            SubmitJob(tasks=(TaskSpec("a", "k"),), idempotency_key="key-1")
+        )
+
+    assert sent == [
+        opened_with(sql.GET_JOB_BY_KEY),  # the replay lookups, then the keyed insert
+        label(sql.GET_TOMBSTONE),
+        label(sql.INSERT_JOB),
+        f"{label(sql.INSERT_TASK)}; {OUTBOX_WITH_COMMIT}",
+    ]

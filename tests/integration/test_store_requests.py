@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any
-from uuid import uuid4
+from uuid import UUID, uuid4
 
 import pytest
 from psycopg.pq import TransactionStatus
@@ -16,10 +16,10 @@ from dtq.adapters.cockroach import CockroachStore, sql
 from dtq.adapters.cockroach.arrays import UuidArray
 from dtq.adapters.cockroach.repositories import PgTransaction
 from dtq.application.ports import Transaction
-from dtq.domain.entities import Task
-from dtq.domain.errors import InvalidPayload
+from dtq.domain.entities import Task, TaskRun
+from dtq.domain.errors import BackendUnavailable, InvalidPayload
 from dtq.domain.events import NewEvent
-from dtq.domain.status import TaskStatus
+from dtq.domain.status import RunStatus, TaskStatus
 from tests.integration.test_store_concurrency import new_job, new_task
 from tests.integration.wiring import OUTBOX_WITH_COMMIT, counting_statements, opened_with
 
@@ -139,3 +139,45 @@ async def test_a_literal_percent_sign_stays_literal_when_bound_on_the_client(
     with counting_statements() as sent:
         assert await pg_store.run(first) == ("%bx7",)
     assert len(sent) == 2  # bound with the BEGIN, then COMMIT
+
+
+def _run_of(task_id: UUID) -> TaskRun:
+    return TaskRun(uuid4(), task_id, 1, "w", RunStatus.RUNNING, _EPOCH)
+
+
+async def test_a_queued_insert_goes_with_the_next_statement_which_sees_its_row(
+    pg_store: CockroachStore,
+) -> None:
+    """A lone run insert is queued (``send_later``): the next read goes in the same request,
+    after it, and finds the row."""
+    run = _run_of((await _two_tasks(pg_store))[0].id)
+
+    async def insert_then_read(tx: Transaction) -> TaskRun | None:
+        await tx.runs.add_many([run])
+        return await tx.runs.get(run.id)
+
+    with counting_statements() as sent:
+        assert await pg_store.run(insert_then_read) == run
+    insert_and_read = f"{label(sql.INSERT_RUN)}; {label(sql.GET_RUN)}"
+    assert sent == [opened_with(insert_and_read), label(sql.COMMIT)]
+
+
+async def test_a_queued_insert_that_fails_stops_its_request_before_the_commit(
+    pg_store: CockroachStore,
+) -> None:
+    """The run of a task that does not exist breaks its foreign key at the COMMIT's request:
+    the error surfaces, the COMMIT after it never runs, nothing of the try is written."""
+    task = (await _two_tasks(pg_store))[0]
+    written, orphan = _run_of(task.id), _run_of(uuid4())
+
+    async def insert_both(tx: Transaction) -> None:
+        await tx.runs.add_many([written])
+        await tx.runs.add_many([orphan])
+
+    with pytest.raises(BackendUnavailable, match="foreign key"):
+        await pg_store.run(insert_both)
+
+    async def read(tx: Transaction) -> TaskRun | None:
+        return await tx.runs.get(written.id)
+
+    assert await pg_store.run(read) is None

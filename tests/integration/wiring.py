@@ -31,7 +31,6 @@ from dtq.entrypoints.metrics import OrchestratorMetrics, new_registry
 #: How :func:`counting_statements` records a store try's last request: the outbox's
 #: ``INSERT_EVENTS`` (its parameter bound on the client) and ``COMMIT``.
 OUTBOX_WITH_COMMIT = f"{' '.join(sql.INSERT_EVENTS.split())}; {sql.COMMIT}"
-_OUTBOX_HEAD = " ".join(sql.INSERT_EVENTS.split()).split("%s")[0]
 _OPENING = f"{sql.BEGIN_WITH_NOW}; "
 
 POLICY = ExecutionPolicy(lease_duration=2.0, retry_backoff=0.1, stale_running_after=0.5)
@@ -84,16 +83,17 @@ def counting_statements() -> Iterator[list[str]]:
     """Every request sent through ``psycopg.AsyncConnection.execute`` while open, in order,
     its whitespace runs collapsed to one space (the texts of ``dtq.adapters.cockroach.sql``).
 
-    The statements a store try binds on the client are recorded by their templates: the first
-    statement, sent with the try's BEGIN, as :func:`opened_with` names it, and the outbox insert
-    sent with its COMMIT as :data:`OUTBOX_WITH_COMMIT` (their values, ids and times, differ
-    from one try to the next)."""
+    A store try binds some statements on the client and sends several in one request (its
+    BEGIN with its first statement, queued inserts with the next one, the outbox insert with
+    the COMMIT); each bound statement is recorded by its template (its values, ids and times,
+    differ from one try to the next), so a request of several reads as their templates joined
+    by ``"; "`` (:func:`opened_with`, :data:`OUTBOX_WITH_COMMIT`)."""
     sent: list[str] = []
     real = psycopg.AsyncConnection.execute
     real_bind = txconn.bind_on_client
     templates: dict[str, str] = {}
 
-    def bind_on_client(conn: Any, query: str, params: Any) -> str | None:
+    def bind_on_client(conn: Any, query: Any, params: Any) -> str | None:
         bound = real_bind(conn, query, params)
         if bound is not None:
             templates[" ".join(bound.split())] = " ".join(query.split())
@@ -101,15 +101,12 @@ def counting_statements() -> Iterator[list[str]]:
 
     async def execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
         text = " ".join(str(query).split())
-        opening = _OPENING if text.startswith(_OPENING) else ""
-        rest = text.removeprefix(opening)
-        if rest.startswith(_OUTBOX_HEAD) and rest.endswith(f"; {sql.COMMIT}"):
-            rest = OUTBOX_WITH_COMMIT
-        sent.append(opening + templates.get(rest, rest))
+        for bound in sorted(templates, key=len, reverse=True):
+            text = text.replace(bound, templates[bound])
+        sent.append(text)
         return await real(self, query, *args, **kwargs)
 
     txconn.bind_on_client = bind_on_client
-
     psycopg.AsyncConnection.execute = execute  # type: ignore[method-assign]
     try:
         yield sent

@@ -12,11 +12,11 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from uuid import UUID
 
-from psycopg import AsyncClientCursor, AsyncConnection
+from psycopg import AsyncConnection
 from psycopg.rows import TupleRow
 from psycopg.types.numeric import Int8
 
-from dtq.adapters.cockroach import sql
+from dtq.adapters.cockroach import sql, txconn
 from dtq.adapters.cockroach.rows import decode_json, encode_rows
 from dtq.adapters.cockroach.txconn import Conn
 from dtq.application.ports import Event, EventCursor
@@ -48,7 +48,10 @@ class PgEventRepository:
         if not events:
             return None
         rows = encode_rows([(e.job_id, e.task_id, e.type, e.data) for e in events])
-        return AsyncClientCursor(conn).mogrify(sql.INSERT_EVENTS, (rows,))
+        bound = txconn.bind_on_client(conn, sql.INSERT_EVENTS, (rows,))
+        if bound is None:  # pragma: no cover - a text parameter always binds
+            raise RuntimeError("the outbox insert could not be bound on the client")
+        return bound
 
     async def page(
         self,

@@ -81,9 +81,11 @@ class _TxClock:
     async def now(self) -> datetime:
         """The transaction timestamp (aware UTC); ``SELECT now()`` if no row brought it."""
         if self._now is None:
-            row = await (await self._conn.execute(sql.NOW)).fetchone()
-            assert row is not None
-            self._now = row[0].astimezone(UTC)
+            cur = await self._conn.execute(sql.NOW)
+            if self._now is None:  # not learnt from a BEGIN sent on the way (:meth:`know`)
+                row = await cur.fetchone()
+                assert row is not None
+                self._now = row[0].astimezone(UTC)
         return self._now
 
 
@@ -152,7 +154,7 @@ async def _write_guarded(
 class PgJobRepository:
     """``JobRepository`` on one transaction; buffers the events of what it writes."""
 
-    def __init__(self, conn: Conn, events: PgEventRepository) -> None:
+    def __init__(self, conn: TryConnection, events: PgEventRepository) -> None:
         self._conn = conn
         self._events = events
 
@@ -161,31 +163,35 @@ class PgJobRepository:
     ) -> None:
         """Insert the job, its tasks and edges in at most three statements (spec §4).
 
+        A job without an idempotency key and a lone task are plain inserts whose answer
+        nobody reads: they ride with the try's next request (``TryConnection.send_later``),
+        so a one-task submission's inserts go with its COMMIT. A keyed job's insert is read
+        at once (its ``ON CONFLICT`` may skip it).
+
         Raises:
             DuplicateIdempotencyKey: another job already holds ``job.idempotency_key``.
             InvalidPayload: metadata or a payload is not JSON-encodable.
         """
-        cur = await self._conn.execute(
-            sql.INSERT_JOB,
-            (
-                job.id,
-                job.name,
-                job.status.value,
-                encode_json(job.metadata),
-                job.idempotency_key,
-                job.request_hash,
-                job.version,
-                job.created_at,
-                job.updated_at,
-                job.trace_context,
-            ),
+        row = (
+            job.id,
+            job.name,
+            job.status.value,
+            encode_json(job.metadata),
+            job.idempotency_key,
+            job.request_hash,
+            job.version,
+            job.created_at,
+            job.updated_at,
+            job.trace_context,
         )
-        if await cur.fetchone() is None:
+        if job.idempotency_key is None:
+            await self._conn.send_later(sql.INSERT_JOB, row)  # no key, no conflict to skip it
+        elif await (await self._conn.execute(sql.INSERT_JOB, row)).fetchone() is None:
             raise DuplicateIdempotencyKey(
                 f"a job with Idempotency-Key {job.idempotency_key!r} already exists"
             )
         if len(tasks) == 1:
-            await self._conn.execute(sql.INSERT_TASK, _task_row(job.id, tasks[0]))
+            await self._conn.send_later(sql.INSERT_TASK, _task_row(job.id, tasks[0]))
         elif tasks:
             await self._conn.execute(sql.INSERT_TASKS, _task_arrays(job.id, tasks))
         if edges:
@@ -650,12 +656,13 @@ class PgTaskRepository:
 class PgRunRepository:
     """``RunRepository`` on one transaction."""
 
-    def __init__(self, conn: Conn) -> None:
+    def __init__(self, conn: TryConnection) -> None:
         self._conn = conn
 
     async def _add_one(self, run: TaskRun) -> None:
-        """``add_many`` of one run: the single-row INSERT (cheaper to plan than ``unnest``)."""
-        await self._conn.execute(
+        """``add_many`` of one run: the single-row INSERT (cheaper to plan than ``unnest``),
+        sent with the try's next request (``TryConnection.send_later``)."""
+        await self._conn.send_later(
             sql.INSERT_RUN,
             (
                 run.id,
@@ -856,8 +863,9 @@ class PgTransaction:
 
         The insert is bound on the client (``INSERT ...; COMMIT`` is one simple query, which
         takes no parameters); an insert that fails leaves the COMMIT unexecuted and the
-        transaction aborted for the caller's ROLLBACK. A try that sent no statement sends its
-        BEGIN here, before the insert, or nothing at all when it has no event either.
+        transaction aborted for the caller's ROLLBACK. What the try still owes goes first in
+        the same request: its BEGIN if it sent no statement, its queued inserts
+        (``TryConnection.send_later``); a try that owes nothing and has no event sends nothing.
 
         Raises:
             psycopg.Error: the insert or the COMMIT failed (40001 at COMMIT included).
@@ -865,12 +873,8 @@ class PgTransaction:
                 a caller swallowed an error inside it), so nothing was written.
         """
         insert = self.events.take_insert(self.conn.raw)
-        opening = self.conn.take_opening()
-        if opening and insert is None:
+        cur = await self.conn.finish([sql.COMMIT] if insert is None else [insert, sql.COMMIT])
+        if cur is None:
             return  # the try sent nothing: no transaction was opened
-        text = sql.COMMIT if insert is None else f"{insert}; {sql.COMMIT}"
-        cur = await self.conn.raw.execute(f"{opening}{text}", prepare=False)
-        while cur.nextset():
-            pass
         if cur.statusmessage != sql.COMMIT:
             raise RuntimeError(f"COMMIT answered {cur.statusmessage!r}; nothing was written")

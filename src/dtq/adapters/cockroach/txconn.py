@@ -65,8 +65,15 @@ def _as_text(match: re.Match[str]) -> str:
 
 
 class TryConnection:
-    """One try's connection: after :meth:`open_lazily`, the first ``execute`` opens the
-    transaction in its own round trip and hands the transaction timestamp to ``on_now``.
+    """One try's connection: its BEGIN and its deferred writes ride with the next request.
+
+    After :meth:`open_lazily`, the first request opens the transaction and hands the
+    transaction timestamp to ``on_now``. :meth:`send_later` queues a write whose answer nobody
+    reads (a plain single-row ``INSERT``: it either writes its row or fails with an error),
+    bound on the client; the queue goes ahead of the next statement in the same request, or
+    ahead of the outbox insert and ``COMMIT`` (:meth:`finish`). A queued write that fails
+    stops its request there (both dialects), so the error surfaces before anything after it
+    ran, the ``COMMIT`` included.
 
     Args:
         conn: the pool connection (autocommit; no transaction open).
@@ -80,51 +87,63 @@ class TryConnection:
         self.raw = conn
         self._on_now = on_now
         self._opening = False
-
-    @property
-    def opening(self) -> bool:
-        """True while the BEGIN waits for the try's first statement."""
-        return self._opening
+        self._deferred: list[str] = []
 
     def open_lazily(self) -> None:
-        """Send the BEGIN with the next statement (:meth:`execute`); no I/O now."""
+        """Send the BEGIN with the next request; no I/O now."""
         self._opening = True
 
-    def take_opening(self) -> str:
-        """The BEGIN still owed (``sql.BEGIN_WITH_NOW`` and ``"; "``) for a request that ends
-        the try before any statement opened it, or ``""``; either way none is owed after."""
-        opening, self._opening = self._opening, False
-        return f"{sql.BEGIN_WITH_NOW}; " if opening else ""
+    async def send_later(self, query: str, params: Any) -> None:
+        """Queue a write for the next request; one that cannot be bound on the client is sent
+        now instead (with whatever is owed before it)."""
+        bound = bind_on_client(self.raw, query, params)
+        if bound is None:
+            await self.execute(query, params)
+        else:
+            self._deferred.append(bound)
 
     async def execute(
         self, query: Any, params: Any = None, *, prepare: bool | None = None, binary: bool = False
     ) -> AsyncCursor[TupleRow]:
-        """psycopg's ``execute``; the first one after :meth:`open_lazily` carries the BEGIN.
+        """psycopg's ``execute``, after what is owed: the BEGIN and the queued writes, in the
+        same request when ``query`` can be bound on the client.
 
         The returned cursor is positioned on ``query``'s own result, as psycopg's would be.
-        ``sql.NOW`` as the first statement is answered by the BEGIN's ``now()`` itself.
+        ``sql.NOW`` as the first statement is answered by the BEGIN's ``now()`` itself, which
+        goes to ``on_now`` (the returned cursor is then not on a ``now()`` row).
         """
-        if not self._opening:
+        if not self._opening and not self._deferred:
             return await self.raw.execute(query, params, prepare=prepare, binary=binary)
-        self._opening = False
-        if query == sql.NOW:
-            cur = await self.raw.execute(sql.BEGIN_WITH_NOW, prepare=False)
-            cur.nextset()  # positioned on now(): the caller reads it
-            return cur
+        if query == sql.NOW and self._opening:
+            return await self._request([])
         bound = None if binary else bind_on_client(self.raw, query, params)
         if bound is None:
-            await self._begin()
+            await self._request([])
             return await self.raw.execute(query, params, prepare=prepare, binary=binary)
-        cur = await self.raw.execute(f"{sql.BEGIN_WITH_NOW}; {bound}", prepare=False)
-        cur.nextset()
-        await self._take_now(cur)
-        cur.nextset()
-        return cur
+        return await self._request([bound])
 
-    async def _begin(self) -> None:
-        cur = await self.raw.execute(sql.BEGIN_WITH_NOW, prepare=False)
-        cur.nextset()
-        await self._take_now(cur)
+    async def finish(self, tail: list[str]) -> AsyncCursor[TupleRow] | None:
+        """Send what is owed, then ``tail`` (the outbox insert and ``COMMIT``), as one request;
+        None, with nothing sent, when the try sent no statement and owes no write.
+        """
+        if self._opening and not self._deferred and len(tail) == 1:
+            self._opening = False
+            return None  # only the COMMIT: no transaction was opened
+        return await self._request(tail)
+
+    async def _request(self, texts: list[str]) -> AsyncCursor[TupleRow]:
+        """One simple query: the BEGIN if owed, the queued writes, then ``texts``. The cursor
+        is left on the last result."""
+        opening, deferred = self._opening, self._deferred
+        self._opening, self._deferred = False, []
+        parts = ([sql.BEGIN_WITH_NOW] if opening else []) + deferred + texts
+        cur = await self.raw.execute("; ".join(parts), prepare=False)
+        if opening:
+            cur.nextset()  # the BEGIN's now()
+            await self._take_now(cur)
+        while cur.nextset():
+            pass
+        return cur
 
     async def _take_now(self, cur: AsyncCursor[TupleRow]) -> None:
         row = await cur.fetchone()
