@@ -22,15 +22,17 @@ before the re-run: after a database restart all of them are dead at once. The po
 its bounded waits, lives in :mod:`dtq.adapters.cockroach.pool`.
 
 BEGIN and COMMIT cost no round trip of their own: ``BEGIN`` and ``SELECT now()`` (the try's
-clock) go with ``fn``'s first statement, and the outbox insert with ``COMMIT``
-(``txconn.TryConnection``, ``PgTransaction.commit``). A failed try is rolled back with an explicit
-``ROLLBACK``, which keeps the connection's prepared statements (``pool.StoreConnection``).
+clock) go with ``fn``'s first statement, and the outbox insert with ``COMMIT``, after any
+single-row insert still queued (``txconn.TryConnection``, ``PgTransaction.commit``). A failed
+try is rolled back with an explicit ``ROLLBACK``, which keeps the connection's prepared
+statements (``pool.StoreConnection``).
 
-"COMMIT phase" is real: a flag is set after ``fn`` returns, just before the outbox insert and
-COMMIT are sent together; any error seen with the flag set happened while committing (an
-error of the insert included: the pair is one request, so a connection lost during it leaves
-the outcome unknown). A :class:`CommitHook` passed to the store is called at both edges of that
-phase, so tests can inject failures there (CRDB.md "Making PostgreSQL catch CockroachDB bugs").
+"COMMIT phase" is real: a flag is set after ``fn`` returns, just before the last request (the
+queued inserts, the outbox insert and COMMIT) is sent; any error seen with the flag set happened
+while committing (an error of an insert included: they are one request with the COMMIT, so a
+connection lost during it leaves the outcome unknown). A :class:`CommitHook` passed to the
+store is called at both edges of that phase, so tests can inject failures there (CRDB.md
+"Making PostgreSQL catch CockroachDB bugs").
 """
 
 from __future__ import annotations
