@@ -42,9 +42,9 @@ class _KeptOnRollback(PrepareManager):
 
     psycopg clears the cache and sends ``DEALLOCATE ALL`` whenever a transaction rolls back, by
     its transaction block or by a ``ROLLBACK`` statement (a rolled-back DDL could have changed
-    what a statement refers to). The store's
-    connections run no DDL, and a prepared statement outlives a ROLLBACK on the server
-    (PostgreSQL and CockroachDB keep prepared statements per session), so the cache stays valid.
+    what a statement refers to). The store's connections run no DDL, and a prepared statement
+    outlives a ROLLBACK on the server (PostgreSQL and CockroachDB keep prepared statements per
+    session), so the cache stays valid.
     Without this, the store's re-runs after 40001 (a third of the drain's tries) kept the hot
     statements from ever reaching the prepare threshold: parsed and planned on every execution.
     Statements that really drop the server's state (``DISCARD ALL``, ``DEALLOCATE ALL``, DDL)

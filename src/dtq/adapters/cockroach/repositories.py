@@ -65,7 +65,7 @@ class _TxClock:
     brought it does :meth:`now` send ``SELECT now()``.
     """
 
-    def __init__(self, conn: Conn) -> None:
+    def __init__(self, conn: TryConnection) -> None:
         self._conn = conn
         self._now: datetime | None = None
 
@@ -81,11 +81,11 @@ class _TxClock:
     async def now(self) -> datetime:
         """The transaction timestamp (aware UTC); ``SELECT now()`` if no row brought it."""
         if self._now is None:
-            cur = await self._conn.execute(sql.NOW)
-            if self._now is None:  # not learnt from a BEGIN sent on the way (:meth:`know`)
-                row = await cur.fetchone()
-                assert row is not None
-                self._now = row[0].astimezone(UTC)
+            await self._conn.flush()  # an unsent BEGIN brings it (:meth:`know`)
+        if self._now is None:
+            row = await (await self._conn.execute(sql.NOW)).fetchone()
+            assert row is not None
+            self._now = row[0].astimezone(UTC)
         return self._now
 
 

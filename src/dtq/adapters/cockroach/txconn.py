@@ -109,18 +109,20 @@ class TryConnection:
         same request when ``query`` can be bound on the client.
 
         The returned cursor is positioned on ``query``'s own result, as psycopg's would be.
-        ``sql.NOW`` as the first statement is answered by the BEGIN's ``now()`` itself, which
-        goes to ``on_now`` (the returned cursor is then not on a ``now()`` row).
         """
         if not self._opening and not self._deferred:
             return await self.raw.execute(query, params, prepare=prepare, binary=binary)
-        if query == sql.NOW and self._opening:
-            return await self._request([])
         bound = None if binary else bind_on_client(self.raw, query, params)
         if bound is None:
             await self._request([])
             return await self.raw.execute(query, params, prepare=prepare, binary=binary)
         return await self._request([bound])
+
+    async def flush(self) -> None:
+        """Send what is owed (the BEGIN, whose ``now()`` goes to ``on_now``, and the queued
+        writes) as one request; nothing when nothing is owed."""
+        if self._opening or self._deferred:
+            await self._request([])
 
     async def finish(self, tail: list[str]) -> AsyncCursor[TupleRow] | None:
         """Send what is owed, then ``tail`` (the outbox insert and ``COMMIT``), as one request;
