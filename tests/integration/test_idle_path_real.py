@@ -16,11 +16,12 @@ from redis.asyncio import Redis
 from dtq.adapters.cockroach import CockroachStore, sql
 from dtq.adapters.redis import RedisQueue
 from dtq.application.commands import SubmitJob, TaskSpec
-from dtq.domain.status import JobStatus
+from dtq.domain.status import JobStatus, RunStatus, TaskStatus
 from dtq.entrypoints.bundles import Services
 from tests.integration.wiring import (
     OUTBOX_WITH_COMMIT,
     counting_statements,
+    guarded,
     opened_with,
     services_on,
 )
@@ -38,9 +39,10 @@ def label(query: str) -> str:
 
 
 async def test_a_lone_claim_reads_its_task_and_job_in_one_statement(services: Services) -> None:
-    """Task and job from one statement, sent with the BEGIN, then the task write, the run
-    insert with the job write, and the outbox with the COMMIT: four round trips (seven before
-    the sixth pass)."""
+    """Task and job from one statement, sent with the BEGIN; then the task write, the run
+    insert, the job write, the outbox and the COMMIT in one request: two round trips (seven
+    before the sixth pass, four before the seventh). Both writes compare-and-set rows the try
+    has just read, so they are queued, wrapped to fail the transaction if they match no row."""
     result = await services.api.submit.submit_job(SubmitJob(tasks=(TaskSpec("a", "k"),)))
     task_id = result.task_ids["a"]
 
@@ -48,14 +50,15 @@ async def test_a_lone_claim_reads_its_task_and_job_in_one_statement(services: Se
         claims = await services.worker.execution.claim_many([task_id], "w")
 
     assert [c.task.id for c in claims] == [task_id]
+    writes = [guarded(sql.UPDATE_TASK), label(sql.INSERT_RUN), guarded(sql.UPDATE_JOB)]
     assert sent == [
         opened_with(sql.GET_TASKS_WITH_JOBS),
-        label(sql.UPDATE_TASK),
-        f"{label(sql.INSERT_RUN)}; {label(sql.UPDATE_JOB)}",  # the run insert rides along
-        OUTBOX_WITH_COMMIT,
+        "; ".join([*writes, OUTBOX_WITH_COMMIT]),
     ]
     job = await services.api.queries.get_job(result.job_id)
     assert job.job.status is JobStatus.RUNNING
+    task = (await services.api.queries.get_task(task_id)).task
+    assert task.status is TaskStatus.RUNNING and task.version == 1
 
 
 async def test_settling_a_finished_job_reads_it_with_its_endings_in_one_statement(
@@ -79,26 +82,29 @@ async def test_settling_a_finished_job_reads_it_with_its_endings_in_one_statemen
 async def test_a_completion_learns_the_time_with_begin_and_commits_with_its_outbox(
     services: Services,
 ) -> None:
-    """A one-task job's completion: 8 round trips (BEGIN and COMMIT were 2 more, and the
+    """A one-task job's completion: 6 round trips (BEGIN and COMMIT were 2 more, and the
     time a ``SELECT now()`` of its own). Its first statement needs the time, so the BEGIN goes
-    alone, with ``SELECT now()``."""
+    alone, with ``SELECT now()``. The task write compares the version of the claim (read by
+    an earlier transaction), so it waits for its row count; the run write (its task just
+    written) rides with the next read, the job write (of a job just read) with the COMMIT."""
     result = await services.api.submit.submit_job(SubmitJob(tasks=(TaskSpec("a", "k"),)))
     claims = await services.worker.execution.claim_many([result.task_ids["a"]], "w")
 
     with counting_statements() as sent:
         await services.worker.execution.complete_many(claims)
 
-    expected = (
-        sql.BEGIN_WITH_NOW,
-        sql.UPDATE_TASK,
-        sql.UPDATE_RUN,
-        sql.DEPENDENTS_MANY,
-        sql.JOB_HAS_STATUS,
-        sql.GET_JOB_ENDINGS,
-        sql.UPDATE_JOB,
-    )
-    assert sent == [*(label(q) for q in expected), OUTBOX_WITH_COMMIT]
+    assert sent == [
+        label(sql.BEGIN_WITH_NOW),
+        label(sql.UPDATE_TASK),
+        f"{guarded(sql.UPDATE_RUN)}; {label(sql.DEPENDENTS_MANY)}",
+        label(sql.JOB_HAS_STATUS),
+        label(sql.GET_JOB_ENDINGS),
+        f"{guarded(sql.UPDATE_JOB)}; {OUTBOX_WITH_COMMIT}",
+    ]
     assert label(sql.NOW) not in sent
+    view = await services.api.queries.get_task(result.task_ids["a"])
+    assert view.task.status is TaskStatus.COMPLETED
+    assert [run.status for run in view.runs] == [RunStatus.SUCCEEDED]
 
 
 async def test_a_submission_sends_its_inserts_with_its_commit(

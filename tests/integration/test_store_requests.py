@@ -17,11 +17,16 @@ from dtq.adapters.cockroach.arrays import UuidArray
 from dtq.adapters.cockroach.repositories import PgTransaction
 from dtq.application.ports import Transaction
 from dtq.domain.entities import Task, TaskRun
-from dtq.domain.errors import BackendUnavailable, InvalidPayload
+from dtq.domain.errors import BackendUnavailable, ConcurrentUpdate, InvalidPayload
 from dtq.domain.events import NewEvent
 from dtq.domain.status import RunStatus, TaskStatus
 from tests.integration.test_store_concurrency import new_job, new_task
-from tests.integration.wiring import OUTBOX_WITH_COMMIT, counting_statements, opened_with
+from tests.integration.wiring import (
+    OUTBOX_WITH_COMMIT,
+    counting_statements,
+    guarded,
+    opened_with,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -181,3 +186,107 @@ async def test_a_queued_insert_that_fails_stops_its_request_before_the_commit(
         return await tx.runs.get(written.id)
 
     assert await pg_store.run(read) is None
+
+
+async def test_the_write_of_a_task_read_in_the_try_rides_with_the_next_statement(
+    pg_store: CockroachStore,
+) -> None:
+    """A compare-and-set of a row the try read at that version is queued (it cannot miss
+    under SERIALIZABLE): it goes ahead of the next read, which sees it."""
+    task = (await _two_tasks(pg_store))[0]
+
+    async def claim_then_read(tx: Transaction) -> Task | None:
+        read = await tx.tasks.get(task.id)
+        assert read is not None
+        read.claim(run_id=uuid4(), worker_id="w", at=await tx.now())
+        await tx.tasks.save(read)
+        assert read.version == 1  # bumped at once, as an immediate write would
+        return await tx.tasks.get(task.id)
+
+    with counting_statements() as sent:
+        again = await pg_store.run(claim_then_read)
+    assert again is not None and again.status is TaskStatus.RUNNING and again.version == 1
+    assert sent == [
+        opened_with(sql.GET_TASK),
+        f"{guarded(sql.UPDATE_TASK)}; {label(sql.GET_TASK)}",
+        OUTBOX_WITH_COMMIT,  # the claim's task.running event
+    ]
+
+
+async def test_a_queued_write_that_matches_no_row_fails_its_try_and_writes_nothing(
+    pg_pool: Any,
+) -> None:
+    """If a queued compare-and-set ever matched no row (here the try itself moved the row's
+    version behind the repository's back), its request raises ``ConcurrentUpdate`` (the store
+    re-runs the try), the COMMIT after it never runs, and nothing of the try is kept."""
+    store = CockroachStore(pg_pool, max_retries=1, base_backoff=0.001)
+    task = (await _two_tasks(store))[0]
+    tries = 0
+
+    async def claim_a_moved_row(tx: Transaction) -> None:
+        nonlocal tries
+        tries += 1
+        assert isinstance(tx, PgTransaction)
+        read = await tx.tasks.get(task.id)
+        assert read is not None
+        await tx.conn.execute("UPDATE tasks SET version = version + 1 WHERE id = %s", (task.id,))
+        read.claim(run_id=uuid4(), worker_id="w", at=await tx.now())
+        await tx.tasks.save(read)  # queued: compares version 0, now 1 in this transaction
+
+    with pytest.raises(BackendUnavailable, match="concurrent_update") as raised:
+        await store.run(claim_a_moved_row)
+    cause = raised.value.__cause__
+    assert isinstance(cause, ConcurrentUpdate) and str(task.id) in str(cause)
+    assert tries == 2  # re-run once (max_retries=1), as for an immediate write's miss
+
+    async def read(tx: Transaction) -> Task | None:
+        return await tx.tasks.get(task.id)
+
+    stored = await store.run(read)
+    assert stored is not None and stored.status is TaskStatus.QUEUED and stored.version == 0
+    async with pg_pool.connection() as conn:
+        assert conn.info.transaction_status is TransactionStatus.IDLE
+
+
+async def test_the_run_of_a_task_written_in_the_try_is_queued_and_its_guard_still_holds(
+    pg_pool: Any,
+) -> None:
+    """A run whose task the try wrote is written with the next request (a run only ends with a
+    write to its task); if its ``running`` guard ever missed (here the try ended the run behind
+    the repository's back), the try fails with ``ConcurrentUpdate`` and writes nothing."""
+    store = CockroachStore(pg_pool, max_retries=0, base_backoff=0.001)
+    task = (await _two_tasks(store))[0]
+    run = _run_of(task.id)
+
+    async def start(tx: Transaction) -> None:
+        read = await tx.tasks.get(task.id)
+        assert read is not None
+        read.claim(run_id=run.id, worker_id="w", at=await tx.now())
+        await tx.tasks.save(read)
+        await tx.runs.add_many([run])
+
+    await store.run(start)
+
+    async def finish(tx: Transaction, *, end_it_first: bool) -> None:
+        assert isinstance(tx, PgTransaction)
+        read = await tx.tasks.get(task.id)
+        stored = await tx.runs.get(run.id)
+        assert read is not None and stored is not None
+        if end_it_first:
+            await tx.conn.execute("UPDATE task_runs SET status = 'dead' WHERE id = %s", (run.id,))
+        now = await tx.now()
+        read.succeed(stored, at=now, result={"ok": True})
+        await tx.tasks.save(read)
+        await tx.runs.save(stored)
+
+    with pytest.raises(BackendUnavailable) as raised:
+        await store.run(lambda tx: finish(tx, end_it_first=True))
+    assert isinstance(raised.value.__cause__, ConcurrentUpdate)
+    assert str(run.id) in str(raised.value.__cause__)
+
+    with counting_statements() as sent:
+        await store.run(lambda tx: finish(tx, end_it_first=False))
+    writes = f"{guarded(sql.UPDATE_TASK)}; {guarded(sql.UPDATE_RUN)}"
+    assert sent[-1] == f"{writes}; {OUTBOX_WITH_COMMIT}"  # both ride with the COMMIT
+    stored = await store.run(lambda tx: tx.runs.get(run.id))
+    assert stored is not None and stored.status is RunStatus.SUCCEEDED

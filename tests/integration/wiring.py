@@ -115,6 +115,12 @@ def counting_statements() -> Iterator[list[str]]:
         txconn.bind_on_client = real_bind
 
 
+def guarded(query: str) -> str:
+    """How :func:`counting_statements` records ``query``, a single-row compare-and-set,
+    queued with ``TryConnection.send_guarded`` (wrapped to fail its transaction on no row)."""
+    return " ".join(txconn.guarded(query).split())
+
+
 def opened_with(query: str) -> str:
     """How :func:`counting_statements` records ``query`` sent as a try's first statement,
     with the BEGIN (``sql.BEGIN_WITH_NOW``) in the same request."""

@@ -56,6 +56,39 @@ from dtq.domain.tokens import ApiToken, TokenNameTaken
 _JOB_COLUMNS = 23
 
 
+class _Versions:
+    """The version at which this try last read or wrote each task and job row, by id, and
+    the tasks it has written.
+
+    A compare-and-set of such a row at that version cannot miss under SERIALIZABLE: a
+    concurrent write to the row fails this try with 40001 (PostgreSQL at the write, CockroachDB
+    at the latest at COMMIT). Nor can the ``running`` guard of a run whose task this try wrote:
+    a run only ends together with a write to its task, which that compare-and-set excluded. So
+    ``save`` queues those writes (``TryConnection.send_guarded``) to ride with the try's next
+    request instead of waiting for their row count.
+    """
+
+    __slots__ = ("jobs", "tasks", "written")
+
+    def __init__(self) -> None:
+        self.jobs: dict[UUID, int] = {}
+        self.tasks: dict[UUID, int] = {}
+        self.written: set[UUID] = set()  # tasks whose compare-and-set passed or is queued
+
+    def wrote_task(self, task: Task) -> None:
+        """Record a task written at ``task.version`` (already bumped)."""
+        self.tasks[task.id] = task.version
+        self.written.add(task.id)
+
+    def read_jobs(self, jobs: Sequence[Job]) -> None:
+        for job in jobs:
+            self.jobs[job.id] = job.version
+
+    def read_tasks(self, tasks: Sequence[Task]) -> None:
+        for task in tasks:
+            self.tasks[task.id] = task.version
+
+
 class _TxClock:
     """The transaction timestamp of one try, read at most once.
 
@@ -154,9 +187,10 @@ async def _write_guarded(
 class PgJobRepository:
     """``JobRepository`` on one transaction; buffers the events of what it writes."""
 
-    def __init__(self, conn: TryConnection, events: PgEventRepository) -> None:
+    def __init__(self, conn: TryConnection, events: PgEventRepository, versions: _Versions) -> None:
         self._conn = conn
         self._events = events
+        self._versions = versions
 
     async def add(
         self, job: Job, tasks: Sequence[Task], edges: Sequence[tuple[UUID, UUID]]
@@ -248,7 +282,11 @@ class PgJobRepository:
     async def get(self, job_id: UUID) -> Job | None:
         """The job, or None for an unknown id."""
         row = await (await self._conn.execute(sql.GET_JOB, (job_id,))).fetchone()
-        return None if row is None else job_from_row(row)
+        return None if row is None else self._read(job_from_row(row))
+
+    def _read(self, job: Job) -> Job:
+        self._versions.jobs[job.id] = job.version
+        return job
 
     async def get_with_endings(self, job_id: UUID) -> tuple[Job, bool, bool] | None:
         """The job, whether some task of it is ``failed``, whether some is ``cancelled``; None
@@ -260,41 +298,48 @@ class PgJobRepository:
         row = await cur.fetchone()
         if row is None:
             return None
-        return job_from_row(row), bool(row[10]), bool(row[11])
+        return self._read(job_from_row(row)), bool(row[10]), bool(row[11])
 
     async def get_by_idempotency_key(self, key: str) -> Job | None:
         """The job created under ``key``, or None."""
         row = await (await self._conn.execute(sql.GET_JOB_BY_KEY, (key,))).fetchone()
-        return None if row is None else job_from_row(row)
+        return None if row is None else self._read(job_from_row(row))
 
     async def get_many(self, job_ids: Sequence[UUID]) -> list[Job]:
         """The known jobs among ``job_ids``, in no set order (one statement)."""
         if not job_ids:
             return []
         cur = await self._conn.execute(sql.GET_JOBS, (UuidArray(job_ids),))
-        return [job_from_row(row) for row in await cur.fetchall()]
+        jobs = [job_from_row(row) for row in await cur.fetchall()]
+        self._versions.read_jobs(jobs)
+        return jobs
 
     async def save(self, job: Job) -> None:
         """Compare-and-set on ``version``; bumps ``job.version`` on success.
 
+        A job this try read at ``job.version`` is written with the try's next request
+        (``_Versions``), the others at once.
+
         Raises:
-            ConcurrentUpdate: the stored row no longer has ``job.version`` (or is gone).
+            ConcurrentUpdate: the stored row no longer has ``job.version`` (or is gone); for a
+                queued write, from the request that carries it.
             InvalidPayload: the metadata is not JSON-encodable.
         """
-        cur = await self._conn.execute(
-            sql.UPDATE_JOB,
-            (
-                job.name,
-                job.status.value,
-                encode_json(job.metadata),
-                job.updated_at,
-                job.id,
-                job.version,
-            ),
+        params = (
+            job.name,
+            job.status.value,
+            encode_json(job.metadata),
+            job.updated_at,
+            job.id,
+            job.version,
         )
-        if cur.rowcount != 1:
-            raise ConcurrentUpdate(f"job {job.id} changed since version {job.version}")
+        known = self._versions.jobs.get(job.id) == job.version
+        if not (known and self._conn.send_guarded(sql.UPDATE_JOB, params, f"job {job.id}")):
+            cur = await self._conn.execute(sql.UPDATE_JOB, params)
+            if cur.rowcount != 1:
+                raise ConcurrentUpdate(f"job {job.id} changed since version {job.version}")
         job.version += 1
+        self._versions.jobs[job.id] = job.version
         self._events.add_many(job_events(job))
         job.transitions = ()
 
@@ -327,6 +372,7 @@ class PgJobRepository:
         if written:
             for job in jobs:
                 job.version += 1
+                self._versions.jobs[job.id] = job.version
                 self._events.add_many(job_events(job))
                 job.transitions = ()
 
@@ -426,10 +472,17 @@ def _task_change_arrays(tasks: Sequence[Task]) -> tuple[Any, ...]:
 class PgTaskRepository:
     """``TaskRepository`` on one transaction."""
 
-    def __init__(self, conn: Conn, clock: _TxClock, events: PgEventRepository) -> None:
+    def __init__(
+        self,
+        conn: TryConnection,
+        clock: _TxClock,
+        events: PgEventRepository,
+        versions: _Versions,
+    ) -> None:
         self._conn = conn
         self._clock = clock
         self._events = events
+        self._versions = versions
 
     async def get(self, task_id: UUID) -> Task | None:
         """The task, or None for an unknown id (the row also brings the transaction time)."""
@@ -437,7 +490,9 @@ class PgTaskRepository:
         if row is None:
             return None
         self._clock.offer(row)
-        return task_from_row(row)
+        task = task_from_row(row)
+        self._versions.tasks[task.id] = task.version
+        return task
 
     async def get_many(self, task_ids: Sequence[UUID]) -> list[Task]:
         """The known tasks among ``task_ids``, in no set order (one statement; the rows also
@@ -448,7 +503,9 @@ class PgTaskRepository:
         rows = await cur.fetchall()
         if rows:
             self._clock.offer(rows[0])
-        return [task_from_row(row) for row in rows]
+        tasks = [task_from_row(row) for row in rows]
+        self._versions.read_tasks(tasks)
+        return tasks
 
     async def get_many_with_jobs(self, task_ids: Sequence[UUID]) -> tuple[list[Task], list[Job]]:
         """``get_many`` and the jobs of the tasks found, each job once, in one statement
@@ -464,25 +521,36 @@ class PgTaskRepository:
         for row in rows:
             if row[_JOB_COLUMNS] not in jobs:  # tasks of one job decode it once
                 jobs[row[_JOB_COLUMNS]] = job_from_row(row[_JOB_COLUMNS:])
-        return [task_from_row(row) for row in rows], list(jobs.values())
+        tasks = [task_from_row(row) for row in rows]
+        self._versions.read_tasks(tasks)
+        self._versions.read_jobs(list(jobs.values()))
+        return tasks, list(jobs.values())
 
     async def list_by_job(self, job_id: UUID) -> list[Task]:
         """Every task of the job, ordered by ``created_at``, ``name`` (then id)."""
         cur = await self._conn.execute(sql.LIST_TASKS_BY_JOB, (job_id,))
-        return [task_from_row(row) for row in await cur.fetchall()]
+        tasks = [task_from_row(row) for row in await cur.fetchall()]
+        self._versions.read_tasks(tasks)
+        return tasks
 
     async def save(self, task: Task) -> None:
         """Compare-and-set on ``version``; bumps ``task.version`` on success.
 
+        A task this try read at ``task.version`` is written with the try's next request
+        (``_Versions``), the others at once.
+
         Raises:
-            ConcurrentUpdate: the stored row no longer has ``task.version`` (or is gone).
+            ConcurrentUpdate: the stored row no longer has ``task.version`` (or is gone); for a
+                queued write, from the request that carries it.
         """
-        cur = await self._conn.execute(
-            sql.UPDATE_TASK, (*_task_changes(task), task.id, Int8(task.version))
-        )
-        if cur.rowcount != 1:
-            raise ConcurrentUpdate(f"task {task.id} changed since version {task.version}")
+        params = (*_task_changes(task), task.id, Int8(task.version))
+        known = self._versions.tasks.get(task.id) == task.version
+        if not (known and self._conn.send_guarded(sql.UPDATE_TASK, params, f"task {task.id}")):
+            cur = await self._conn.execute(sql.UPDATE_TASK, params)
+            if cur.rowcount != 1:
+                raise ConcurrentUpdate(f"task {task.id} changed since version {task.version}")
         task.version += 1
+        self._versions.wrote_task(task)
         self._events.add_many(task_events(task))
         task.transitions = ()
 
@@ -512,6 +580,7 @@ class PgTaskRepository:
         if written:
             for task in tasks:
                 task.version += 1
+                self._versions.wrote_task(task)
                 self._events.add_many(task_events(task))
                 task.transitions = ()
 
@@ -656,8 +725,9 @@ class PgTaskRepository:
 class PgRunRepository:
     """``RunRepository`` on one transaction."""
 
-    def __init__(self, conn: TryConnection) -> None:
+    def __init__(self, conn: TryConnection, versions: _Versions) -> None:
         self._conn = conn
+        self._versions = versions
 
     async def _add_one(self, run: TaskRun) -> None:
         """``add_many`` of one run: the single-row INSERT (cheaper to plan than ``unnest``),
@@ -712,13 +782,19 @@ class PgRunRepository:
     async def save(self, run: TaskRun) -> None:
         """Write status, error and finished_at if the stored run is still ``running``.
 
+        The run of a task this try wrote is written with the try's next request
+        (``_Versions``), the others at once.
+
         Raises:
-            ConcurrentUpdate: the stored run already ended (or does not exist).
+            ConcurrentUpdate: the stored run already ended (or does not exist); for a queued
+                write, from the request that carries it.
         """
-        cur = await self._conn.execute(
-            sql.UPDATE_RUN,
-            (run.status.value, run.error, run.finished_at, run.id, RunStatus.RUNNING.value),
-        )
+        params = (run.status.value, run.error, run.finished_at, run.id, RunStatus.RUNNING.value)
+        if run.task_id in self._versions.written and self._conn.send_guarded(
+            sql.UPDATE_RUN, params, f"run {run.id}"
+        ):
+            return
+        cur = await self._conn.execute(sql.UPDATE_RUN, params)
         if cur.rowcount != 1:
             raise ConcurrentUpdate(f"run {run.id} is no longer running")
 
@@ -832,9 +908,10 @@ class PgTransaction:
         self._clock = _TxClock(self.conn)
         sent = self.conn  # every repository sends through it (the first request opens the try)
         self.events = PgEventRepository(sent)
-        self.jobs = PgJobRepository(sent, self.events)
-        self.tasks = PgTaskRepository(sent, self._clock, self.events)
-        self.runs = PgRunRepository(sent)
+        versions = _Versions()  # the rows this try has read: their writes can be queued
+        self.jobs = PgJobRepository(sent, self.events, versions)
+        self.tasks = PgTaskRepository(sent, self._clock, self.events, versions)
+        self.runs = PgRunRepository(sent, versions)
         self.workers = PgWorkerRepository(sent)
         self.tokens = PgApiTokenRepository(sent)
         self.retention = PgRetentionRepository(sent)

@@ -25,6 +25,12 @@ BEGIN_WITH_NOW: Final = "BEGIN ISOLATION LEVEL SERIALIZABLE; SELECT now()"
 COMMIT: Final = "COMMIT"
 ROLLBACK: Final = "ROLLBACK"
 PING: Final = "SELECT 1"
+# A queued compare-and-set (txconn.TryConnection.send_guarded) is a bound single-row UPDATE
+# between these two: the request fails with SQLSTATE 22012 (division by zero) when the UPDATE
+# wrote no row. A top-level data-modifying CTE, one table modified (CRDB.md); the division is
+# cast, CockroachDB's integer division being decimal.
+GUARD_OPEN: Final = "WITH written AS ("
+GUARD_CLOSE: Final = " RETURNING 1) SELECT CAST(1 / count(*) AS BIGINT) FROM written"
 
 # --- jobs -------------------------------------------------------------------------------------
 

@@ -10,6 +10,11 @@ Both dialects run a multi-statement simple query in order and stop at its first 
 statements after ``BEGIN`` run in the transaction it opened. Bound on the client, the first
 statement is parsed and planned on every try instead of running a prepared plan: its cost on
 the server, against a round trip saved on both sides (benchmarks/PROFILE.md, sixth pass).
+
+A compare-and-set on a row the try has read (``send_guarded``) is queued too, wrapped so that
+it fails its own transaction when it writes no row: under SERIALIZABLE it cannot miss (a
+concurrent write to the row fails the try with 40001 instead), and if it ever did, the request
+that carried it raises ``ConcurrentUpdate`` and no COMMIT after it runs.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from psycopg import AsyncClientCursor, AsyncConnection, AsyncCursor
 from psycopg.rows import TupleRow
 
 from dtq.adapters.cockroach import sql
+from dtq.domain.errors import ConcurrentUpdate
 
 
 class Conn(Protocol):
@@ -64,6 +70,12 @@ def _as_text(match: re.Match[str]) -> str:
     return "%%" if match.group(1) == "%" else "%s"
 
 
+def guarded(bound: str) -> str:
+    """A bound ``UPDATE`` of one row (matched on its primary key) wrapped to fail its
+    transaction with SQLSTATE 22012 (division by zero, in both dialects) when it writes none."""
+    return "".join((sql.GUARD_OPEN, bound, sql.GUARD_CLOSE))
+
+
 class TryConnection:
     """One try's connection: its BEGIN and its deferred writes ride with the next request.
 
@@ -88,6 +100,7 @@ class TryConnection:
         self._on_now = on_now
         self._opening = False
         self._deferred: list[str] = []
+        self._guards: list[str] = []  # what the queued compare-and-sets write, for errors
 
     def open_lazily(self) -> None:
         """Send the BEGIN with the next request; no I/O now."""
@@ -101,6 +114,26 @@ class TryConnection:
             await self.execute(query, params)
         else:
             self._deferred.append(bound)
+
+    def send_guarded(self, query: str, params: Any, what: str) -> bool:
+        """Queue a single-row compare-and-set (``UPDATE ... WHERE id = %s AND version = %s``)
+        for the next request, wrapped by :func:`guarded`; its failure to write the row raises
+        ``ConcurrentUpdate`` naming ``what`` from the request that carries it.
+
+        Only for a row this try has read (or written) at the version the statement compares:
+        then no other transaction can change it unseen before this one commits, so the write's
+        row count need not be waited for.
+
+        Returns:
+            False, with nothing queued, when the statement cannot be bound on the client (the
+            caller sends it and checks its row count itself).
+        """
+        bound = bind_on_client(self.raw, query, params)
+        if bound is None:
+            return False
+        self._deferred.append(guarded(bound))
+        self._guards.append(what)
+        return True
 
     async def execute(
         self, query: Any, params: Any = None, *, prepare: bool | None = None, binary: bool = False
@@ -135,11 +168,23 @@ class TryConnection:
 
     async def _request(self, texts: list[str]) -> AsyncCursor[TupleRow]:
         """One simple query: the BEGIN if owed, the queued writes, then ``texts``. The cursor
-        is left on the last result."""
-        opening, deferred = self._opening, self._deferred
-        self._opening, self._deferred = False, []
+        is left on the last result.
+
+        Raises:
+            ConcurrentUpdate: a queued compare-and-set wrote no row (nothing after it ran).
+            psycopg.Error: any other failure of the request.
+        """
+        opening, deferred, guards = self._opening, self._deferred, self._guards
+        self._opening, self._deferred, self._guards = False, [], []
         parts = ([sql.BEGIN_WITH_NOW] if opening else []) + deferred + texts
-        cur = await self.raw.execute("; ".join(parts), prepare=False)
+        try:
+            cur = await self.raw.execute("; ".join(parts), prepare=False)
+        except psycopg.errors.DivisionByZero as exc:
+            if not guards:
+                raise
+            raise ConcurrentUpdate(
+                f"{' or '.join(guards)} changed since this transaction read it"
+            ) from exc
         if opening:
             cur.nextset()  # the BEGIN's now()
             await self._take_now(cur)
