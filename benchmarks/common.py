@@ -401,6 +401,55 @@ def post_same(url: str, body: dict[str, Any], n: int, in_flight: int) -> float:
     return asyncio.run(run())
 
 
+class KeepAliveClient:
+    """One blocking keep-alive HTTP/1.1 connection that POSTs a JSON body and reads the answer
+    (``Content-Length`` bodies only): the latency scenario's client.
+
+    The request's bytes are built before the caller's clock starts (:meth:`prepare`), so a
+    sample times dtq, not the client: httpx's sync client spends ~1.8 ms of CPU per request on
+    the 2-core machines (benchmarks/PROFILE.md, seventh pass), before its first byte is sent
+    and while the worker claims, on the cores the system under test runs on.
+    """
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        self._host, self._port = parts.hostname or "127.0.0.1", parts.port or 80
+        self._sock = socket.create_connection((self._host, self._port), timeout=30)
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._file = self._sock.makefile("rb")
+
+    def prepare(self, path: str, body: dict[str, Any]) -> bytes:
+        """The bytes of ``POST path`` with ``body`` as JSON."""
+        data = json.dumps(body).encode()
+        head = (
+            f"POST {path} HTTP/1.1\r\nHost: {self._host}:{self._port}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n"
+        )
+        return head.encode() + data
+
+    def send(self, request: bytes) -> tuple[int, bytes]:
+        """Send a prepared request; the answer's status and body.
+
+        Raises:
+            BenchError: the server closed the connection.
+        """
+        self._sock.sendall(request)
+        line = self._file.readline()
+        if not line:
+            raise BenchError("the server closed the connection")
+        status, length = int(line.split()[1]), 0
+        while (header := self._file.readline()) not in (b"\r\n", b""):
+            name, _, value = header.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        return status, self._file.read(length)
+
+    def close(self) -> None:
+        """Close the connection."""
+        self._file.close()
+        self._sock.close()
+
+
 async def _read_response(reader: asyncio.StreamReader) -> int:
     """Read one response (status line, headers, ``Content-Length`` body); return its status."""
     head = await reader.readuntil(b"\r\n\r\n")

@@ -12,6 +12,9 @@ workers), with each sample split by the database's own clock (issue 17 item 4):
 
 ``now()`` is the transaction's start, read once per transaction. The database, the client and
 the workers share this machine's clock. ``--variant`` as in ``benchmarks.profile_submit``.
+``--pause-ms`` waits after each sample, so the previous task's completion no longer overlaps
+the next submit and claim. ``--client httpx`` posts through httpx's sync client instead of the
+scenario's ``KeepAliveClient``.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import httpx
 from benchmarks.common import (
     ROOT,
     BenchError,
+    KeepAliveClient,
     Processes,
     percentile,
     probe_connect,
@@ -81,12 +85,18 @@ def one_run(args: argparse.Namespace, variant: Variant, logs: Path) -> dict[str,
         client = redis_client()
         try:
             with httpx.Client(timeout=30) as http, probe_connect(dsn) as db:
+                light = KeepAliveClient(c.url)
+                request = light.prepare("/v1/tasks", {"kind": "stamp"})
                 for i in range(args.tasks + 20):
                     sent = time.time()
-                    response = http.post(f"{c.url}/v1/tasks", json={"kind": "stamp"})
-                    if response.status_code != 201:
-                        raise BenchError(f"submit: {response.status_code} {response.text}")
-                    task_id = response.json()["task_id"]
+                    if args.client == "httpx":
+                        answer = http.post(f"{c.url}/v1/tasks", json={"kind": "stamp"})
+                        status, body = answer.status_code, answer.content
+                    else:
+                        status, body = light.send(request)
+                    if status != 201:
+                        raise BenchError(f"submit: {status} {body!r}")
+                    task_id = json.loads(body)["task_id"]
                     reply = client.brpop([key], timeout=10)
                     if reply is None:
                         c.check_workers()
@@ -94,6 +104,8 @@ def one_run(args: argparse.Namespace, variant: Variant, logs: Path) -> dict[str,
                     got, started = reply[1].split()
                     if got != task_id:
                         raise BenchError(f"expected the start of {task_id}, got {got}")
+                    if args.pause_ms:  # let the task's completion end before the next submit
+                        time.sleep(args.pause_ms / 1000)
                     if i < 20:
                         continue
                     row = db.execute(SPLIT_SQL, (task_id,)).fetchone()
@@ -103,6 +115,7 @@ def one_run(args: argparse.Namespace, variant: Variant, logs: Path) -> dict[str,
                     split["submit"].append(1000 * (submit_now - sent))
                     split["to_claim"].append(1000 * (claim_now - submit_now))
                     split["to_handler"].append(1000 * (float(started) - claim_now))
+                light.close()
             retries = _store_retries(c.url)
         finally:
             client.close()
@@ -135,6 +148,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--counts", action="store_true", help="the workers' round trips")
+    parser.add_argument("--client", choices=("light", "httpx"), default="light")
+    parser.add_argument(
+        "--pause-ms", type=float, default=0.0, help="pause after each sample (no overlap)"
+    )
     parser.add_argument("--variant", action="append", type=Variant.parse, default=None)
     args = parser.parse_args(argv)
     variants = args.variant or [Variant("here", (ROOT / "src").resolve())]
