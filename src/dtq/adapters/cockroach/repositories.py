@@ -253,24 +253,23 @@ class PgJobRepository:
         cur = await self._conn.execute(
             sql.INSERT_JOBS,
             (
-                [j.id for j, _, _ in jobs],
-                [j.name for j, _, _ in jobs],
-                [j.status.value for j, _, _ in jobs],
-                [encode_json(j.metadata) for j, _, _ in jobs],
-                [j.idempotency_key for j, _, _ in jobs],
-                [j.request_hash for j, _, _ in jobs],
-                [Int8(j.version) for j, _, _ in jobs],
-                [j.created_at for j, _, _ in jobs],
-                [j.updated_at for j, _, _ in jobs],
-                [j.trace_context for j, _, _ in jobs],
+                UuidArray([j.id for j, _, _ in jobs]),
+                TextArray([j.name for j, _, _ in jobs]),
+                TextArray([j.status.value for j, _, _ in jobs]),
+                TextArray([encode_json(j.metadata) for j, _, _ in jobs]),
+                TextArray([j.idempotency_key for j, _, _ in jobs]),
+                TextArray([j.request_hash for j, _, _ in jobs]),
+                Int8Array([j.version for j, _, _ in jobs]),
+                TimestamptzArray([j.created_at for j, _, _ in jobs]),
+                TimestamptzArray([j.updated_at for j, _, _ in jobs]),
+                TextArray([j.trace_context for j, _, _ in jobs]),
             ),
         )
         if len(await cur.fetchall()) != len(jobs):
             raise DuplicateIdempotencyKey("a job of the group has an Idempotency-Key in use")
         rows = [_task_row(job.id, t) for job, tasks, _ in jobs for t in tasks]
         if rows:
-            columns = list(zip(*rows, strict=True))
-            await self._conn.execute(sql.INSERT_TASKS_OF_JOBS, [list(c) for c in columns])
+            await self._conn.execute(sql.INSERT_TASKS_OF_JOBS, _task_columns(rows))
         edges = [e for _, _, job_edges in jobs for e in job_edges]
         if edges:
             await self._conn.execute(
@@ -419,11 +418,46 @@ def _task_row(job_id: UUID, t: Task) -> tuple[Any, ...]:
     )
 
 
+#: The typed array (``arrays.py``) of each column of :func:`_task_row`, in its order.
+_TASK_ROW_ARRAYS: tuple[type[list[Any]], ...] = (
+    UuidArray,  # id
+    UuidArray,  # job_id
+    TextArray,  # name
+    TextArray,  # kind
+    TextArray,  # payload
+    TextArray,  # status
+    TimestamptzArray,  # scheduled_at
+    TimestamptzArray,  # created_at
+    TimestamptzArray,  # updated_at
+    TextArray,  # priority
+    Int8Array,  # max_attempts
+    Int8Array,  # attempt
+    Int8Array,  # reclaims
+    TimestamptzArray,  # started_at
+    TimestamptzArray,  # finished_at
+    TextArray,  # last_error
+    UuidArray,  # current_run_id
+    Int8Array,  # version
+    Int8Array,  # job_position
+    TextArray,  # result
+    TextArray,  # progress
+    TextArray,  # retry_policy
+    Int8Array,  # timeout_ms
+)
+
+
+def _task_columns(rows: Sequence[tuple[Any, ...]]) -> list[list[Any]]:
+    """The rows of :func:`_task_row` as one typed array per column (``INSERT_TASKS_OF_JOBS``):
+    no element type for psycopg to discover per list, the fixed-size ones packed at once."""
+    columns = zip(*rows, strict=True)
+    return [array(column) for array, column in zip(_TASK_ROW_ARRAYS, columns, strict=True)]
+
+
 def _task_arrays(job_id: UUID, tasks: Sequence[Task]) -> tuple[Any, ...]:
-    """Parameters of ``sql.INSERT_TASKS`` (two tasks or more): the job id, then one array per
-    column of :func:`_task_row` but the job id."""
-    columns = list(zip(*(_task_row(job_id, t) for t in tasks), strict=True))
-    return (job_id, list(columns[0]), *(list(column) for column in columns[2:]))
+    """Parameters of ``sql.INSERT_TASKS`` (two tasks or more): the job id, then one typed
+    array per column of :func:`_task_row` but the job id."""
+    columns = _task_columns([_task_row(job_id, t) for t in tasks])
+    return (job_id, columns[0], *columns[2:])
 
 
 def _status(t: Task) -> str:
