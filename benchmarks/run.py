@@ -154,7 +154,8 @@ def build_table(
         rows.append(
             (
                 "drain",
-                "defaults / best tuned (2,000-task sweep: concurrency, claim_batch)",
+                f"defaults / best tuned ({sizes.sweep_tasks:,}-task sweep: concurrency, "
+                f"claim_batch; medians of {sizes.sweep_rounds} round-robin)",
                 _num(tuned, "x", 2),
                 "defaults within 20 % of the best: "
                 + _verdict(None if tuned is None else tuned >= 0.8),
