@@ -318,6 +318,26 @@ def machine() -> dict[str, Any]:
     }
 
 
+def cpu_ticks() -> list[int]:
+    """The machine's CPU time so far from ``/proc/stat`` (user, nice, system, idle, iowait,
+    irq, softirq, steal, in clock ticks); empty where there is no ``/proc/stat``."""
+    with contextlib.suppress(OSError, ValueError):
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()
+        return [int(v) for v in fields[1:9]]
+    return []
+
+
+def stolen_share(before: list[int], after: list[int]) -> float | None:
+    """The share of the busy CPU time between two :func:`cpu_ticks` readings that the
+    hypervisor gave to other guests (``steal``): what a virtual machine's neighbours took,
+    which moves every figure of the run. None without both readings."""
+    if len(before) < 8 or len(after) < 8:
+        return None
+    delta = [b - a for a, b in zip(before, after, strict=True)]
+    busy = sum(delta) - delta[3] - delta[4]  # all but idle and iowait
+    return delta[7] / busy if busy > 0 else None
+
+
 def _memory(free: str) -> str:
     """``23Gi total, 21Gi available`` from ``free -h``."""
     lines = free.splitlines()
@@ -450,9 +470,11 @@ def _report(outcome: Outcome, sizes: Sizes, meta: dict[str, Any], out: Path) -> 
             print(f"- {name}: {note}")
     for section, error in outcome.errors.items():
         print(f"- {section}: FAILED {error}")
+    stolen = meta.get("stolen")
     print(
         f"\n{meta['date']}; {info['nproc']} cores ({info['cpu']}); memory {info['memory']}; "
         f"{meta['elapsed_s']:.0f}s"
+        + ("" if stolen is None else f"; CPU stolen by the hypervisor {100 * stolen:.1f} %")
     )
     print(summary)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -495,7 +517,7 @@ def main(argv: list[str] | None = None) -> int:
     logs = Path(tempfile.mkdtemp(prefix="dtq-bench-logs-"))
     budget = Budget(budget_s, [s for s in SECTIONS if s in chosen])
     outcome = Outcome(interleave="drain" in chosen and "peers" in chosen)
-    started = time.monotonic()
+    started, ticks = time.monotonic(), cpu_ticks()
     say(f"dtq bench: {', '.join(chosen)}; {runs} run(s); budget {budget_s:.0f}s; logs {logs}")
     try:
         for section in (s for s in SECTIONS if s in chosen):
@@ -520,6 +542,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = {
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "elapsed_s": round(time.monotonic() - started, 1),
+        "stolen": stolen_share(ticks, cpu_ticks()),
         "args": {"quick": args.quick, "runs": runs, "budget_s": budget_s, "sections": chosen},
     }
     _report(outcome, sizes, meta, out)

@@ -1,0 +1,22 @@
+"""The bench report's share of CPU time stolen by the hypervisor (``benchmarks.run``)."""
+
+from __future__ import annotations
+
+from benchmarks.run import cpu_ticks, stolen_share
+
+
+def test_the_stolen_share_is_steal_over_the_busy_time_between_two_readings() -> None:
+    before = [100, 0, 50, 1_000, 10, 0, 5, 20]
+    after = [400, 0, 150, 1_500, 30, 0, 25, 100]  # busy +300 +100 +20 +80 steal; idle, iowait out
+    assert stolen_share(before, after) == 80 / 500
+
+
+def test_no_share_without_two_readings_or_busy_time() -> None:
+    assert stolen_share([], [1] * 8) is None
+    assert stolen_share([1] * 8, [1] * 8) is None
+
+
+def test_the_readings_are_the_eight_first_counters_of_proc_stat() -> None:
+    ticks = cpu_ticks()
+    assert len(ticks) in (0, 8)  # 0 only where there is no /proc/stat
+    assert all(t >= 0 for t in ticks)
