@@ -31,6 +31,9 @@ import redis
 
 from dtq.adapters.redis.keys import tagged_prefix
 
+#: The sync Redis client (an alias: ``CpuSplit``'s ``redis`` field shadows the module).
+RedisClient = redis.Redis
+
 ADMIN_DSN = os.environ.get("BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 ROOT = Path(__file__).resolve().parents[1]
@@ -89,7 +92,7 @@ def dsn_for(database: str) -> str:
     """The admin DSN pointed at ``database``."""
     info = psycopg.conninfo.conninfo_to_dict(ADMIN_DSN)
     info["dbname"] = database
-    return psycopg.conninfo.make_conninfo(**info)
+    return psycopg.conninfo.make_conninfo("", **info)
 
 
 @contextlib.contextmanager
@@ -285,7 +288,7 @@ class CpuSplit:
 
     @classmethod
     def take(
-        cls, workers: Sequence[int], orchestrator: int | None, dsn: str, client: redis.Redis
+        cls, workers: Sequence[int], orchestrator: int | None, dsn: str, client: RedisClient
     ) -> CpuSplit:
         """Read ``/proc`` for the worker and orchestrator pids and every PostgreSQL backend of
         ``dsn``'s database (the server must run on this machine), and Redis's INFO."""

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -172,8 +172,16 @@ class Cluster:
             time.sleep(0.1)
         raise BenchError(f"orchestrator not healthy:\n{self.procs.tail('orchestrator')}")
 
-    def start_workers(self, concurrency: int, *, wait_ready: bool = False, **extra: str) -> None:
-        """Start ``WORKERS`` dtq-worker processes with ``WORKER_CONCURRENCY=concurrency``."""
+    def start_workers(
+        self,
+        concurrency: int,
+        *,
+        wait_ready: bool = False,
+        extra: Mapping[str, str] | None = None,
+    ) -> None:
+        """Start ``WORKERS`` dtq-worker processes with ``WORKER_CONCURRENCY=concurrency`` and
+        the ``extra`` environment."""
+        extra = extra or {}
         names = []
         for _ in range(WORKERS):
             self._worker_seq += 1
@@ -375,7 +383,7 @@ def _drain(
         post_many(f"{c.url}/v1/jobs", bodies, 16)
     xacts = c.transactions()
     launched = time.monotonic()
-    c.start_workers(concurrency, **worker_env)
+    c.start_workers(concurrency, extra=worker_env)
     client = redis_client()
     first: list[tuple[int, CpuSplit]] = []
 
