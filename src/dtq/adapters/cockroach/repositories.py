@@ -143,6 +143,24 @@ def _check_all_written(kind: str, sent: Sequence[UUID], written: list[TupleRow])
         )
 
 
+async def _write_one(
+    conn: TryConnection, query: str, params: tuple[Any, ...], *, queue: bool, what: str
+) -> None:
+    """One single-row compare-and-set of ``what`` (``"task <id>"``): queued with the try's next
+    request when ``queue`` says it cannot miss (``_Versions``, ``TryConnection.send_guarded``),
+    else sent now and its row count checked.
+
+    Raises:
+        ConcurrentUpdate: the guard matched no row (for a queued write, from the request that
+            carries it).
+    """
+    if queue and conn.send_guarded(query, params, what):
+        return
+    cur = await conn.execute(query, params)
+    if cur.rowcount != 1:
+        raise ConcurrentUpdate(f"{what} changed since it was read, or is gone")
+
+
 _Row = TypeVar("_Row", Job, Task, TaskRun)
 
 
@@ -333,10 +351,7 @@ class PgJobRepository:
             job.version,
         )
         known = self._versions.jobs.get(job.id) == job.version
-        if not (known and self._conn.send_guarded(sql.UPDATE_JOB, params, f"job {job.id}")):
-            cur = await self._conn.execute(sql.UPDATE_JOB, params)
-            if cur.rowcount != 1:
-                raise ConcurrentUpdate(f"job {job.id} changed since version {job.version}")
+        await _write_one(self._conn, sql.UPDATE_JOB, params, queue=known, what=f"job {job.id}")
         job.version += 1
         self._versions.jobs[job.id] = job.version
         self._events.add_many(job_events(job))
@@ -579,10 +594,7 @@ class PgTaskRepository:
         """
         params = (*_task_changes(task), task.id, Int8(task.version))
         known = self._versions.tasks.get(task.id) == task.version
-        if not (known and self._conn.send_guarded(sql.UPDATE_TASK, params, f"task {task.id}")):
-            cur = await self._conn.execute(sql.UPDATE_TASK, params)
-            if cur.rowcount != 1:
-                raise ConcurrentUpdate(f"task {task.id} changed since version {task.version}")
+        await _write_one(self._conn, sql.UPDATE_TASK, params, queue=known, what=f"task {task.id}")
         task.version += 1
         self._versions.wrote_task(task)
         self._events.add_many(task_events(task))
@@ -824,13 +836,8 @@ class PgRunRepository:
                 write, from the request that carries it.
         """
         params = (run.status.value, run.error, run.finished_at, run.id, RunStatus.RUNNING.value)
-        if run.task_id in self._versions.written and self._conn.send_guarded(
-            sql.UPDATE_RUN, params, f"run {run.id}"
-        ):
-            return
-        cur = await self._conn.execute(sql.UPDATE_RUN, params)
-        if cur.rowcount != 1:
-            raise ConcurrentUpdate(f"run {run.id} is no longer running")
+        queue = run.task_id in self._versions.written
+        await _write_one(self._conn, sql.UPDATE_RUN, params, queue=queue, what=f"run {run.id}")
 
     async def save_many(self, runs: Sequence[TaskRun]) -> None:
         """Write status, error and finished_at of every run whose stored row is still
