@@ -16,7 +16,7 @@ stops at its LIMIT:
   ``idx_jobs_status_created (status, created_at, id)`` per wanted status, as for tasks.
 
 Other filters are residual conditions on the chosen range. Column lists agree by position with
-``sql.GET_TASK`` (without ``now()``) and ``sql.GET_JOB``, so the row mappers are shared; the
+``sql.GET_TASK`` and ``sql.GET_JOB``, so the row mappers are shared; the
 task listing reads NULL in place of ``payload``, ``result`` and ``progress``.
 """
 

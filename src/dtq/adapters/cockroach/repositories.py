@@ -93,9 +93,7 @@ class _TxClock:
     """The transaction timestamp of one try, read at most once.
 
     A store try learns it from its BEGIN request (``txconn.TryConnection`` hands it to
-    :meth:`know`). ``sql.GET_TASK`` and ``sql.GET_TASKS`` also return ``now()`` as a trailing
-    column, offered here (:meth:`offer`) for a transaction opened otherwise; only when neither
-    brought it does :meth:`now` send ``SELECT now()``.
+    :meth:`know`); only a transaction opened otherwise sends ``SELECT now()``.
     """
 
     def __init__(self, conn: TryConnection) -> None:
@@ -106,13 +104,8 @@ class _TxClock:
         """Take ``now`` (the transaction timestamp, read with ``BEGIN``) as this try's time."""
         self._now = now.astimezone(UTC)
 
-    def offer(self, row: TupleRow) -> None:
-        """Keep the trailing ``now()`` column of ``row`` unless the time is known already."""
-        if self._now is None:
-            self._now = row[-1].astimezone(UTC)
-
     async def now(self) -> datetime:
-        """The transaction timestamp (aware UTC); ``SELECT now()`` if no row brought it."""
+        """The transaction timestamp (aware UTC), from the BEGIN (sent now if still owed)."""
         if self._now is None:
             await self._conn.flush()  # an unsent BEGIN brings it (:meth:`know`)
         if self._now is None:
@@ -521,51 +514,38 @@ def _task_change_arrays(tasks: Sequence[Task]) -> tuple[Any, ...]:
 class PgTaskRepository:
     """``TaskRepository`` on one transaction."""
 
-    def __init__(
-        self,
-        conn: TryConnection,
-        clock: _TxClock,
-        events: PgEventRepository,
-        versions: _Versions,
-    ) -> None:
+    def __init__(self, conn: TryConnection, events: PgEventRepository, versions: _Versions) -> None:
         self._conn = conn
-        self._clock = clock
         self._events = events
         self._versions = versions
 
     async def get(self, task_id: UUID) -> Task | None:
-        """The task, or None for an unknown id (the row also brings the transaction time)."""
+        """The task, or None for an unknown id."""
         row = await (await self._conn.execute(sql.GET_TASK, (task_id,))).fetchone()
         if row is None:
             return None
-        self._clock.offer(row)
         task = task_from_row(row)
         self._versions.tasks[task.id] = task.version
         return task
 
     async def get_many(self, task_ids: Sequence[UUID]) -> list[Task]:
-        """The known tasks among ``task_ids``, in no set order (one statement; the rows also
-        bring the transaction time)."""
+        """The known tasks among ``task_ids``, in no set order (one statement)."""
         if not task_ids:
             return []
         cur = await self._conn.execute(sql.GET_TASKS, (UuidArray(task_ids),))
-        rows = await cur.fetchall()
-        if rows:
-            self._clock.offer(rows[0])
-        tasks = [task_from_row(row) for row in rows]
+        tasks = [task_from_row(row) for row in await cur.fetchall()]
         self._versions.read_tasks(tasks)
         return tasks
 
     async def get_many_with_jobs(self, task_ids: Sequence[UUID]) -> tuple[list[Task], list[Job]]:
         """``get_many`` and the jobs of the tasks found, each job once, in one statement
-        (``sql.GET_TASKS_WITH_JOBS``; the rows also bring the transaction time)."""
+        (``sql.GET_TASKS_WITH_JOBS``)."""
         if not task_ids:
             return [], []
         cur = await self._conn.execute(sql.GET_TASKS_WITH_JOBS, (UuidArray(task_ids),))
         rows = await cur.fetchall()
         if not rows:
             return [], []
-        self._clock.offer(rows[0])
         jobs: dict[UUID, Job] = {}
         for row in rows:
             if row[_JOB_COLUMNS] not in jobs:  # tasks of one job decode it once
@@ -951,13 +931,13 @@ class PgTransaction:
         self.events = PgEventRepository(sent)
         versions = _Versions()  # the rows this try has read: their writes can be queued
         self.jobs = PgJobRepository(sent, self.events, versions)
-        self.tasks = PgTaskRepository(sent, self._clock, self.events, versions)
+        self.tasks = PgTaskRepository(sent, self.events, versions)
         self.runs = PgRunRepository(sent, versions)
         self.workers = PgWorkerRepository(sent)
         self.tokens = PgApiTokenRepository(sent)
         self.retention = PgRetentionRepository(sent)
         self.webhooks = PgWebhookRepository(sent)
-        self.sessions = PgSessionRepository(sent, self._clock.offer)
+        self.sessions = PgSessionRepository(sent)
 
     async def now(self) -> datetime:
         """The transaction timestamp (database ``now()``, aware UTC), fixed for this try."""

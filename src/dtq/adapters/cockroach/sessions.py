@@ -3,13 +3,12 @@ item 3; tables ``dashboard_sessions`` and ``dashboard_keys``, migrations 0070-00
 
 Every statement is a primary-key point read or write, but the expired-session delete, a bounded
 range of ``idx_dashboard_sessions_expires``. The lookup a dashboard request costs is one
-statement: the session joined with its token on both primary keys, with ``now()`` as a
-trailing column so the caller's ``tx.now()`` needs no round trip of its own.
+statement: the session joined with its token on both primary keys (the transaction's time
+came with its BEGIN).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Final
 
@@ -30,7 +29,7 @@ SESSIONS_INSERT: Final = (
 # Two point reads in one statement: dashboard_sessions_pkey, then api_tokens_pkey.
 SESSIONS_GET: Final = (
     "SELECT s.id_hash, s.token_id, s.csrf, s.created_at, s.expires_at,"
-    " t.id, t.name, t.secret_hash, t.scopes, t.created_at, t.expires_at, t.revoked_at, now()"
+    " t.id, t.name, t.secret_hash, t.scopes, t.created_at, t.expires_at, t.revoked_at"
     " FROM dashboard_sessions AS s JOIN api_tokens AS t ON t.id = s.token_id"
     " WHERE s.id_hash = %s"
 )
@@ -67,13 +66,10 @@ class PgSessionRepository:
 
     Args:
         conn: the transaction's connection.
-        offer_now: takes a row whose last column is ``now()`` (the transaction clock's
-            ``offer``), so a lookup also tells the transaction its time.
     """
 
-    def __init__(self, conn: Conn, offer_now: Callable[[TupleRow], None]) -> None:
+    def __init__(self, conn: Conn) -> None:
         self._conn = conn
-        self._offer_now = offer_now
 
     async def add(self, session: DashboardSession) -> None:
         """Insert the session (one statement)."""
@@ -93,7 +89,6 @@ class PgSessionRepository:
         row = await (await self._conn.execute(SESSIONS_GET, (id_hash,))).fetchone()
         if row is None:
             return None
-        self._offer_now(row)
         return session_from_row(row), token_from_row(row[5:12])
 
     async def delete(self, id_hash: str) -> bool:

@@ -17,7 +17,7 @@ from typing import Final
 
 # --- clock ------------------------------------------------------------------------------------
 
-# Only when no earlier statement of the try returned now() (see GET_TASK / GET_TASKS).
+# Only for a transaction whose BEGIN did not bring its time (BEGIN_WITH_NOW below).
 NOW: Final = "SELECT now()"
 # A store try opens with this simple query (two statements, no parameters): the transaction
 # and its timestamp in one round trip.
@@ -167,14 +167,11 @@ INSERT_EDGES: Final = (
     " FROM unnest(%b::uuid[], %b::uuid[]) AS e(task_id, depends_on_task_id)"
 )
 
-# The point reads that open the claim and report transactions also return now() as a trailing
-# column (the transaction timestamp, the same on every row), so Transaction.now() costs no round
-# trip of its own there. The row mapper ignores it.
 GET_TASK: Final = (
     "SELECT id, job_id, name, kind, payload::text, status, scheduled_at, created_at,"
     " updated_at, priority, max_attempts, attempt, reclaims, started_at, finished_at,"
     " last_error, current_run_id, version, result::text, job_position,"
-    " progress::text, retry_policy::text, timeout_ms, now() FROM tasks"
+    " progress::text, retry_policy::text, timeout_ms FROM tasks"
     " WHERE id = %s"
 )
 
@@ -182,13 +179,13 @@ GET_TASKS: Final = (
     "SELECT id, job_id, name, kind, payload::text, status, scheduled_at, created_at,"
     " updated_at, priority, max_attempts, attempt, reclaims, started_at, finished_at,"
     " last_error, current_run_id, version, result::text, job_position,"
-    " progress::text, retry_policy::text, timeout_ms, now() FROM tasks"
+    " progress::text, retry_policy::text, timeout_ms FROM tasks"
     " WHERE id = ANY(%b::uuid[])"
 )
 
 # GET_TASKS with each task's job, for the claim of a lone id (issue 17 item 4: one round trip
 # fewer than GET_TASKS then GET_JOBS on an idle task's submit-to-start path): the task
-# columns as in GET_TASKS, then the job columns as in GET_JOB, then now(). Served by the two
+# columns as in GET_TASKS, then the job columns as in GET_JOB. Served by the two
 # primary keys. Not for batches: their tasks mostly share a job, whose columns every row
 # would repeat (measured: no gain in the drain).
 GET_TASKS_WITH_JOBS: Final = (
@@ -197,7 +194,7 @@ GET_TASKS_WITH_JOBS: Final = (
     " t.started_at, t.finished_at, t.last_error, t.current_run_id, t.version, t.result::text,"
     " t.job_position, t.progress::text, t.retry_policy::text, t.timeout_ms,"
     " j.id, j.name, j.status, j.metadata::text, j.idempotency_key, j.request_hash, j.version,"
-    " j.created_at, j.updated_at, j.trace_context, now()"
+    " j.created_at, j.updated_at, j.trace_context"
     " FROM tasks AS t JOIN jobs AS j ON j.id = t.job_id WHERE t.id = ANY(%b::uuid[])"
 )
 
@@ -210,7 +207,7 @@ LIST_TASKS_BY_JOB: Final = (
 )
 
 # GET /v1/jobs/{id}/results: served by idx_tasks_job_position (job_id, job_position, id), a range
-# scan after the keyset cursor, no sort. Same columns as GET_TASK but now().
+# scan after the keyset cursor, no sort. Same columns as GET_TASK.
 RESULTS_PAGE_FIRST: Final = (
     "SELECT id, job_id, name, kind, payload::text, status, scheduled_at, created_at,"
     " updated_at, priority, max_attempts, attempt, reclaims, started_at, finished_at,"
