@@ -11,6 +11,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from litestar import Litestar
 from litestar.di import Provide
+from litestar.middleware._internal.exceptions import ExceptionHandlerMiddleware
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.spec import Components
 from prometheus_client import CollectorRegistry
@@ -29,6 +30,7 @@ from dtq.entrypoints.api.auth import auth_guard, document_security, security_com
 from dtq.entrypoints.api.bulk import BulkController, OperationController
 from dtq.entrypoints.api.errors import EXCEPTION_HANDLERS
 from dtq.entrypoints.api.events import EventController
+from dtq.entrypoints.api.fast_submit import SubmitFastPath
 from dtq.entrypoints.api.health import HealthController, MetricsController
 from dtq.entrypoints.api.jobs import JobController
 from dtq.entrypoints.api.middleware import (
@@ -58,12 +60,10 @@ def _package_version() -> str:
 def _dependencies(  # noqa: C901  (one typed provider per service: flat, not complex)
     services: ApiServices,
     settings: Settings,
-    metrics: OrchestratorMetrics,
+    submission: Submission,
     registry: CollectorRegistry,
 ) -> dict[str, Provide]:
     """Litestar providers for what the handlers take by name (STYLE: Provide, typed functions)."""
-
-    submission = Submission(CountingSubmit(services.submit, metrics), services.fleet, settings)
 
     def provide_submission() -> Submission:
         return submission
@@ -159,6 +159,7 @@ def create_app(
         process entrypoint does that once for everything.
     """
     tokens_on = settings.api_auth == "tokens"
+    submission = Submission(CountingSubmit(services.submit, metrics), services.fleet, settings)
     guards = [auth_guard(services.tokens, metrics_auth=settings.metrics_auth)] if tokens_on else []
     app = Litestar(
         route_handlers=[
@@ -177,7 +178,7 @@ def create_app(
         ],
         on_shutdown=[services.bulk.aclose],
         template_config=template_config(),
-        dependencies=_dependencies(services, settings, metrics, registry),
+        dependencies=_dependencies(services, settings, submission, registry),
         exception_handlers=EXCEPTION_HANDLERS,
         guards=guards,
         request_max_body_size=settings.api_max_body_bytes,
@@ -193,5 +194,28 @@ def create_app(
     )
     if tokens_on:
         document_security(app, metrics_auth=settings.metrics_auth)
+    _install_fast_path(app, submission, services, settings)
     install_middleware(app, metrics, body_timeout)
     return app
+
+
+def _install_fast_path(
+    app: Litestar, submission: Submission, services: ApiServices, settings: Settings
+) -> None:
+    """Put :class:`SubmitFastPath` between Litestar's exception handler and its router.
+
+    Raises:
+        RuntimeError: the installed Litestar builds its handler chain differently (a version
+            this code was not written for; ``tests/unit/test_fast_submit.py`` catches it).
+    """
+    handler = app.asgi_handler
+    if not isinstance(handler, ExceptionHandlerMiddleware) or handler.app is not app.asgi_router:
+        raise RuntimeError("Litestar's ASGI handler is not its exception handler around its router")
+    handler.app = SubmitFastPath(
+        app.asgi_router,
+        app,
+        submission,
+        tokens=services.tokens if settings.api_auth == "tokens" else None,
+        metrics_auth=settings.metrics_auth,
+        max_body=settings.api_max_body_bytes,
+    )

@@ -77,13 +77,20 @@ def require_json_content_type(request: Request[Any, Any, Any]) -> None:
         UnsupportedMediaType: another or no media type (HTTP 415, ``unsupported_media_type``).
     """
     media_type = request.content_type[0].strip().lower()
-    kind, _, subtype = media_type.partition("/")
-    if media_type == "application/json" or (
-        kind == "application" and subtype.endswith("+json") and len(subtype) > len("+json")
-    ):
+    if is_json_media_type(media_type):
         return
     shown = media_type or "missing"
     raise UnsupportedMediaType(detail=f"Content-Type must be application/json, not {shown}")
+
+
+def is_json_media_type(content_type: str) -> bool:
+    """Whether a ``Content-Type`` value (parameters such as ``charset`` allowed) names JSON:
+    ``application/json`` or ``application/<subtype>+json``."""
+    media_type = content_type.partition(";")[0].strip().lower()
+    kind, _, subtype = media_type.partition("/")
+    return media_type == "application/json" or (
+        kind == "application" and subtype.endswith("+json") and len(subtype) > len("+json")
+    )
 
 
 class _Repeated(dict[str, Any]):
