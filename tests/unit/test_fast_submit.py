@@ -4,6 +4,7 @@ route's answers, and hands everything else, body replayed, to Litestar's route."
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
@@ -254,3 +255,100 @@ async def test_with_tokens_the_fast_path_needs_a_submit_token() -> None:
     assert wrong.json()["error"]["code"] == "forbidden"
     assert good.status_code == 201
     assert router.count == 0
+
+
+# --- differential: the fast path and the route answer alike ------------------------------------
+
+_VALUES: list[Any] = [
+    None, True, 0, 1, -1, 7, 2**64, 1.5, "", "echo", "high", "normal", "5s", "1m", "-1s",
+    "2026-12-02T10:00:00Z", "soon", [1], {"a": 1}, {"base": "1s"}, {"max_attempts": 2},
+]  # fmt: skip
+_VALID: list[dict[str, Any]] = [
+    {"kind": "echo"},
+    {"kind": "echo", "payload": {"n": [1, 2]}, "priority": "high", "max_attempts": 5},
+    {"kind": "resize", "delay": "1m", "timeout": "30s", "payload": "x"},
+    {"kind": "echo", "retry": {"backoff": "exponential", "delay": "1s", "jitter": True}},
+    {"kind": "echo", "run_at": "2026-12-02T10:00:00Z", "priority": "low"},
+]
+_FIELDS = [
+    "kind",
+    "payload",
+    "max_attempts",
+    "priority",
+    "run_at",
+    "delay",
+    "retry",
+    "timeout",
+    "x",
+]
+_TAILS = ["", " ", "x", ",", "}", "\n", '{"kind": "a"}']
+_CONTENT_TYPES = [
+    "application/json", "Application/JSON; charset=utf-8", "application/problem+json",
+    "application/+json", "text/plain", "", "application/json;",
+]  # fmt: skip
+_KEYS: list[bytes | None] = [None, b"", b"k", b"k" * 255, b"k" * 256, b"caf\xe9", b"a\tb"]
+
+
+def _cases(count: int, seed: int) -> list[tuple[bytes, dict[str, Any]]]:
+    """``count`` pseudo-random bodies and headers: mostly a document of the route's fields with
+    values of every JSON type, sometimes raw JSON with a tail, an odd media type or key."""
+    rng = random.Random(seed)
+    cases = []
+    for _ in range(count):
+        document: Any = dict(rng.choice(_VALID))
+        for field in rng.sample(_FIELDS, rng.choice([0, 0, 1, 2])):
+            document[field] = rng.choice(_VALUES)
+        if rng.random() < 0.2:
+            document["kind"] = rng.choice(["x" * 300, "", "a b", 5])
+        if rng.random() < 0.1:
+            document = rng.choice(_VALUES)
+        text = json.dumps(document)
+        if rng.random() < 0.15:
+            text += rng.choice(_TAILS)
+        if rng.random() < 0.1 and isinstance(document, dict) and document:
+            name, value = next(iter(document.items()))
+            text = f"{text[:-1]}, {json.dumps(name)}: {json.dumps(value)}}}"  # a repeated key
+        headers: dict[str, Any] = {}
+        content_type = rng.choice(_CONTENT_TYPES) if rng.random() < 0.2 else "application/json"
+        if content_type:
+            headers["Content-Type"] = content_type
+        key = rng.choice(_KEYS) if rng.random() < 0.3 else None
+        if key is not None:
+            headers["Idempotency-Key"] = key
+        cases.append((text.encode(), headers))
+    return cases
+
+
+def _comparable(response: Any) -> tuple[Any, ...]:
+    """What must match between the two: status, media type, and the error (or the body's keys
+    and warnings; the ids differ by construction)."""
+    body = response.json()
+    error = body.get("error") if isinstance(body, dict) else None
+    if error is not None:
+        shown: Any = (error["code"], error.get("field"), error["message"])
+    else:
+        shown = (sorted(body), body.get("warnings"))
+    return response.status_code, response.headers.get("content-type"), shown
+
+
+async def test_the_fast_path_and_the_route_give_the_same_answers() -> None:
+    """Two apps fed the same 300 requests, one at ``/v1/tasks`` (the fast path where it
+    qualifies), one with a query string (always the route): every answer alike."""
+    async with running_api() as fast_api, running_api() as routed_api:
+        served = RouterCalls(fast_path(fast_api))
+        for body, headers in _cases(300, seed=17):
+            fast = await fast_api.client.post("/v1/tasks", content=body, headers=headers)
+            routed = await routed_api.client.post(
+                "/v1/tasks?via=route", content=body, headers=headers
+            )
+            assert fast.status_code < 500, fast.text
+            assert _comparable(fast) == _comparable(routed), (body, headers)
+        counted = {
+            code: fast_api.sample(
+                "orchestrator_http_requests_total",
+                {"method": "POST", "route": "/v1/tasks", "status": str(code)},
+            )
+            for code in (201, 400, 415)
+        }
+    assert 0 < served.count < 300  # both halves were exercised
+    assert 0.0 not in counted.values()
