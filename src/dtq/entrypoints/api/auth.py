@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from litestar.openapi.spec import Components, SecurityScheme
 from litestar.routes import HTTPRoute
 
-from dtq.application.tokens import TokenService
+from dtq.application.tokens import Principal, TokenService
 from dtq.domain.tokens import Scope, Unauthenticated
 from dtq.entrypoints.api import responses
 
@@ -95,7 +95,10 @@ def auth_guard(tokens: TokenService, *, metrics_auth: bool) -> Guard:
     """The app-level guard enforcing :func:`required_scope` with ``tokens``.
 
     On success the token's :class:`~dtq.application.tokens.Principal` is left in the request
-    state as ``principal`` (its name is safe to log; the secret is not kept).
+    state as ``principal`` (its name is safe to log; the secret is not kept). A request that
+    already has one there (the submit fast path checked its token before reading its body, then
+    handed it to the route) is not authenticated again: its token is checked once, before the
+    body, whichever path serves it.
 
     Raises (from the guard):
         Unauthenticated: HTTP 401.
@@ -109,8 +112,10 @@ def auth_guard(tokens: TokenService, *, metrics_auth: bool) -> Guard:
         needed = required_scope(method, scope["path_template"], metrics_auth=metrics_auth)
         if needed is None:
             return
-        secret = bearer_secret(connection.headers.get("authorization"))
-        principal = await tokens.authenticate(secret)
+        principal = connection.state.get("principal")
+        if not isinstance(principal, Principal):  # else checked already for this request
+            secret = bearer_secret(connection.headers.get("authorization"))
+            principal = await tokens.authenticate(secret)
         principal.require(needed)
         connection.state.principal = principal
 
