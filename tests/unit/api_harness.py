@@ -78,3 +78,25 @@ async def running_api(settings: Settings = SETTINGS, **overrides: Any) -> AsyncI
         app = create_app(services.api, settings, metrics, registry)
         async with AsyncTestClient(app) as client:
             yield Api(client, app, services, clock, metrics, registry)
+
+
+def http_scope(
+    path: str, headers: list[tuple[bytes, bytes]], method: str = "POST"
+) -> dict[str, Any]:
+    """An ASGI HTTP scope for ``method path`` with exactly ``headers`` (for tests that call the
+    app directly: the test client merges a repeated header and serves one request at a time)."""
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": headers,
+        "client": ("127.0.0.1", 1),
+        "server": ("test", 80),
+        "state": {},
+    }

@@ -14,7 +14,7 @@ import pytest
 from dtq.domain.errors import BackendUnavailable
 from dtq.domain.tokens import Scope
 from dtq.entrypoints.api.fast_submit import SubmitFastPath
-from tests.unit.api_harness import JSON, SETTINGS, Api, running_api
+from tests.unit.api_harness import JSON, SETTINGS, Api, http_scope, running_api
 
 
 class RouterCalls:
@@ -168,20 +168,7 @@ async def test_a_body_over_the_limit_goes_to_the_route_and_gets_413(
 async def asgi_post(api: Api, headers: list[tuple[bytes, bytes]], body: bytes) -> int:
     """POST ``body`` to ``/v1/tasks`` with exactly ``headers`` (the test client would merge a
     repeated header into one); the response status."""
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": "/v1/tasks",
-        "raw_path": b"/v1/tasks",
-        "root_path": "",
-        "query_string": b"",
-        "headers": [*headers, (b"content-length", str(len(body)).encode())],
-        "client": ("127.0.0.1", 1),
-        "server": ("127.0.0.1", 80),
-    }
+    scope = http_scope("/v1/tasks", [*headers, (b"content-length", str(len(body)).encode())])
     messages = [{"type": "http.request", "body": body, "more_body": False}]
     statuses: list[int] = []
 
@@ -386,21 +373,7 @@ async def test_a_request_handed_back_to_the_route_is_not_authenticated_twice() -
             (b"authorization", f"Bearer {secret}".encode()),
             (b"content-length", str(len(body)).encode()),
         ]
-        scope = {
-            "type": "http",
-            "asgi": {"version": "3.0"},
-            "http_version": "1.1",
-            "method": "POST",
-            "scheme": "http",
-            "path": "/v1/tasks",
-            "raw_path": b"/v1/tasks",
-            "root_path": "",
-            "query_string": b"",
-            "headers": headers,
-            "client": ("127.0.0.1", 1),
-            "server": ("127.0.0.1", 80),
-        }
-        await api.app(scope, receive, send)  # type: ignore[arg-type]
+        await api.app(http_scope("/v1/tasks", headers), receive, send)  # type: ignore[arg-type]
 
     assert router.count == 1
     assert statuses == [400]

@@ -15,7 +15,7 @@ import pytest
 from dtq.application.commands import SubmitJob, TaskSpec
 from dtq.domain.errors import InvalidPayload
 from dtq.entrypoints.worker.http import claim_from_wire
-from tests.unit.api_harness import Api, running_api
+from tests.unit.api_harness import Api, http_scope, running_api
 
 W1 = {"X-Worker-Id": "w1"}
 
@@ -303,21 +303,7 @@ async def asgi_post(
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"content-type", b"application/json"), (b"host", b"test")],
-        "client": ("127.0.0.1", 1),
-        "server": ("test", 80),
-        "state": {},
-    }
+    scope = http_scope(path, [(b"content-type", b"application/json"), (b"host", b"test")])
     await api.app(scope, receive, send)  # type: ignore[arg-type]
     [status] = [m["status"] for m in sent if m["type"] == "http.response.start"]
     content = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
