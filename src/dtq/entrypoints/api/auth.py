@@ -112,14 +112,34 @@ def auth_guard(tokens: TokenService, *, metrics_auth: bool) -> Guard:
         needed = required_scope(method, scope["path_template"], metrics_auth=metrics_auth)
         if needed is None:
             return
-        principal = connection.state.get("principal")
-        if not isinstance(principal, Principal):  # else checked already for this request
-            secret = bearer_secret(connection.headers.get("authorization"))
-            principal = await tokens.authenticate(secret)
-        principal.require(needed)
-        connection.state.principal = principal
+        state = scope.setdefault("state", {})
+        await authorize(tokens, state, connection.headers.get("authorization"), needed)
 
     return guard
+
+
+async def authorize(
+    tokens: TokenService, state: dict[str, Any], authorization: str | None, needed: Scope
+) -> None:
+    """Require a token holding ``needed``, checked once per request.
+
+    Args:
+        tokens: the token service.
+        state: the request's ASGI ``scope["state"]``; the token's principal is left there as
+            ``principal``, and one already there is taken instead of asking again.
+        authorization: the ``Authorization`` header, or None.
+        needed: the route's scope (:func:`required_scope`).
+
+    Raises:
+        Unauthenticated: HTTP 401.
+        Forbidden: HTTP 403.
+        BackendUnavailable: the database could not be asked (HTTP 503).
+    """
+    principal = state.get("principal")
+    if not isinstance(principal, Principal):
+        principal = await tokens.authenticate(bearer_secret(authorization))
+    principal.require(needed)
+    state["principal"] = principal
 
 
 def security_components() -> Components:

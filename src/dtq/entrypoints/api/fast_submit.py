@@ -28,12 +28,13 @@ import re
 from typing import TYPE_CHECKING, Any
 
 import msgspec
+from litestar._asgi.utils import is_valid_host
 from litestar.enums import ScopeType
 from litestar.utils.scope.state import ScopeState
 
 from dtq.application.tokens import TokenService
 from dtq.entrypoints.api import bodies, commands
-from dtq.entrypoints.api.auth import bearer_secret, required_scope
+from dtq.entrypoints.api.auth import authorize, required_scope
 from dtq.entrypoints.api.guards import DuplicateKey, is_json_media_type, reject_duplicate_keys
 from dtq.entrypoints.api.middleware import Submission
 from dtq.entrypoints.api.schemas import (
@@ -63,7 +64,6 @@ _READ = frozenset(
         b"authorization",
     }
 )
-_HOST = re.compile(rb"^[a-zA-Z0-9.\-_\[\]:]+$")  # what the router accepts (else 400)
 _IDEMPOTENCY_KEY = re.compile(IDEMPOTENCY_KEY_PATTERN)
 _JSON = [(b"content-type", b"application/json")]
 _ENCODER = msgspec.json.Encoder()
@@ -117,9 +117,8 @@ class SubmitFastPath:
             return
         self._route(scope)
         if self._tokens is not None and self._needed is not None:
-            principal = await self._tokens.authenticate(bearer_secret(headers.authorization))
-            principal.require(self._needed)
-            scope["state"]["principal"] = principal
+            state = scope.setdefault("state", {})
+            await authorize(self._tokens, state, headers.authorization, self._needed)
         received: list[ReceiveMessage] = []
         body = await _read_body(receive, headers.length, received)
         data = None if body is None else _decode(body)
@@ -160,7 +159,7 @@ class SubmitFastPath:
         host = found.get(b"host")
         length = found.get(b"content-length")
         if (
-            (host is not None and _HOST.match(host) is None)
+            (host is not None and not is_valid_host(host))  # else the router's 400
             or length is None
             or not length.isdigit()
             or int(length) > self._max_body
