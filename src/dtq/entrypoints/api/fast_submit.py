@@ -33,7 +33,6 @@ from litestar.enums import ScopeType
 from litestar.utils.scope.state import ScopeState
 
 from dtq.application.tokens import TokenService
-from dtq.entrypoints.api import bodies, commands
 from dtq.entrypoints.api.auth import authorize, required_scope
 from dtq.entrypoints.api.guards import DuplicateKey, is_json_media_type, reject_duplicate_keys
 from dtq.entrypoints.api.middleware import Submission
@@ -42,6 +41,7 @@ from dtq.entrypoints.api.schemas import (
     IDEMPOTENCY_KEY_PATTERN,
     SubmitTaskRequest,
 )
+from dtq.entrypoints.api.tasks import submit_one
 
 if TYPE_CHECKING:
     from litestar import Litestar
@@ -126,21 +126,12 @@ class SubmitFastPath:
         if data is None or (key is not None and not _valid_key(key)):
             await self._router(scope, _replay(received, receive), send)
             return
-        submission = self._submission
-        result, warnings = await submission.run(
-            headers.traceparent,
-            lambda trace_context: commands.submit_task(
-                data,
-                idempotency_key=key,
-                settings=submission.settings,
-                trace_context=trace_context,
-            ),
-        )
-        payload = _ENCODER.encode(bodies.submitted_task(result, data.kind, warnings))
+        answer, status = await submit_one(self._submission, data, key, headers.traceparent)
+        payload = _ENCODER.encode(answer)
         await send(
             {
                 "type": "http.response.start",
-                "status": 201 if result.created else 200,
+                "status": status,
                 "headers": [*_JSON, (b"content-length", str(len(payload)).encode())],
             }
         )

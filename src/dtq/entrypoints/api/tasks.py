@@ -33,6 +33,30 @@ REPLAYED = ResponseSpec(
 )
 
 
+async def submit_one(
+    submission: Submission,
+    data: SubmitTaskRequest,
+    idempotency_key: str | None,
+    traceparent: str | None,
+) -> tuple[SubmitTaskResponse, int]:
+    """Submit ``data`` as a one-task job: the response body and its status (201 created, 200
+    an idempotent replay). Shared by the route and the submit fast path (``fast_submit.py``).
+
+    Raises:
+        DtqError: as :meth:`Submission.run`.
+    """
+    result, warnings = await submission.run(
+        traceparent,
+        lambda trace_context: commands.submit_task(
+            data,
+            idempotency_key=idempotency_key,
+            settings=submission.settings,
+            trace_context=trace_context,
+        ),
+    )
+    return bodies.submitted_task(result, data.kind, warnings), 201 if result.created else 200
+
+
 class TaskController(Controller):
     """Single tasks: ``POST /v1/tasks``, ``GET /v1/tasks/{id}``, ``GET /v1/tasks/{id}/explain``,
     ``POST /v1/tasks/{id}/cancel`` and ``POST /v1/tasks/{id}/retry``; the listing
@@ -61,17 +85,8 @@ class TaskController(Controller):
         Returns 201 with the new ids, or 200 with the original ids on an idempotent replay;
         ``warnings`` when no live worker serves the task's priority or kind.
         """
-        result, warnings = await submission.run(
-            traceparent,
-            lambda trace_context: commands.submit_task(
-                data,
-                idempotency_key=idempotency_key,
-                settings=submission.settings,
-                trace_context=trace_context,
-            ),
-        )
-        body = bodies.submitted_task(result, data.kind, warnings)
-        return Response(body, status_code=201 if result.created else 200)
+        body, status = await submit_one(submission, data, idempotency_key, traceparent)
+        return Response(body, status_code=status)
 
     @get("/{id:str}", summary="Get a task with its run history", responses=responses.READ_BY_ID)
     async def get_task(
