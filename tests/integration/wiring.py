@@ -87,7 +87,10 @@ def counting_statements() -> Iterator[list[str]]:
     BEGIN with its first statement, queued inserts with the next one, the outbox insert with
     the COMMIT); each bound statement is recorded by its template (its values, ids and times,
     differ from one try to the next), so a request of several reads as their templates joined
-    by ``"; "`` (:func:`opened_with`, :data:`OUTBOX_WITH_COMMIT`)."""
+    by ``"; "`` (:func:`opened_with`, :data:`OUTBOX_WITH_COMMIT`). A bound statement that runs
+    prepared (``EXECUTE dtq_<n>(...)``, ``txconn.ClientStatements``) is recorded by its template
+    too, and the ``PREPARE`` requests themselves (one per statement and connection, sent between
+    two tries) are not recorded."""
     sent: list[str] = []
     real = psycopg.AsyncConnection.execute
     real_bind = txconn.bind_on_client
@@ -101,6 +104,8 @@ def counting_statements() -> Iterator[list[str]]:
 
     async def execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
         text = " ".join(str(query).split())
+        if text.startswith("PREPARE dtq_"):  # once per statement and connection, between tries
+            return await real(self, query, *args, **kwargs)
         for bound in sorted(templates, key=len, reverse=True):
             text = text.replace(bound, templates[bound])
         sent.append(text)

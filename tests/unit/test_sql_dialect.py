@@ -55,3 +55,21 @@ def test_the_guard_wraps_one_update_and_casts_its_division(update: str) -> None:
     assert wrapped.count("UPDATE ") == 1
     assert "CAST(1 / count(*) AS BIGINT)" in wrapped
     assert not FORBIDDEN.findall(wrapped)
+
+
+def test_a_prepared_statement_numbers_every_placeholder_in_order() -> None:
+    """``PREPARE`` takes the server's ``$n``: psycopg's ``%s``, ``%b`` and ``%t`` are numbered
+    left to right and a literal ``%%`` becomes ``%`` (``txconn.numbered``)."""
+    text = "SELECT a FROM t WHERE b = %s AND c = ANY(%b::uuid[]) AND d LIKE 'x%%' AND e = %t"
+    assert txconn.numbered(text) == (
+        "SELECT a FROM t WHERE b = $1 AND c = ANY($2::uuid[]) AND d LIKE 'x%' AND e = $3"
+    )
+
+
+@pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__.rsplit(".", 1)[-1])
+def test_every_statement_numbers_as_many_parameters_as_it_takes(module: ModuleType) -> None:
+    for name, text in statements(module).items():
+        taken = len(re.findall(r"%[sbt]", text))
+        numbered = txconn.numbered(text)
+        assert "%s" not in numbered and "%b" not in numbered, name
+        assert re.findall(r"\$(\d+)", numbered) == [str(i) for i in range(1, taken + 1)], name

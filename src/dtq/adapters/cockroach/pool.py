@@ -34,6 +34,7 @@ from psycopg.pq.abc import PGresult
 from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool
 
+from dtq.adapters.cockroach.txconn import ClientStatements
 from dtq.domain.errors import BackendUnavailable
 
 
@@ -72,11 +73,14 @@ class _KeptOnRollback(PrepareManager):
 
 class StoreConnection(AsyncConnection[TupleRow]):
     """The store pool's connection: prepared statements are kept across rollbacks
-    (:class:`_KeptOnRollback`); otherwise psycopg's ``AsyncConnection``."""
+    (:class:`_KeptOnRollback`), and the statements bound on the client are prepared by name
+    once sent (``statements``, :class:`txconn.ClientStatements`); otherwise psycopg's
+    ``AsyncConnection``."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._prepared = _KeptOnRollback()
+        self.statements = ClientStatements()
 
 
 Pool = AsyncConnectionPool[AsyncConnection[TupleRow]]

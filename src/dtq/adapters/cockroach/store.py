@@ -48,7 +48,7 @@ from psycopg import AsyncConnection
 from psycopg.pq import TransactionStatus
 from psycopg.rows import TupleRow
 
-from dtq.adapters.cockroach import sql
+from dtq.adapters.cockroach import sql, txconn
 from dtq.adapters.cockroach.errors import CONNECTION_LOST, Verdict, classify, connection_lost
 from dtq.adapters.cockroach.pool import Pool, open_pool
 from dtq.adapters.cockroach.repositories import PgTransaction
@@ -66,6 +66,8 @@ __all__ = ["CONCURRENT_UPDATE", "CockroachStore", "CommitHook", "Pool", "open_po
 
 #: Reason passed to ``on_retry`` when ``fn`` raised ``ConcurrentUpdate``.
 CONCURRENT_UPDATE = "concurrent_update"
+#: Re-run reason: the server no longer had a statement prepared by ``txconn.ClientStatements``.
+PREPARED_LOST = "prepared_lost"
 
 
 class CommitHook(Protocol):
@@ -104,7 +106,8 @@ class CockroachStore:
             ``max_backoff``, with full jitter (a uniform draw in ``[0, delay]``).
         max_backoff: upper bound of one backoff delay, in seconds.
         on_retry: metric hook called once per re-run with the reason: the SQLSTATE
-            (``"40001"``, ``"40P01"``), ``"concurrent_update"`` or ``"connection_lost"``.
+            (``"40001"``, ``"40P01"``), ``"concurrent_update"``, ``"prepared_lost"`` or
+            ``"connection_lost"``.
         commit_hook: called around each COMMIT (:class:`CommitHook`); None in production.
 
     Attributes:
@@ -176,6 +179,7 @@ class CockroachStore:
         conn: AsyncConnection[TupleRow] | None = None
         try:
             async with self._pool.connection() as conn:
+                await txconn.prepare_noted(conn)  # what earlier tries bound as text
                 tx = PgTransaction(conn)
                 try:
                     tx.begin()  # sent with the first statement
@@ -193,6 +197,9 @@ class CockroachStore:
         except ConcurrentUpdate as exc:
             raise _RetryableFailure(CONCURRENT_UPDATE) from exc
         except psycopg.Error as exc:
+            if txconn.lost_prepared(exc):  # its request stopped there, before any COMMIT
+                txconn.forget_prepared(conn)
+                raise _RetryableFailure(PREPARED_LOST) from exc
             verdict, reason = classify(exc, conn, committing=committing)
             if verdict is Verdict.RETRY:
                 raise _RetryableFailure(reason) from exc

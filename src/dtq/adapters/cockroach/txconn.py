@@ -7,9 +7,11 @@ so the transaction, its timestamp and the first statement's answer come back in 
 A first statement that cannot be bound on the client goes as before, after the BEGIN request.
 
 Both dialects run a multi-statement simple query in order and stop at its first error; the
-statements after ``BEGIN`` run in the transaction it opened. Bound on the client, the first
-statement is parsed and planned on every try instead of running a prepared plan: its cost on
-the server, against a round trip saved on both sides (benchmarks/PROFILE.md, sixth pass).
+statements after ``BEGIN`` run in the transaction it opened. A statement bound on the client
+is sent as text the first time a connection binds it; the store then prepares it by name on
+that connection (``ClientStatements``), and later tries send ``EXECUTE <name>(<literals>)``,
+so the server no longer parses and plans it on every try (ARCHITECTURE.md, "SQL per use
+case").
 
 A compare-and-set on a row the try has read (``send_guarded``) is queued too, wrapped so that
 it fails its own transaction when it writes no row: under SERIALIZABLE it cannot miss (a
@@ -19,13 +21,15 @@ that carried it raises ``ConcurrentUpdate`` and no COMMIT after it runs.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Protocol
 
 import psycopg
-from psycopg import AsyncClientCursor, AsyncConnection, AsyncCursor
+from psycopg import AsyncClientCursor, AsyncConnection, AsyncCursor, abc
+from psycopg.adapt import Transformer
 from psycopg.rows import TupleRow
 
 from dtq.adapters.cockroach import sql
@@ -48,6 +52,11 @@ def bind_on_client(conn: AsyncConnection[TupleRow], query: Any, params: Any) -> 
     A ``%b`` placeholder (a binary parameter) is bound as ``%s`` (text): the statements cast
     every array parameter (``%b::uuid[]``), so the text literal reads as the same value.
 
+    On a pool connection (:class:`ClientStatements` as its ``statements``) a query the
+    connection has prepared by name comes back as ``EXECUTE <name>(<literals>)``: the server
+    runs its cached plan instead of parsing and planning the text again. A query not prepared
+    yet comes back as its full text and is noted for :func:`prepare_noted`.
+
     Raises:
         nothing: a parameter psycopg cannot render as text gives None (the caller sends the
             statement with bound parameters instead).
@@ -56,24 +65,152 @@ def bind_on_client(conn: AsyncConnection[TupleRow], query: Any, params: Any) -> 
         return None
     if params is None:
         return query
+    statements: ClientStatements | None = getattr(conn, "statements", None)
+    name = None if statements is None else statements.name_of(query)
     try:
-        return AsyncClientCursor(conn).mogrify(_PLACEHOLDER.sub(_as_text, query), params)
+        if name is not None:
+            assert statements is not None
+            return f"EXECUTE {name}({statements.literals(conn, params)})"
+        bound = AsyncClientCursor(conn).mogrify(_PLACEHOLDER.sub(_as_text, query), params)
     except (psycopg.Error, TypeError, ValueError):
         return None
+    if statements is not None:
+        statements.note(query)
+    return bound
 
 
 #: ``%%`` (a literal percent sign, kept) or ``%b`` (a binary placeholder, bound as text).
 _PLACEHOLDER = re.compile(r"%([%b])")
+
+#: Any placeholder of a psycopg query (``%s``, ``%b``, ``%t``) or a literal ``%%``.
+_ANY_PLACEHOLDER = re.compile(r"%([%sbt])")
 
 
 def _as_text(match: re.Match[str]) -> str:
     return "%%" if match.group(1) == "%" else "%s"
 
 
-def guarded(bound: str) -> str:
-    """A bound ``UPDATE`` of one row (matched on its primary key) wrapped to fail its
-    transaction with SQLSTATE 22012 (division by zero, in both dialects) when it writes none."""
-    return "".join((sql.GUARD_OPEN, bound, sql.GUARD_CLOSE))
+def numbered(query: str) -> str:
+    """``query`` with its psycopg placeholders numbered as the server's (``$1``, ``$2``, ...)
+    and ``%%`` as ``%``: the text a ``PREPARE`` takes."""
+    counter = itertools.count(1)
+
+    def number(match: re.Match[str]) -> str:
+        return "%" if match.group(1) == "%" else f"${next(counter)}"
+
+    return _ANY_PLACEHOLDER.sub(number, query)
+
+
+#: Most statements one connection prepares by name (psycopg's own cache keeps as many).
+MAX_PREPARED = 100
+
+
+class ClientStatements:
+    """The statements one pool connection has prepared by name for client-side binding.
+
+    A statement bound on the client (a simple query carries no parameters) is parsed and
+    planned by the server on every try. Once a connection has sent a query that way, the
+    store prepares it on that connection between two tries (:func:`prepare_noted`, one
+    ``PREPARE`` per request, outside any transaction, so its outcome is never in doubt) and
+    later bindings send ``EXECUTE <name>(<literals>)`` instead. A query the server refuses to
+    prepare is not tried again on this connection; past ``MAX_PREPARED`` names (the listing's
+    filter combinations are many texts) further queries stay text.
+
+    Class attribute ``enabled``: False after the server answered that a prepared statement
+    does not exist (SQLSTATE 26000, e.g. a pooler between the store and the database that
+    does not keep a session's prepared statements): no connection of this process prepares or
+    executes by name afterwards (:func:`forget_prepared`).
+    """
+
+    enabled = True
+
+    def __init__(self) -> None:
+        self._names: dict[str, str] = {}
+        self._noted: dict[str, None] = {}
+        self._refused: set[str] = set()
+        self._next = itertools.count(1)
+        self._transformer: abc.Transformer | None = None
+
+    def literals(self, conn: AsyncConnection[TupleRow], params: Any) -> str:
+        """``params`` as SQL literals separated by commas (psycopg's text dumpers)."""
+        tx = self._transformer
+        if tx is None:
+            tx = self._transformer = Transformer(conn)
+        return b", ".join([tx.as_literal(p) for p in params]).decode(conn.info.encoding)
+
+    def name_of(self, query: str) -> str | None:
+        """The name ``query`` is prepared under on this connection, or None."""
+        return self._names.get(query) if ClientStatements.enabled else None
+
+    def note(self, query: str) -> None:
+        """Remember ``query`` (just bound as text) for the next :func:`prepare_noted`."""
+        if not ClientStatements.enabled or query in self._refused:
+            return
+        if len(self._names) + len(self._noted) < MAX_PREPARED:
+            self._noted[query] = None
+
+    @property
+    def noted(self) -> bool:
+        """Whether some query waits to be prepared."""
+        return bool(self._noted)
+
+    async def prepare_noted(self, conn: AsyncConnection[TupleRow]) -> None:
+        """Prepare every noted query on ``conn`` (autocommit, no transaction open), one
+        ``PREPARE`` per request. A query the server refuses is not tried again.
+
+        Raises:
+            psycopg.Error: the connection was lost (nothing more is prepared).
+        """
+        noted, self._noted = list(self._noted), {}
+        for query in noted:
+            name = f"dtq_{next(self._next)}"
+            try:
+                await conn.execute(f"PREPARE {name} AS {numbered(query)}", prepare=False)
+            except psycopg.Error:
+                if conn.closed or conn.broken:
+                    raise
+                self._refused.add(query)
+                continue
+            self._names[query] = name
+
+    def forget(self) -> None:
+        """Drop every name (the server no longer has them)."""
+        self._names.clear()
+        self._noted.clear()
+
+
+async def prepare_noted(conn: AsyncConnection[TupleRow]) -> None:
+    """Prepare the queries ``conn`` has bound as text since the last call (see
+    :class:`ClientStatements`); nothing for a connection without ``statements``.
+
+    Raises:
+        psycopg.Error: the connection was lost.
+    """
+    statements: ClientStatements | None = getattr(conn, "statements", None)
+    if statements is not None and statements.noted:
+        await statements.prepare_noted(conn)
+
+
+def lost_prepared(exc: psycopg.Error) -> bool:
+    """Whether ``exc`` is the server's SQLSTATE 26000 for a statement that
+    :class:`ClientStatements` prepared (named ``dtq_<n>``; psycopg's own are ``_pg3_<n>``)."""
+    return exc.sqlstate == "26000" and '"dtq_' in str(exc)
+
+
+def forget_prepared(conn: AsyncConnection[TupleRow] | None) -> None:
+    """After SQLSTATE 26000 (a prepared statement the server no longer has): stop preparing
+    and executing by name in this process (``ClientStatements.enabled``) and drop ``conn``'s
+    names."""
+    ClientStatements.enabled = False
+    statements: ClientStatements | None = getattr(conn, "statements", None)
+    if statements is not None:
+        statements.forget()
+
+
+def guarded(update: str) -> str:
+    """An ``UPDATE`` of one row (matched on its primary key) wrapped to fail its transaction
+    with SQLSTATE 22012 (division by zero, in both dialects) when it writes none."""
+    return "".join((sql.GUARD_OPEN, update, sql.GUARD_CLOSE))
 
 
 class TryConnection:
@@ -128,10 +265,10 @@ class TryConnection:
             False, with nothing queued, when the statement cannot be bound on the client (the
             caller sends it and checks its row count itself).
         """
-        bound = bind_on_client(self.raw, query, params)
+        bound = bind_on_client(self.raw, guarded(query), params)
         if bound is None:
             return False
-        self._deferred.append(guarded(bound))
+        self._deferred.append(bound)
         self._guards.append(what)
         return True
 
