@@ -9,6 +9,7 @@ import contextlib
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from typing import Any
+from uuid import uuid4
 
 import psycopg
 import pytest
@@ -181,3 +182,28 @@ async def test_past_the_cap_a_connection_prepares_no_more_queries(
     assert await _server_statements(one_connection) == [
         ("dtq_1", "PREPARE dtq_1 AS SELECT count(*) FROM tasks WHERE kind = $1")
     ]
+
+
+async def test_an_execute_the_server_refuses_re_runs_the_try_as_text(one_connection: Pool) -> None:
+    """A class-42 refusal of an ``EXECUTE``'s arguments (here a name that stands for a statement
+    of another parameter type) turns the names off and re-runs the try as text."""
+    reasons: list[str] = []
+    store = CockroachStore(one_connection, base_backoff=0.001, on_retry=reasons.append)
+    by_id = "SELECT count(*) FROM tasks WHERE id = %s"
+    async with one_connection.connection() as conn:
+        assert isinstance(conn, StoreConnection)
+        await conn.execute("PREPARE dtq_99 AS SELECT count(*) FROM tasks WHERE attempt = $1")
+        conn.statements._names[by_id] = "dtq_99"  # an integer parameter for a uuid argument
+
+    async def count(tx: Transaction) -> int:
+        assert isinstance(tx, PgTransaction)
+        row = await (await tx.conn.execute(by_id, (uuid4(),))).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    with _requests() as sent:
+        assert await store.run(count) == 0
+    assert reasons == [PREPARED_LOST]
+    assert sent[0].startswith(f"{sql.BEGIN_WITH_NOW}; EXECUTE dtq_99(")
+    assert sent[2].startswith(f"{sql.BEGIN_WITH_NOW}; SELECT count(*) FROM tasks WHERE id = ")
+    assert txconn.ClientStatements.enabled is False

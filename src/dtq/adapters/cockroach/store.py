@@ -177,6 +177,7 @@ class CockroachStore:
     async def _try_once(self, fn: Callable[[Transaction], Awaitable[T]]) -> T:
         committing = False
         conn: AsyncConnection[TupleRow] | None = None
+        tx: PgTransaction | None = None
         try:
             async with self._pool.connection() as conn:
                 await txconn.prepare_noted(conn)  # what earlier tries bound as text
@@ -197,7 +198,8 @@ class CockroachStore:
         except ConcurrentUpdate as exc:
             raise _RetryableFailure(CONCURRENT_UPDATE) from exc
         except psycopg.Error as exc:
-            if txconn.lost_prepared(exc):  # its request stopped there, before any COMMIT
+            if txconn.prepared_failed(exc, tx is not None and tx.conn.by_name):
+                # the failing request stopped at that statement, before any COMMIT
                 txconn.forget_prepared(conn)
                 raise _RetryableFailure(PREPARED_LOST) from exc
             verdict, reason = classify(exc, conn, committing=committing)

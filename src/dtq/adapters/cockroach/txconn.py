@@ -191,16 +191,21 @@ async def prepare_noted(conn: AsyncConnection[TupleRow]) -> None:
         await statements.prepare_noted(conn)
 
 
-def lost_prepared(exc: psycopg.Error) -> bool:
-    """Whether ``exc`` is the server's SQLSTATE 26000 for a statement that
-    :class:`ClientStatements` prepared (named ``dtq_<n>``; psycopg's own are ``_pg3_<n>``)."""
-    return exc.sqlstate == "26000" and '"dtq_' in str(exc)
+def prepared_failed(exc: psycopg.Error, by_name: bool) -> bool:
+    """Whether ``exc`` says the statements prepared by :class:`ClientStatements` cannot be
+    used: SQLSTATE 26000 for a ``dtq_<n>`` name (psycopg's own are ``_pg3_<n>``), or, from a
+    try that executed some by name (``by_name``), an error of class 42 (the server refused an
+    ``EXECUTE``'s arguments; the same statement as text is never refused that way, or it would
+    fail on every try)."""
+    state = exc.sqlstate or ""
+    if state == "26000":
+        return '"dtq_' in str(exc)
+    return by_name and state.startswith("42")
 
 
 def forget_prepared(conn: AsyncConnection[TupleRow] | None) -> None:
-    """After SQLSTATE 26000 (a prepared statement the server no longer has): stop preparing
-    and executing by name in this process (``ClientStatements.enabled``) and drop ``conn``'s
-    names."""
+    """After :func:`prepared_failed`: stop preparing and executing by name in this process
+    (``ClientStatements.enabled``) and drop ``conn``'s names."""
     ClientStatements.enabled = False
     statements: ClientStatements | None = getattr(conn, "statements", None)
     if statements is not None:
@@ -230,6 +235,7 @@ class TryConnection:
 
     Attributes:
         raw: the pool connection.
+        by_name: whether some request of this try executed a statement prepared by name.
     """
 
     def __init__(self, conn: AsyncConnection[TupleRow], on_now: Callable[[datetime], None]) -> None:
@@ -238,6 +244,7 @@ class TryConnection:
         self._opening = False
         self._deferred: list[str] = []
         self._guards: list[str] = []  # what the queued compare-and-sets write, for errors
+        self.by_name = False  # some request of this try executed a statement prepared by name
 
     def open_lazily(self) -> None:
         """Send the BEGIN with the next request; no I/O now."""
@@ -314,6 +321,8 @@ class TryConnection:
         opening, deferred, guards = self._opening, self._deferred, self._guards
         self._opening, self._deferred, self._guards = False, [], []
         parts = ([sql.BEGIN_WITH_NOW] if opening else []) + deferred + texts
+        if not self.by_name:
+            self.by_name = any(part.startswith("EXECUTE dtq_") for part in parts)
         try:
             cur = await self.raw.execute("; ".join(parts), prepare=False)
         except psycopg.errors.DivisionByZero as exc:
