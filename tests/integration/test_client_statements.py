@@ -6,6 +6,7 @@ prepare stays text; a prepared statement the server lost re-runs the try as text
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -41,10 +42,10 @@ async def one_connection(pg_dsn: str) -> AsyncIterator[Pool]:
 
 @pytest.fixture(autouse=True)
 def _prepares_on() -> Iterator[None]:
-    """Each test starts (and leaves) with client-side statements preparable."""
-    txconn.ClientStatements.enabled = True
+    """Each test starts (and leaves) with client-side statements preparable, no loss counted."""
+    txconn.ClientStatements.enabled, txconn.ClientStatements.losses = True, 0
     yield
-    txconn.ClientStatements.enabled = True
+    txconn.ClientStatements.enabled, txconn.ClientStatements.losses = True, 0
 
 
 @contextlib.contextmanager
@@ -70,10 +71,14 @@ async def _server_statements(pool: Pool) -> list[tuple[str, str]]:
         return [(str(r[0]), str(r[1])) for r in await cur.fetchall()]
 
 
+_BY_KIND = "SELECT count(*) FROM tasks WHERE kind = %s"
+_BY_KIND_NAME = txconn.statement_name(_BY_KIND)
+
+
 async def _kind_count(tx: Transaction, kind: str) -> int:
     """A try whose first statement is bound on the client (it rides with the BEGIN)."""
     assert isinstance(tx, PgTransaction)
-    cur = await tx.conn.execute("SELECT count(*) FROM tasks WHERE kind = %s", (kind,))
+    cur = await tx.conn.execute(_BY_KIND, (kind,))
     row = await cur.fetchone()
     assert row is not None
     return int(row[0])
@@ -91,11 +96,49 @@ async def test_a_query_bound_as_text_runs_prepared_from_the_next_try(
     assert first[0].startswith(sql.BEGIN_WITH_NOW)
     assert "FROM tasks WHERE kind = 'a'" in first[0]
     # between the tries: the PREPARE, alone and outside the transaction; then the EXECUTE
-    assert sent[0] == "PREPARE dtq_1 AS SELECT count(*) FROM tasks WHERE kind = $1"
-    assert sent[1] == f"{sql.BEGIN_WITH_NOW}; EXECUTE dtq_1('b')"
-    assert await _server_statements(one_connection) == [
-        ("dtq_1", "PREPARE dtq_1 AS SELECT count(*) FROM tasks WHERE kind = $1")
-    ]
+    prepare = f"PREPARE {_BY_KIND_NAME} AS SELECT count(*) FROM tasks WHERE kind = $1"
+    assert sent[0] == prepare
+    assert sent[1] == f"{sql.BEGIN_WITH_NOW}; EXECUTE {_BY_KIND_NAME}('b')"
+    assert await _server_statements(one_connection) == [(_BY_KIND_NAME, prepare)]
+
+
+async def test_a_name_is_the_same_statement_on_every_session(
+    one_connection: Pool, pg_dsn: str
+) -> None:
+    """Names come from the statement's text, not from a per-connection counter: two sessions
+    that prepared the same statements in a different order hold them under the same names, so
+    behind a pooler a name never stands for another statement."""
+    by_name = "SELECT count(*) FROM tasks WHERE name = %s"
+
+    async def count(tx: Transaction, query: str) -> int:
+        assert isinstance(tx, PgTransaction)
+        row = await (await tx.conn.execute(query, ("x",))).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    other = await open_pool(pg_dsn, min_size=1, max_size=1)
+    try:
+        for pool, order in ((one_connection, (_BY_KIND, by_name)), (other, (by_name, _BY_KIND))):
+            store = CockroachStore(pool)
+            for query in (*order, order[0]):  # the third try prepares what the first two noted
+                await store.run(functools.partial(count, query=query))
+        first, second = await _server_statements(one_connection), await _server_statements(other)
+    finally:
+        await other.close()
+    assert len(first) == 2
+    assert sorted(first) == sorted(second)
+
+
+async def test_a_name_the_session_has_already_is_used(one_connection: Pool) -> None:
+    reasons: list[str] = []
+    store = CockroachStore(one_connection, on_retry=reasons.append)
+    async with one_connection.connection() as conn:  # as another client of a pooled session
+        await conn.execute(f"PREPARE {_BY_KIND_NAME} AS {txconn.numbered(_BY_KIND)}")
+    with _requests() as sent:
+        await store.run(lambda tx: _kind_count(tx, "a"))
+        await store.run(lambda tx: _kind_count(tx, "b"))
+    assert sent[-2] == f"{sql.BEGIN_WITH_NOW}; EXECUTE {_BY_KIND_NAME}('b')"
+    assert reasons == []
 
 
 async def test_a_prepared_query_answers_what_its_text_answers(one_connection: Pool) -> None:
@@ -137,7 +180,8 @@ async def test_a_query_the_server_refuses_to_prepare_stays_text(one_connection: 
         for _ in range(3):
             assert await store.run(untyped) is True
     refused = [text for text in sent if text.startswith("PREPARE")]
-    assert refused == ["PREPARE dtq_1 AS SELECT $1 IS NULL"]  # tried once, never again
+    name = txconn.statement_name("SELECT %s IS NULL")
+    assert refused == [f"PREPARE {name} AS SELECT $1 IS NULL"]  # tried once, never again
     assert sent[-2] == f"{sql.BEGIN_WITH_NOW}; SELECT NULL IS NULL"
     assert await _server_statements(one_connection) == []
 
@@ -146,21 +190,43 @@ async def test_a_lost_prepared_statement_re_runs_the_try_as_text(one_connection:
     reasons: list[str] = []
     store = CockroachStore(one_connection, base_backoff=0.001, on_retry=reasons.append)
     await store.run(lambda tx: _kind_count(tx, "a"))
-    await store.run(lambda tx: _kind_count(tx, "a"))  # prepares, then runs dtq_1
+    await store.run(lambda tx: _kind_count(tx, "a"))  # prepares, then runs by name
     async with one_connection.connection() as conn:
         assert isinstance(conn, StoreConnection)
-        assert conn.statements.name_of("SELECT count(*) FROM tasks WHERE kind = %s") == "dtq_1"
-        await conn.execute("DEALLOCATE dtq_1", prepare=False)  # e.g. a pooler's new session
+        assert conn.statements.name_of(_BY_KIND) == _BY_KIND_NAME
+        await conn.execute("DEALLOCATE ALL", prepare=False)  # e.g. a pooler's new session
     with _requests() as sent:
         assert await store.run(lambda tx: _kind_count(tx, "c")) == 0
+        assert await store.run(lambda tx: _kind_count(tx, "d")) == 0
     assert reasons == [PREPARED_LOST]
     assert sent == [
-        f"{sql.BEGIN_WITH_NOW}; EXECUTE dtq_1('c')",
+        f"{sql.BEGIN_WITH_NOW}; EXECUTE {_BY_KIND_NAME}('c')",
         "ROLLBACK",
         f"{sql.BEGIN_WITH_NOW}; SELECT count(*) FROM tasks WHERE kind = 'c'",
         "COMMIT",
+        # one loss forgets this connection's names only: prepared again on its next try
+        f"PREPARE {_BY_KIND_NAME} AS SELECT count(*) FROM tasks WHERE kind = $1",
+        f"{sql.BEGIN_WITH_NOW}; EXECUTE {_BY_KIND_NAME}('d')",
+        "COMMIT",
     ]
+    assert txconn.ClientStatements.enabled is True
+
+
+async def test_repeated_losses_turn_the_names_off_for_the_process(one_connection: Pool) -> None:
+    store = CockroachStore(one_connection, base_backoff=0.001)
+    txconn.ClientStatements.losses = txconn.MAX_LOSSES - 1
+    await store.run(lambda tx: _kind_count(tx, "a"))
+    await store.run(lambda tx: _kind_count(tx, "a"))  # prepares, then runs by name
+    async with one_connection.connection() as conn:
+        await conn.execute("DEALLOCATE ALL", prepare=False)
+    with _requests() as sent:
+        assert await store.run(lambda tx: _kind_count(tx, "c")) == 0
+        assert await store.run(lambda tx: _kind_count(tx, "d")) == 0
     assert txconn.ClientStatements.enabled is False
+    assert sent[-2:] == [
+        f"{sql.BEGIN_WITH_NOW}; SELECT count(*) FROM tasks WHERE kind = 'd'",
+        "COMMIT",
+    ]
 
 
 async def test_past_the_cap_a_connection_prepares_no_more_queries(
@@ -180,7 +246,7 @@ async def test_past_the_cap_a_connection_prepares_no_more_queries(
         await store.run(lambda tx: _kind_count(tx, "a"))
         await store.run(by_name)
     assert await _server_statements(one_connection) == [
-        ("dtq_1", "PREPARE dtq_1 AS SELECT count(*) FROM tasks WHERE kind = $1")
+        (_BY_KIND_NAME, f"PREPARE {_BY_KIND_NAME} AS SELECT count(*) FROM tasks WHERE kind = $1")
     ]
 
 
@@ -192,8 +258,10 @@ async def test_an_execute_the_server_refuses_re_runs_the_try_as_text(one_connect
     by_id = "SELECT count(*) FROM tasks WHERE id = %s"
     async with one_connection.connection() as conn:
         assert isinstance(conn, StoreConnection)
-        await conn.execute("PREPARE dtq_99 AS SELECT count(*) FROM tasks WHERE attempt = $1")
-        conn.statements._names[by_id] = "dtq_99"  # an integer parameter for a uuid argument
+        await conn.execute(
+            "PREPARE dtq_by_attempt AS SELECT count(*) FROM tasks WHERE attempt = $1"
+        )
+        conn.statements._names[by_id] = "dtq_by_attempt"  # an integer parameter, a uuid argument
 
     async def count(tx: Transaction) -> int:
         assert isinstance(tx, PgTransaction)
@@ -204,6 +272,6 @@ async def test_an_execute_the_server_refuses_re_runs_the_try_as_text(one_connect
     with _requests() as sent:
         assert await store.run(count) == 0
     assert reasons == [PREPARED_LOST]
-    assert sent[0].startswith(f"{sql.BEGIN_WITH_NOW}; EXECUTE dtq_99(")
+    assert sent[0].startswith(f"{sql.BEGIN_WITH_NOW}; EXECUTE dtq_by_attempt(")
     assert sent[2].startswith(f"{sql.BEGIN_WITH_NOW}; SELECT count(*) FROM tasks WHERE id = ")
     assert txconn.ClientStatements.enabled is False

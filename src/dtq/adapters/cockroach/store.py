@@ -200,7 +200,7 @@ class CockroachStore:
         except psycopg.Error as exc:
             if txconn.prepared_failed(exc, tx is not None and tx.conn.by_name):
                 # the failing request stopped at that statement, before any COMMIT
-                txconn.forget_prepared(conn)
+                txconn.forget_prepared(conn, exc)
                 raise _RetryableFailure(PREPARED_LOST) from exc
             verdict, reason = classify(exc, conn, committing=committing)
             if verdict is Verdict.RETRY:

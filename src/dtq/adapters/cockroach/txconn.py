@@ -21,6 +21,7 @@ that carried it raises ``ConcurrentUpdate`` and no COMMIT after it runs.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import re
 from collections.abc import Callable
@@ -101,8 +102,24 @@ def numbered(query: str) -> str:
     return _ANY_PLACEHOLDER.sub(number, query)
 
 
-#: Most statements one connection prepares by name (psycopg's own cache keeps as many).
+#: Most statements one connection prepares by name or was refused (psycopg's own cache keeps
+#: as many).
 MAX_PREPARED = 100
+#: Losses of a prepared statement (SQLSTATE 26000) after which a process stops preparing.
+MAX_LOSSES = 3
+#: What a server answers when it cannot use an ``EXECUTE``'s arguments (or their count) for the
+#: statement's parameters: datatype mismatch, cannot coerce, indeterminate or ambiguous
+#: parameter type, syntax error (a wrong number of arguments).
+_EXECUTE_REFUSED = frozenset({"42804", "42846", "42P18", "42P08", "42601"})
+#: SQLSTATE 42P05: a prepared statement of that name exists on the session already.
+_DUPLICATE_PREPARED = "42P05"
+
+
+def statement_name(query: str) -> str:
+    """The name a query is prepared under: ``dtq_`` and 16 hex digits of the SHA-256 of its
+    numbered text, so a name means the same statement on every session (two connections
+    that reach one server session through a pooler never run each other's statements)."""
+    return "dtq_" + hashlib.sha256(numbered(query).encode()).hexdigest()[:16]
 
 
 class ClientStatements:
@@ -112,23 +129,25 @@ class ClientStatements:
     planned by the server on every try. Once a connection has sent a query that way, the
     store prepares it on that connection between two tries (:func:`prepare_noted`, one
     ``PREPARE`` per request, outside any transaction, so its outcome is never in doubt) and
-    later bindings send ``EXECUTE <name>(<literals>)`` instead. A query the server refuses to
-    prepare is not tried again on this connection; past ``MAX_PREPARED`` names (the listing's
-    filter combinations are many texts) further queries stay text.
+    later bindings send ``EXECUTE <name>(<literals>)`` instead (:func:`statement_name`). A
+    query the server refuses to prepare is not tried again on this connection; past
+    ``MAX_PREPARED`` names and refusals (the listing's filter combinations are many texts)
+    further queries stay text.
 
-    Class attribute ``enabled``: False after the server answered that a prepared statement
-    does not exist (SQLSTATE 26000, e.g. a pooler between the store and the database that
-    does not keep a session's prepared statements): no connection of this process prepares or
-    executes by name afterwards (:func:`forget_prepared`).
+    Class attribute ``enabled``: False once the server has refused an ``EXECUTE``'s arguments
+    (a dialect that types them differently), or has lost ``MAX_LOSSES`` prepared statements
+    (SQLSTATE 26000; e.g. a pooler that does not keep a session's prepared statements): no
+    connection of this process prepares or executes by name afterwards
+    (:func:`forget_prepared`).
     """
 
     enabled = True
+    losses = 0
 
     def __init__(self) -> None:
         self._names: dict[str, str] = {}
         self._noted: dict[str, None] = {}
         self._refused: set[str] = set()
-        self._next = itertools.count(1)
         self._transformer: abc.Transformer | None = None
 
     def literals(self, conn: AsyncConnection[TupleRow], params: Any) -> str:
@@ -146,7 +165,7 @@ class ClientStatements:
         """Remember ``query`` (just bound as text) for the next :func:`prepare_noted`."""
         if not ClientStatements.enabled or query in self._refused:
             return
-        if len(self._names) + len(self._noted) < MAX_PREPARED:
+        if len(self._names) + len(self._noted) + len(self._refused) < MAX_PREPARED:
             self._noted[query] = None
 
     @property
@@ -156,21 +175,26 @@ class ClientStatements:
 
     async def prepare_noted(self, conn: AsyncConnection[TupleRow]) -> None:
         """Prepare every noted query on ``conn`` (autocommit, no transaction open), one
-        ``PREPARE`` per request. A query the server refuses is not tried again.
+        ``PREPARE`` per request. A name the session has already (SQLSTATE 42P05) is the same
+        statement (:func:`statement_name`) and is used; a query the server refuses otherwise
+        is not tried again.
 
         Raises:
             psycopg.Error: the connection was lost (nothing more is prepared).
         """
         noted, self._noted = list(self._noted), {}
+        if not ClientStatements.enabled:
+            return
         for query in noted:
-            name = f"dtq_{next(self._next)}"
+            name = statement_name(query)
             try:
                 await conn.execute(f"PREPARE {name} AS {numbered(query)}", prepare=False)
-            except psycopg.Error:
+            except psycopg.Error as exc:
                 if conn.closed or conn.broken:
                     raise
-                self._refused.add(query)
-                continue
+                if exc.sqlstate != _DUPLICATE_PREPARED:
+                    self._refused.add(query)
+                    continue
             self._names[query] = name
 
     def forget(self) -> None:
@@ -192,24 +216,28 @@ async def prepare_noted(conn: AsyncConnection[TupleRow]) -> None:
 
 
 def prepared_failed(exc: psycopg.Error, by_name: bool) -> bool:
-    """Whether ``exc`` says the statements prepared by :class:`ClientStatements` cannot be
-    used: SQLSTATE 26000 for a ``dtq_<n>`` name (psycopg's own are ``_pg3_<n>``), or, from a
-    try that executed some by name (``by_name``), an error of class 42 (the server refused an
-    ``EXECUTE``'s arguments; the same statement as text is never refused that way, or it would
-    fail on every try)."""
+    """Whether ``exc`` says a statement prepared by :class:`ClientStatements` cannot be used:
+    SQLSTATE 26000 for a ``dtq_`` name (psycopg's own are ``_pg3_<n>``), or, from a try that
+    executed some by name (``by_name``), the server's refusal of an ``EXECUTE``'s arguments
+    (the same statement as text is never refused that way, or it would fail on every try)."""
     state = exc.sqlstate or ""
     if state == "26000":
         return '"dtq_' in str(exc)
-    return by_name and state.startswith("42")
+    return by_name and state in _EXECUTE_REFUSED
 
 
-def forget_prepared(conn: AsyncConnection[TupleRow] | None) -> None:
-    """After :func:`prepared_failed`: stop preparing and executing by name in this process
-    (``ClientStatements.enabled``) and drop ``conn``'s names."""
-    ClientStatements.enabled = False
+def forget_prepared(conn: AsyncConnection[TupleRow] | None, exc: psycopg.Error) -> None:
+    """After :func:`prepared_failed`: drop ``conn``'s names; stop preparing and executing by
+    name in this process (``ClientStatements.enabled``) after a refused ``EXECUTE`` or the
+    ``MAX_LOSSES``-th lost statement."""
     statements: ClientStatements | None = getattr(conn, "statements", None)
     if statements is not None:
         statements.forget()
+    if exc.sqlstate == "26000":
+        ClientStatements.losses += 1
+        if ClientStatements.losses < MAX_LOSSES:
+            return
+    ClientStatements.enabled = False
 
 
 def guarded(update: str) -> str:
