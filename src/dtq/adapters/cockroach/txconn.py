@@ -67,10 +67,8 @@ def bind_on_client(conn: AsyncConnection[TupleRow], query: Any, params: Any) -> 
     if params is None:
         return query
     statements: ClientStatements | None = getattr(conn, "statements", None)
-    name = None if statements is None else statements.name_of(query)
     try:
-        if name is not None:
-            assert statements is not None
+        if statements is not None and (name := statements.name_of(query)) is not None:
             return f"EXECUTE {name}({statements.literals(conn, params)})"
         bound = AsyncClientCursor(conn).mogrify(_PLACEHOLDER.sub(_as_text, query), params)
     except (psycopg.Error, TypeError, ValueError):
