@@ -69,13 +69,7 @@ class JobController(Controller):
         ``warnings`` when no live worker serves some task's priority or kind.
         """
         result, warnings = await submission.run(
-            traceparent,
-            lambda trace_context: commands.submit_job(
-                data,
-                idempotency_key=idempotency_key,
-                settings=submission.settings,
-                trace_context=trace_context,
-            ),
+            commands.submit_job, data, idempotency_key, traceparent
         )
         body = bodies.submitted_job(result, warnings)
         return Response(body, status_code=201 if result.created else 200)

@@ -30,9 +30,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from litestar.enums import ScopeType
 
@@ -213,6 +212,25 @@ class CountingSubmit:
         return result
 
 
+Body_contra = TypeVar("Body_contra", contravariant=True)
+Body = TypeVar("Body")
+
+
+class BuildSubmission(Protocol[Body_contra]):
+    """A request body's ``SubmitJob`` (``commands.submit_task``, ``commands.submit_job``)."""
+
+    def __call__(
+        self,
+        body: Body_contra,
+        *,
+        idempotency_key: str | None,
+        settings: Settings,
+        trace_context: str | None = None,
+    ) -> SubmitJob:
+        """The command for ``body``."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class Submission:
     """What the two submission routes use, handed to them as one dependency.
@@ -228,16 +246,26 @@ class Submission:
     settings: Settings
 
     async def run(
-        self, traceparent: str | None, build: Callable[[str | None], SubmitJob]
+        self,
+        build: BuildSubmission[Body],
+        body: Body,
+        idempotency_key: str | None,
+        traceparent: str | None,
     ) -> tuple[SubmitResult, list[SubmitWarning]]:
-        """Submit what ``build(trace_context)`` makes, inside the submit span (issue 16 item 5:
-        the span's W3C context is stored with the job); the result and the fleet warnings.
+        """Submit the command ``build`` makes of ``body`` (``commands.submit_task`` or
+        ``commands.submit_job``), inside the submit span (issue 16 item 5: the span's W3C
+        context is stored with the job); the result and the fleet warnings.
 
         Raises:
             DtqError: as :meth:`SubmitService.submit_job` (or ``build``'s validation).
         """
         with tracing.submit_span(traceparent) as trace_context:
-            cmd = build(trace_context)
+            cmd = build(
+                body,
+                idempotency_key=idempotency_key,
+                settings=self.settings,
+                trace_context=trace_context,
+            )
             result = await self.submit.submit_job(cmd)
             tracing.submitted(result.job_id, len(cmd.tasks), created=result.created)
             warnings = await self.fleet.submit_warnings(cmd.tasks)

@@ -46,13 +46,7 @@ async def submit_one(
         DtqError: as :meth:`Submission.run`.
     """
     result, warnings = await submission.run(
-        traceparent,
-        lambda trace_context: commands.submit_task(
-            data,
-            idempotency_key=idempotency_key,
-            settings=submission.settings,
-            trace_context=trace_context,
-        ),
+        commands.submit_task, data, idempotency_key, traceparent
     )
     return bodies.submitted_task(result, data.kind, warnings), 201 if result.created else 200
 
