@@ -4,11 +4,16 @@
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime, timedelta, timezone
 from types import ModuleType
+from uuid import UUID
 
 import pytest
+from psycopg.adapt import Transformer
+from psycopg.types.numeric import Int8
 
 from dtq.adapters.cockroach import sessions, sql, txconn
+from dtq.domain.status import TaskStatus
 
 #: Constructs that are absent from, or mean something else on, one of the two databases.
 FORBIDDEN = re.compile(
@@ -73,3 +78,43 @@ def test_every_statement_numbers_as_many_parameters_as_it_takes(module: ModuleTy
         numbered = txconn.numbered(text)
         assert "%s" not in numbered and "%b" not in numbered, name
         assert re.findall(r"\$(\d+)", numbered) == [str(i) for i in range(1, taken + 1)], name
+
+
+_LITERAL_CASES = [
+    None,
+    True,
+    False,
+    0,
+    3,
+    2**31,
+    2**63,
+    -3,
+    Int8(7),
+    Int8(-7),
+    "pending",
+    "",
+    "it's",
+    "back\\slash",
+    "naïve ✓",
+    UUID("6c0c4964-6b7b-4088-a7da-3195d840d734"),
+    datetime(2026, 12, 2, 10, 22, 23, 98930, tzinfo=UTC),
+    datetime(2026, 12, 2, 10, 22, 23, tzinfo=UTC),
+    datetime(1, 1, 1, tzinfo=UTC),
+    datetime(2026, 1, 1, 1, 2, 3, 4, tzinfo=timezone(timedelta(hours=5, minutes=30))),
+    datetime(2026, 1, 1),  # naive: psycopg's timestamp dumper, not ours
+    TaskStatus.QUEUED,  # a str subclass: psycopg's dumper
+    1.5,
+    [UUID("6c0c4964-6b7b-4088-a7da-3195d840d734")],
+]
+
+
+@pytest.mark.parametrize("value", _LITERAL_CASES, ids=repr)
+def test_a_fast_literal_is_the_text_psycopgs_dumper_writes(value: object) -> None:
+    expected = Transformer().as_literal(value).decode()
+    fast = txconn.fast_literal(value)
+    assert fast in (None, expected)
+
+
+def test_the_common_types_of_a_state_change_take_the_fast_path() -> None:
+    common = [None, True, 3, Int8(3), "running", UUID(int=1), datetime(2026, 1, 1, tzinfo=UTC)]
+    assert [txconn.fast_literal(v) is not None for v in common] == [True] * len(common)

@@ -225,14 +225,15 @@ class ExecutionService:
             routed = {task_id for task_id, _, _ in batch.misrouted}
             ids = [task_id for task_id in ids if task_id not in routed]
             steps.append(self._queue.route(batch.misrouted))
-        results = await asyncio.gather(
-            self._queue.set_leases(leases, self._policy.lease_ttl, release=ids),
-            *steps,
-            return_exceptions=True,
-        )
-        for result in results:
-            if isinstance(result, BaseException) and not isinstance(result, BackendUnavailable):
-                raise result  # a bug, not an outage
+        set_leases = self._queue.set_leases(leases, self._policy.lease_ttl, release=ids)
+        if steps:
+            results = await asyncio.gather(set_leases, *steps, return_exceptions=True)
+            for result in results:
+                if isinstance(result, BaseException) and not isinstance(result, BackendUnavailable):
+                    raise result  # a bug, not an outage
+        else:  # awaited in place: no task of its own on a lone claim's path
+            with contextlib.suppress(BackendUnavailable):
+                await set_leases
         if batch.not_due:
             # Promoted early because the queue's clock runs ahead of the database's: put it
             # back at its due time plus that skew, so the next promotion is the last one.

@@ -27,11 +27,13 @@ import re
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Protocol
+from uuid import UUID
 
 import psycopg
 from psycopg import AsyncClientCursor, AsyncConnection, AsyncCursor, abc
 from psycopg.adapt import Transformer
 from psycopg.rows import TupleRow
+from psycopg.types.numeric import Int8
 
 from dtq.adapters.cockroach import sql
 from dtq.domain.errors import ConcurrentUpdate
@@ -113,6 +115,55 @@ _EXECUTE_REFUSED = frozenset({"42804", "42846", "42P18", "42P08", "42601"})
 _DUPLICATE_PREPARED = "42P05"
 
 
+def _uuid_literal(value: UUID) -> str | None:
+    return f"'{value.hex}'::uuid"
+
+
+def _datetime_literal(value: datetime) -> str | None:
+    # aware only: a naive datetime is a ``timestamp`` to psycopg, left to its dumper
+    return None if value.tzinfo is None else f"'{value}'::timestamptz"
+
+
+def _str_literal(value: str) -> str | None:
+    # a quote, a backslash (psycopg writes E'...') or a NUL (refused) is left to psycopg
+    return None if "'" in value or "\\" in value or "\x00" in value else f"'{value}'"
+
+
+def _int_literal(value: int) -> str | None:
+    return str(value) if value >= 0 else None  # psycopg writes " -3": left to it
+
+
+def _bool_literal(value: bool) -> str | None:
+    return "true" if value else "false"
+
+
+def _none_literal(value: None) -> str | None:
+    return "NULL"
+
+
+_FAST_LITERALS: dict[type, Callable[[Any], str | None]] = {
+    UUID: _uuid_literal,
+    datetime: _datetime_literal,
+    str: _str_literal,
+    int: _int_literal,
+    Int8: _int_literal,
+    bool: _bool_literal,
+    type(None): _none_literal,
+}
+
+
+def fast_literal(value: Any) -> str | None:
+    """``value`` as the SQL literal psycopg's text dumper writes for it, for a value of
+    exactly one of the types of a state change (uuid, aware datetime, plain str,
+    non-negative int, bool, None); None for anything else (the caller asks psycopg).
+
+    The same text, without the transformer's dumper lookup per value: the literals of an
+    ``EXECUTE`` are on the claim's and the submit's path (benchmarks/PROFILE.md, tenth pass).
+    """
+    render = _FAST_LITERALS.get(type(value))
+    return None if render is None else render(value)
+
+
 def statement_name(query: str) -> str:
     """The name a query is prepared under: ``dtq_`` and 16 hex digits of the SHA-256 of its
     numbered text, so a name means the same statement on every session (two connections
@@ -149,11 +200,19 @@ class ClientStatements:
         self._transformer: abc.Transformer | None = None
 
     def literals(self, conn: AsyncConnection[TupleRow], params: Any) -> str:
-        """``params`` as SQL literals separated by commas (psycopg's text dumpers)."""
-        tx = self._transformer
-        if tx is None:
-            tx = self._transformer = Transformer(conn)
-        return b", ".join([tx.as_literal(p) for p in params]).decode(conn.info.encoding)
+        """``params`` as SQL literals separated by commas, each as psycopg's text dumper
+        writes it (:func:`fast_literal` for the common types, the connection's transformer
+        for the rest)."""
+        out = []
+        for param in params:
+            literal = fast_literal(param)
+            if literal is None:
+                tx = self._transformer
+                if tx is None:
+                    tx = self._transformer = Transformer(conn)
+                literal = tx.as_literal(param).decode(conn.info.encoding)
+            out.append(literal)
+        return ", ".join(out)
 
     def name_of(self, query: str) -> str | None:
         """The name ``query`` is prepared under on this connection, or None."""
