@@ -10,8 +10,11 @@ workers), with each sample split by the database's own clock (issue 17 item 4):
 * ``to_handler``: claim ``now()`` -> the handler's first line (the claim's statements and
   COMMIT, the lease script, the dispatch to a slot).
 
-``now()`` is the transaction's start, read once per transaction. The database, the client and
-the workers share this machine's clock. ``--variant`` as in ``benchmarks.profile_submit``.
+``now()`` is the transaction's start, read once per transaction; the submit's is the job's
+``created_at``, which a submission on a connection that has read the clock already dates by
+an estimate that lags ``now()`` by about one request (``Transaction.write_time``), so the
+``submit`` split can be negative and ``to_claim`` longer by as much. The database, the client
+and the workers share this machine's clock. ``--variant`` as in ``benchmarks.profile_submit``.
 ``--pause-ms`` waits after each sample, so the previous task's completion no longer overlaps
 the next submit and claim. ``--client httpx`` posts through httpx's sync client instead of the
 scenario's ``KeepAliveClient``.

@@ -110,9 +110,11 @@ async def test_a_completion_learns_the_time_with_begin_and_commits_with_its_outb
 async def test_a_submission_sends_its_inserts_with_its_commit(
     services: Services,
 ) -> None:
-    """A one-task job without an idempotency key: two round trips (six before the sixth
-    pass), the BEGIN with the time its rows are dated by, then the job and task inserts, the
-    outbox insert and the COMMIT in one request (no insert's answer is read)."""
+    """A one-task job without an idempotency key, on a connection that has not read the
+    database clock yet: two round trips (six before the sixth pass), the BEGIN with the time
+    its rows are dated by, then the job and task inserts, the outbox insert and the COMMIT in
+    one request (no insert's answer is read). Once the connection has read the clock, one
+    request (``test_estimated_time.py``)."""
     with counting_statements() as sent:
         await services.api.submit.submit_job(SubmitJob(tasks=(TaskSpec("a", "k"),)))
 

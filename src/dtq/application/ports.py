@@ -602,6 +602,17 @@ class Transaction(Protocol):
         """The transaction's timestamp (database clock, aware UTC; fixed within one try)."""
         ...
 
+    async def write_time(self) -> datetime:
+        """The time to stamp the rows this try creates with (aware UTC; fixed within one try;
+        then also what :meth:`now` returns).
+
+        The database clock, as :meth:`now`; an adapter may estimate it instead of reading it
+        first, if the database checks the estimate within the try: it is never after the
+        transaction's timestamp and at most ``ESTIMATE_TOLERANCE`` (100 ms) before it, or the
+        try is re-run on the clock it reads (ARCHITECTURE.md, "Time is the database's").
+        """
+        ...
+
 
 class Store(Protocol):
     """The system of record. ``run`` is the unit of retry (DESIGN §3)."""

@@ -58,7 +58,7 @@ class _Submission:
         existing = await self.replayed(tx)
         if existing is not None:
             return existing
-        await tx.jobs.add(*self.rows(await tx.now()))
+        await tx.jobs.add(*self.rows(await tx.write_time()))
         return self.created()
 
     async def replayed(self, tx: Transaction) -> SubmitResult | None:
@@ -225,8 +225,7 @@ class SubmitService:
         async def create_all(tx: Transaction) -> list[SubmitResult | IdempotencyConflict]:
             """Replays answered by reads; every new job written by one ``add_many``."""
             out: list[SubmitResult | IdempotencyConflict] = []
-            rows = []
-            now = await tx.now()
+            fresh = []
             for submission in submissions:
                 try:
                     existing = await submission.replayed(tx)
@@ -236,9 +235,10 @@ class SubmitService:
                 if existing is not None:
                     out.append(existing)
                 else:
-                    rows.append(submission.rows(now))
+                    fresh.append(submission)
                     out.append(submission.created())
-            await tx.jobs.add_many(rows)
+            now = await tx.write_time()  # after the replays' reads, which bring the clock
+            await tx.jobs.add_many([submission.rows(now) for submission in fresh])
             return out
 
         try:

@@ -34,7 +34,7 @@ from psycopg.pq.abc import PGresult
 from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool
 
-from dtq.adapters.cockroach.txconn import ClientStatements
+from dtq.adapters.cockroach.txconn import ClientStatements, ClockAnchor
 from dtq.domain.errors import BackendUnavailable
 
 
@@ -74,13 +74,15 @@ class _KeptOnRollback(PrepareManager):
 class StoreConnection(AsyncConnection[TupleRow]):
     """The store pool's connection: prepared statements are kept across rollbacks
     (:class:`_KeptOnRollback`), and the statements bound on the client are prepared by name
-    once sent (``statements``, :class:`txconn.ClientStatements`); otherwise psycopg's
-    ``AsyncConnection``."""
+    once sent (``statements``, :class:`txconn.ClientStatements`); its last reading of the
+    database clock (``clock``, :class:`txconn.ClockAnchor`) lets a try estimate its timestamp;
+    otherwise psycopg's ``AsyncConnection``."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._prepared = _KeptOnRollback()
         self.statements = ClientStatements()
+        self.clock = ClockAnchor()
 
 
 Pool = AsyncConnectionPool[AsyncConnection[TupleRow]]

@@ -101,8 +101,20 @@ class _TxClock:
         self._now: datetime | None = None
 
     def know(self, now: datetime) -> None:
-        """Take ``now`` (the transaction timestamp, read with ``BEGIN``) as this try's time."""
-        self._now = now.astimezone(UTC)
+        """Take ``now`` (the transaction timestamp, read with ``BEGIN``) as this try's time,
+        unless the try took an estimate already (:meth:`write_time`)."""
+        if self._now is None:
+            self._now = now.astimezone(UTC)
+
+    async def write_time(self) -> datetime:
+        """The try's time, estimated without a round trip when its BEGIN has not gone yet
+        (``TryConnection.estimate_now``; then it is also what :meth:`now` returns), else read."""
+        if self._now is None:
+            estimate = self._conn.estimate_now()
+            if estimate is not None:
+                self._now = estimate
+                return estimate
+        return await self.now()
 
     async def now(self) -> datetime:
         """The transaction timestamp (aware UTC), from the BEGIN (sent now if still owed)."""
@@ -942,6 +954,12 @@ class PgTransaction:
     async def now(self) -> datetime:
         """The transaction timestamp (database ``now()``, aware UTC), fixed for this try."""
         return await self._clock.now()
+
+    async def write_time(self) -> datetime:
+        """The try's time for the rows it creates (``Transaction.write_time``): estimated
+        from the connection's last reading of the database clock, checked by the database
+        with the BEGIN (``txconn.ClockAnchor``), when the try has sent nothing yet."""
+        return await self._clock.write_time()
 
     def _know(self, now: datetime) -> None:
         self._clock.know(now)

@@ -32,6 +32,14 @@ PING: Final = "SELECT 1"
 GUARD_OPEN: Final = "WITH written AS ("
 GUARD_CLOSE: Final = " RETURNING 1) SELECT CAST(1 / count(*) AS BIGINT) FROM written"
 
+# A try that stamps its new rows with an estimate of its timestamp instead of reading it first
+# (txconn.TryConnection.estimate_now) sends this right after its BEGIN: SQLSTATE 22012 unless
+# the estimate lies within [now() - tolerance, now()]. Parameters: the estimate, and the
+# estimate plus the tolerance. Cast as the guard's division is.
+CHECK_ESTIMATED_NOW: Final = (
+    "SELECT CAST(1 / (CASE WHEN now() >= %s AND now() <= %s THEN 1 ELSE 0 END) AS BIGINT)"
+)
+
 # --- jobs -------------------------------------------------------------------------------------
 
 # ON CONFLICT on the idempotency key: a duplicate returns no row instead of aborting the

@@ -68,6 +68,8 @@ __all__ = ["CONCURRENT_UPDATE", "CockroachStore", "CommitHook", "Pool", "open_po
 CONCURRENT_UPDATE = "concurrent_update"
 #: Re-run reason: the server no longer had a statement prepared by ``txconn.ClientStatements``.
 PREPARED_LOST = "prepared_lost"
+#: Re-run reason: the database refused the try's estimated timestamp (``txconn.ClockAnchor``).
+ESTIMATE_REFUSED = "estimate_refused"
 
 
 class CommitHook(Protocol):
@@ -106,8 +108,8 @@ class CockroachStore:
             ``max_backoff``, with full jitter (a uniform draw in ``[0, delay]``).
         max_backoff: upper bound of one backoff delay, in seconds.
         on_retry: metric hook called once per re-run with the reason: the SQLSTATE
-            (``"40001"``, ``"40P01"``), ``"concurrent_update"``, ``"prepared_lost"`` or
-            ``"connection_lost"``.
+            (``"40001"``, ``"40P01"``), ``"concurrent_update"``, ``"prepared_lost"``,
+            ``"estimate_refused"`` or ``"connection_lost"``.
         commit_hook: called around each COMMIT (:class:`CommitHook`); None in production.
 
     Attributes:
@@ -197,6 +199,8 @@ class CockroachStore:
                 return result
         except ConcurrentUpdate as exc:
             raise _RetryableFailure(CONCURRENT_UPDATE) from exc
+        except txconn.EstimateRefused as exc:  # re-run on the clock the try reads
+            raise _RetryableFailure(ESTIMATE_REFUSED) from exc
         except psycopg.Error as exc:
             if txconn.prepared_failed(exc, tx is not None and tx.conn.by_name):
                 # the failing request stopped at that statement, before any COMMIT

@@ -24,8 +24,9 @@ from __future__ import annotations
 import hashlib
 import itertools
 import re
+import time
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 from uuid import UUID
 
@@ -297,6 +298,78 @@ def forget_prepared(conn: AsyncConnection[TupleRow] | None, exc: psycopg.Error) 
     ClientStatements.enabled = False
 
 
+#: How far before its transaction's ``now()`` an estimated timestamp may lie (ClockAnchor).
+ESTIMATE_TOLERANCE = timedelta(milliseconds=100)
+#: The oldest reading of the database clock an estimate is made from, in seconds.
+ANCHOR_MAX_AGE = 30.0
+#: Estimates refused by the database after which a process stops estimating for a while.
+MAX_REFUSALS = 3
+#: How long a process makes no estimate after ``MAX_REFUSALS`` refusals, in seconds.
+ESTIMATES_OFF_FOR = 60.0
+
+
+class EstimateRefused(Exception):
+    """The database found a try's estimated timestamp outside ``[now() - ESTIMATE_TOLERANCE,
+    now()]``; nothing after the check ran. The connection's reading is forgotten: the try is
+    re-run on the clock it reads."""
+
+
+class ClockAnchor:
+    """The database clock as one pool connection last read it, and when (this process's
+    monotonic clock): the base of :meth:`TryConnection.estimate_now`.
+
+    Every try's BEGIN brings its ``now()`` (:meth:`know`); the next try on the connection can
+    then stamp its new rows with the reading plus the time elapsed since, without the round
+    trip a reading costs. The estimate lags the server's clock by at least the time between the
+    server's reading and this process's receipt of it; the database checks it (within the try,
+    before anything is committed) and refuses one that is ahead or more than
+    ``ESTIMATE_TOLERANCE`` behind. Per connection: on CockroachDB each connection has its
+    gateway node, whose clock may differ from another node's.
+
+    Class attributes: ``refusals`` counts the refusals since estimates were last turned on;
+    the ``MAX_REFUSALS``-th (a clock stepped back, once per connection; a CockroachDB node
+    whose hybrid clock runs ahead; an event loop stalled past the tolerance) turns them off
+    for every connection of the process until the monotonic time ``off_until``,
+    ``ESTIMATES_OFF_FOR`` seconds later.
+    """
+
+    refusals = 0
+    off_until = 0.0
+
+    __slots__ = ("_at", "_now")
+
+    def __init__(self) -> None:
+        self._now: datetime | None = None
+        self._at = 0.0
+
+    def know(self, now: datetime) -> None:
+        """Record ``now`` (a transaction timestamp just read) as the latest reading."""
+        self._now, self._at = now.astimezone(UTC), time.monotonic()
+
+    def forget(self) -> None:
+        """Drop the reading."""
+        self._now = None
+
+    def estimate(self) -> datetime | None:
+        """The reading plus the time elapsed since (aware UTC); None without a reading no
+        older than ``ANCHOR_MAX_AGE`` seconds, or while estimates are off."""
+        if self._now is None:
+            return None
+        now = time.monotonic()
+        age = now - self._at
+        if age > ANCHOR_MAX_AGE or now < ClockAnchor.off_until:
+            return None
+        return self._now + timedelta(seconds=age)
+
+    def refused(self) -> None:
+        """Forget the reading and count a refusal (see the class attributes)."""
+        self.forget()
+        ClockAnchor.refusals += 1
+        if ClockAnchor.refusals >= MAX_REFUSALS:
+            ClockAnchor.refusals = 0
+            ClockAnchor.off_until = time.monotonic() + ESTIMATES_OFF_FOR
+
+
 def guarded(update: str) -> str:
     """An ``UPDATE`` of one row (matched on its primary key) wrapped to fail its transaction
     with SQLSTATE 22012 (division by zero, in both dialects) when it writes none."""
@@ -329,11 +402,33 @@ class TryConnection:
         self._opening = False
         self._deferred: list[str] = []
         self._guards: list[str] = []  # what the queued compare-and-sets write, for errors
+        self._estimated = False  # the check of an estimated now() waits in the queue
         self.by_name = False  # some request of this try executed a statement prepared by name
 
     def open_lazily(self) -> None:
         """Send the BEGIN with the next request; no I/O now."""
         self._opening = True
+
+    def estimate_now(self) -> datetime | None:
+        """This try's timestamp estimated from the connection's last reading of the database
+        clock (:class:`ClockAnchor`), without a round trip; None when it cannot be (the BEGIN
+        went already, no recent reading, estimates off), and the caller reads the clock.
+
+        The check of the estimate (``sql.CHECK_ESTIMATED_NOW``) is queued right after the
+        BEGIN, so it runs before any statement of the try; if the database refuses it, the
+        request that carries it raises :class:`EstimateRefused` and nothing after it ran.
+        """
+        anchor: ClockAnchor | None = getattr(self.raw, "clock", None)
+        if not self._opening or anchor is None or (estimate := anchor.estimate()) is None:
+            return None
+        check = bind_on_client(
+            self.raw, sql.CHECK_ESTIMATED_NOW, (estimate, estimate + ESTIMATE_TOLERANCE)
+        )
+        if check is None:  # pragma: no cover - a datetime always binds
+            return None
+        self._deferred.insert(0, check)
+        self._estimated = True
+        return estimate
 
     async def send_later(self, query: str, params: Any) -> None:
         """Queue a write for the next request; one that cannot be bound on the client is sent
@@ -404,13 +499,24 @@ class TryConnection:
             psycopg.Error: any other failure of the request.
         """
         opening, deferred, guards = self._opening, self._deferred, self._guards
+        estimated = self._estimated
         self._opening, self._deferred, self._guards = False, [], []
+        self._estimated = False
         parts = ([sql.BEGIN_WITH_NOW] if opening else []) + deferred + texts
         if not self.by_name:
             self.by_name = any(part.startswith("EXECUTE dtq_") for part in parts)
         try:
             cur = await self.raw.execute("; ".join(parts), prepare=False)
         except psycopg.errors.DivisionByZero as exc:
+            if estimated:
+                # the check goes with the BEGIN, before any compare-and-set can be queued
+                # (one needs a row read in the try, so a request sent before it)
+                anchor: ClockAnchor | None = getattr(self.raw, "clock", None)
+                if anchor is not None:
+                    anchor.refused()
+                raise EstimateRefused(
+                    "the estimated transaction timestamp was not within the tolerance"
+                ) from exc
             if not guards:
                 raise
             raise ConcurrentUpdate(
@@ -427,4 +533,7 @@ class TryConnection:
         row = await cur.fetchone()
         if row is None:  # pragma: no cover - SELECT now() always answers a row
             raise RuntimeError("BEGIN did not return the transaction timestamp")
+        anchor: ClockAnchor | None = getattr(self.raw, "clock", None)
+        if anchor is not None:
+            anchor.know(row[0])
         self._on_now(row[0])

@@ -177,6 +177,10 @@ class _MemoryTransaction:
         """The transaction's fixed timestamp."""
         return self._now
 
+    async def write_time(self) -> datetime:
+        """The transaction's fixed timestamp (the fake's clock costs no round trip)."""
+        return self._now
+
     # reads through the write set
     def job(self, job_id: UUID) -> Job | None:
         if job_id in self.deleted_jobs:
