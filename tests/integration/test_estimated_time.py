@@ -7,12 +7,15 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from datetime import datetime, timedelta
+from typing import Any
 
+import psycopg
 import pytest
 
 from dtq.adapters.cockroach import sql, txconn
 from dtq.adapters.cockroach.store import ESTIMATE_REFUSED, CockroachStore, Pool, open_pool
 from dtq.application.commands import SubmitJob, TaskSpec
+from dtq.application.submit import ESTIMATED_TIME_MAX_TASKS
 from dtq.entrypoints.bundles import Services
 from tests.integration.wiring import OUTBOX_WITH_COMMIT, counting_statements, services_on
 
@@ -125,3 +128,55 @@ async def test_estimates_stop_for_a_while_after_repeated_refusals(
     with counting_statements() as sent:
         await services.api.submit.submit_job(_ONE_TASK)
     assert len(sent) == 1
+
+
+async def test_a_submission_on_a_connection_the_database_closed_is_still_written_once(
+    services: Services, one_connection: Pool, pg_dsn: str
+) -> None:
+    """Its one request carries the COMMIT, so the lost connection leaves the outcome unknown:
+    the job is read back, found absent and written again under the same ids."""
+    for _ in range(3):  # every statement prepared: the next try sends nothing before its BEGIN
+        await services.api.submit.submit_job(_ONE_TASK)
+    async with one_connection.connection() as conn:
+        pid = conn.info.backend_pid
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as admin:
+        await admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+
+    result = await services.api.submit.submit_job(_ONE_TASK)
+
+    view = await services.api.queries.get_job(result.job_id)
+    assert result.created and view.job.id == result.job_id
+    async with one_connection.connection() as conn:
+        row = await (await conn.execute("SELECT count(*) FROM jobs")).fetchone()
+    assert row == (4,)
+
+
+async def test_a_slow_request_leaves_no_reading_to_estimate_from(
+    services: Services, one_connection: Pool, retries: list[str]
+) -> None:
+    """The reading of a request that took longer than ``READING_MAX_WAIT`` would lag the
+    clock by as much: it is not kept, and the submission after it reads the clock."""
+
+    async def slow(tx: Any) -> None:  # its first request: BEGIN, now() and a sleep
+        await tx.conn.execute("SELECT pg_sleep(%s)", (0.1,))
+
+    await CockroachStore(one_connection).run(slow)
+    with counting_statements() as sent:
+        await services.api.submit.submit_job(_ONE_TASK)
+    assert retries == []
+    assert sent[0] == label(sql.BEGIN_WITH_NOW)  # the clock is read: no reading was kept
+
+    with counting_statements() as sent:
+        await services.api.submit.submit_job(_ONE_TASK)  # that read was quick: kept
+    assert len(sent) == 1
+
+
+async def test_a_large_job_reads_the_clock_before_binding_its_rows(
+    services: Services, one_connection: Pool, retries: list[str]
+) -> None:
+    await services.api.submit.submit_job(_ONE_TASK)
+    tasks = tuple(TaskSpec(f"t{i}", "k") for i in range(ESTIMATED_TIME_MAX_TASKS + 1))
+    with counting_statements() as sent:
+        await services.api.submit.submit_job(SubmitJob(tasks=tasks))
+    assert sent[0] == label(sql.BEGIN_WITH_NOW)
+    assert retries == []

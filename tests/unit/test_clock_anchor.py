@@ -47,7 +47,7 @@ def test_no_estimate_from_a_reading_older_than_the_limit(monotonic: list[float])
     assert anchor.estimate() is None
 
 
-def test_a_refusal_forgets_the_reading_and_enough_of_them_turn_estimates_off_for_a_while(
+def test_a_refusal_forgets_the_reading_and_enough_in_a_row_turn_estimates_off_for_a_while(
     monotonic: list[float],
 ) -> None:
     anchor, other = txconn.ClockAnchor(), txconn.ClockAnchor()
@@ -66,3 +66,24 @@ def test_a_refusal_forgets_the_reading_and_enough_of_them_turn_estimates_off_for
     monotonic[0] += 0.001
     assert other.estimate() == READING + timedelta(seconds=0.001)  # ... for a while
     assert txconn.ClockAnchor.refusals == 0
+
+
+def test_the_reading_of_a_slow_request_is_not_kept(monotonic: list[float]) -> None:
+    anchor = txconn.ClockAnchor()
+    anchor.know(READING, waited=txconn.READING_MAX_WAIT + 0.001)
+    assert anchor.estimate() is None
+    anchor.know(READING, waited=txconn.READING_MAX_WAIT)
+    later = READING + timedelta(seconds=5)
+    anchor.know(later, waited=0.5)  # the earlier reading stays
+    monotonic[0] += 1
+    assert anchor.estimate() == READING + timedelta(seconds=1)
+
+
+def test_only_refusals_in_a_row_turn_estimates_off(monotonic: list[float]) -> None:
+    anchor = txconn.ClockAnchor()
+    for _ in range(3):
+        for _ in range(txconn.MAX_REFUSALS - 1):
+            anchor.refused()
+        txconn.ClockAnchor.accepted()
+    anchor.know(READING)
+    assert anchor.estimate() == READING

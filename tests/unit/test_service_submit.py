@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 
 from dtq.application.commands import SubmitJob, TaskSpec
+from dtq.application.submit import REWRITES_AFTER_UNKNOWN
 from dtq.domain.errors import (
     BackendUnavailable,
+    CommitOutcomeUnknown,
     DependencyCycle,
     IdempotencyConflict,
     InvalidPayload,
@@ -93,6 +95,29 @@ async def test_ambiguous_commit_of_a_submit_is_recovered_by_reading_back(app: Ap
     assert result.created
     assert len(app.store._tables.jobs) == 1
     assert app.queue.ready_ids("default") == [result.task_ids["a"]]
+
+
+@pytest.mark.parametrize("key", [None, "key-1"])
+async def test_a_submit_whose_commit_was_lost_is_written_again_with_its_ids(
+    app: App, key: str | None
+) -> None:
+    """The COMMIT's outcome unknown and the job absent when read back (the connection was
+    lost before the database took the COMMIT): written again, once, under the same ids."""
+    app.store.inject_lost_commits(1)
+    result = await app.submit.submit_job(
+        SubmitJob(tasks=(TaskSpec("a", "echo"),), idempotency_key=key)
+    )
+    assert result.created
+    assert list(app.store._tables.jobs) == [result.job_id]
+    assert app.queue.ready_ids("default") == [result.task_ids["a"]]
+
+
+async def test_a_submit_still_absent_after_its_rewrites_asks_to_be_sent_again(app: App) -> None:
+    app.store.inject_lost_commits(1 + REWRITES_AFTER_UNKNOWN)
+    with pytest.raises(CommitOutcomeUnknown, match="submit it again"):
+        await app.submit_tasks(TaskSpec("a", "echo"))
+    assert app.store._tables.jobs == {}
+    assert app.queue.ready_ids("default") == []
 
 
 async def test_store_down_means_nothing_is_pushed(app: App) -> None:

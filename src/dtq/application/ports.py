@@ -607,9 +607,9 @@ class Transaction(Protocol):
         then also what :meth:`now` returns).
 
         The database clock, as :meth:`now`; an adapter may estimate it instead of reading it
-        first, if the database checks the estimate within the try: it is never after the
-        transaction's timestamp and at most ``ESTIMATE_TOLERANCE`` (100 ms) before it, or the
-        try is re-run on the clock it reads (ARCHITECTURE.md, "Time is the database's").
+        first, if the database checks the estimate before anything of the try runs: never
+        after the transaction's timestamp and at most a documented tolerance before it (100 ms
+        for the SQL adapter), or the try is re-run (ARCHITECTURE.md, "SQL per use case").
         """
         ...
 

@@ -29,6 +29,13 @@ GROUP_MAX_JOBS = 64
 GROUP_MAX_TASKS = 1_000
 #: Group transactions in flight at once (each holds one database connection).
 GROUP_LANES = 2
+#: Writes of a job, after a commit whose outcome is unknown found it absent, before the caller
+#: is told to submit again.
+REWRITES_AFTER_UNKNOWN = 2
+#: The most tasks a transaction dates by ``Transaction.write_time`` (no round trip of its own)
+#: rather than ``now()``: binding a larger one's rows after the estimate takes long enough to
+#: push it out of the database's tolerance (ARCHITECTURE.md, "SQL per use case").
+ESTIMATED_TIME_MAX_TASKS = 100
 
 
 class _Submission:
@@ -58,7 +65,7 @@ class _Submission:
         existing = await self.replayed(tx)
         if existing is not None:
             return existing
-        await tx.jobs.add(*self.rows(await tx.write_time()))
+        await tx.jobs.add(*self.rows(await _write_time(tx, len(self.cmd.tasks))))
         return self.created()
 
     async def replayed(self, tx: Transaction) -> SubmitResult | None:
@@ -237,7 +244,8 @@ class SubmitService:
                 else:
                     fresh.append(submission)
                     out.append(submission.created())
-            now = await tx.write_time()  # after the replays' reads, which bring the clock
+            # after the replays' reads, which bring the clock
+            now = await _write_time(tx, sum(len(s.cmd.tasks) for s in fresh))
             await tx.jobs.add_many([submission.rows(now) for submission in fresh])
             return out
 
@@ -267,9 +275,7 @@ class SubmitService:
         With ``settle`` its outcome (result or error) is stored on it instead of raised."""
         try:
             if recovering:
-                result = await self._store.run(
-                    lambda tx: _recover(tx, submission.job_id, submission.task_ids)
-                )
+                result = await self._after_unknown(submission)
             else:
                 result = await self._create_alone(submission)
         except Exception as exc:
@@ -288,9 +294,35 @@ class SubmitService:
         except DuplicateIdempotencyKey:
             return await self._store.run(lambda tx: _replay_required(tx, cmd))
         except CommitOutcomeUnknown:
-            return await self._store.run(
+            return await self._after_unknown(submission)
+
+    async def _after_unknown(self, submission: _Submission) -> SubmitResult:
+        """The outcome of a submission whose commit's outcome is unknown (the connection was
+        lost with the COMMIT in flight, e.g. a pooled connection the database had closed).
+
+        The job is read back by its id; if it is absent, the submission is written again with
+        the same ids, up to ``REWRITES_AFTER_UNKNOWN`` times. That cannot make two jobs: had
+        the first commit landed after the read, the rewrite's insert fails on the job's primary
+        key (or, with an Idempotency-Key, replays it) and the next read finds it.
+
+        Raises:
+            CommitOutcomeUnknown: the job was still absent after the rewrites (submit again).
+            BackendUnavailable: the database failed while reading back.
+        """
+        for _ in range(REWRITES_AFTER_UNKNOWN):
+            found = await self._store.run(
                 lambda tx: _recover(tx, submission.job_id, submission.task_ids)
             )
+            if found is not None:
+                return found
+            try:
+                result = await self._store.run(submission.create)
+            except (CommitOutcomeUnknown, BackendUnavailable, DuplicateIdempotencyKey):
+                continue  # read back again
+            if result.job_id == submission.job_id:  # a keyed rewrite may replay our own job
+                return submission.created()
+            return result
+        raise CommitOutcomeUnknown("the job was not stored; submit it again")
 
     async def _after_commit(self, created: list[_Submission]) -> None:
         """Push the committed jobs' due roots (one round trip) and schedule the later ones.
@@ -396,8 +428,14 @@ async def _replay_required(tx: Transaction, cmd: SubmitJob) -> SubmitResult:
     return result
 
 
-async def _recover(tx: Transaction, job_id: UUID, task_ids: dict[str, UUID]) -> SubmitResult:
-    """After an ambiguous commit: the job exists exactly when the commit went through."""
+async def _write_time(tx: Transaction, tasks: int) -> datetime:
+    """The time a transaction creating ``tasks`` tasks dates its rows by."""
+    return await (tx.write_time() if tasks <= ESTIMATED_TIME_MAX_TASKS else tx.now())
+
+
+async def _recover(tx: Transaction, job_id: UUID, task_ids: dict[str, UUID]) -> SubmitResult | None:
+    """After an ambiguous commit: the job exists exactly when the commit went through (None
+    while it does not)."""
     if await tx.jobs.get(job_id) is None:
-        raise CommitOutcomeUnknown("the job was not stored; submit it again")
+        return None
     return SubmitResult(job_id=job_id, task_ids=dict(task_ids), created=True)

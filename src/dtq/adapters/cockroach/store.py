@@ -210,6 +210,8 @@ class CockroachStore:
             if verdict is Verdict.RETRY:
                 raise _RetryableFailure(reason) from exc
             if verdict is Verdict.UNKNOWN:
+                if reason == CONNECTION_LOST:
+                    self._drop_broken_connections()  # the others may have died with it
                 raise CommitOutcomeUnknown(
                     f"COMMIT outcome unknown ({reason}); re-read before acting again"
                 ) from exc

@@ -302,35 +302,40 @@ def forget_prepared(conn: AsyncConnection[TupleRow] | None, exc: psycopg.Error) 
 ESTIMATE_TOLERANCE = timedelta(milliseconds=100)
 #: The oldest reading of the database clock an estimate is made from, in seconds.
 ANCHOR_MAX_AGE = 30.0
-#: Estimates refused by the database after which a process stops estimating for a while.
+#: The longest request (send to answer, in seconds) whose reading of the clock is kept: the
+#: reading lags the server's clock by up to that much.
+READING_MAX_WAIT = 0.005
+#: Refusals in a row after which a process stops estimating for a while.
 MAX_REFUSALS = 3
-#: How long a process makes no estimate after ``MAX_REFUSALS`` refusals, in seconds.
+#: How long a process makes no estimate after ``MAX_REFUSALS`` refusals in a row, in seconds.
 ESTIMATES_OFF_FOR = 60.0
 
 
 class EstimateRefused(Exception):
     """The database found a try's estimated timestamp outside ``[now() - ESTIMATE_TOLERANCE,
-    now()]``; nothing after the check ran. The connection's reading is forgotten: the try is
-    re-run on the clock it reads."""
+    now()]``; nothing after the check ran. The connection's reading is forgotten, so a re-run
+    on that connection reads the clock."""
 
 
 class ClockAnchor:
     """The database clock as one pool connection last read it, and when (this process's
     monotonic clock): the base of :meth:`TryConnection.estimate_now`.
 
-    Every try's BEGIN brings its ``now()`` (:meth:`know`); the next try on the connection can
-    then stamp its new rows with the reading plus the time elapsed since, without the round
-    trip a reading costs. The estimate lags the server's clock by at least the time between the
-    server's reading and this process's receipt of it; the database checks it (within the try,
-    before anything is committed) and refuses one that is ahead or more than
-    ``ESTIMATE_TOLERANCE`` behind. Per connection: on CockroachDB each connection has its
-    gateway node, whose clock may differ from another node's.
+    A try's BEGIN brings its ``now()``; a request answered within ``READING_MAX_WAIT`` keeps
+    it as the connection's reading (:meth:`know`), and the next try on the connection can then
+    stamp its new rows with the reading plus the time elapsed since, without the round trip a
+    reading costs. Taken when the answer arrives, the estimate lags the server's clock by the
+    time between the server's reading and that arrival (at most ``READING_MAX_WAIT``) plus
+    the time between the estimate and the server's running of the next request; the database
+    checks it (within the try, before anything is committed) and refuses one that is ahead or
+    more than ``ESTIMATE_TOLERANCE`` behind. Per connection: on CockroachDB each connection
+    has its gateway node, whose clock may differ from another node's.
 
-    Class attributes: ``refusals`` counts the refusals since estimates were last turned on;
-    the ``MAX_REFUSALS``-th (a clock stepped back, once per connection; a CockroachDB node
-    whose hybrid clock runs ahead; an event loop stalled past the tolerance) turns them off
-    for every connection of the process until the monotonic time ``off_until``,
-    ``ESTIMATES_OFF_FOR`` seconds later.
+    Class attributes: ``refusals`` counts the refusals since an estimate was last accepted;
+    the ``MAX_REFUSALS``-th in a row (a clock stepped back; a CockroachDB node whose hybrid
+    clock runs ahead of its wall clock; an event loop stalled past the tolerance) turns
+    estimates off for every connection of the process until the monotonic time
+    ``off_until``, ``ESTIMATES_OFF_FOR`` seconds later.
     """
 
     refusals = 0
@@ -342,9 +347,12 @@ class ClockAnchor:
         self._now: datetime | None = None
         self._at = 0.0
 
-    def know(self, now: datetime) -> None:
-        """Record ``now`` (a transaction timestamp just read) as the latest reading."""
-        self._now, self._at = now.astimezone(UTC), time.monotonic()
+    def know(self, now: datetime, waited: float = 0.0) -> None:
+        """Keep ``now`` (a transaction timestamp whose request took ``waited`` seconds from
+        send to answer, just received) as the reading, unless ``waited`` exceeds
+        ``READING_MAX_WAIT`` (then the previous reading stays)."""
+        if waited <= READING_MAX_WAIT:
+            self._now, self._at = now.astimezone(UTC), time.monotonic()
 
     def forget(self) -> None:
         """Drop the reading."""
@@ -360,6 +368,11 @@ class ClockAnchor:
         if age > ANCHOR_MAX_AGE or now < ClockAnchor.off_until:
             return None
         return self._now + timedelta(seconds=age)
+
+    @staticmethod
+    def accepted() -> None:
+        """An estimate passed its check: the refusals in a row start again from zero."""
+        ClockAnchor.refusals = 0
 
     def refused(self) -> None:
         """Forget the reading and count a refusal (see the class attributes)."""
@@ -505,6 +518,7 @@ class TryConnection:
         parts = ([sql.BEGIN_WITH_NOW] if opening else []) + deferred + texts
         if not self.by_name:
             self.by_name = any(part.startswith("EXECUTE dtq_") for part in parts)
+        sent_at = time.monotonic()
         try:
             cur = await self.raw.execute("; ".join(parts), prepare=False)
         except psycopg.errors.DivisionByZero as exc:
@@ -522,18 +536,20 @@ class TryConnection:
             raise ConcurrentUpdate(
                 f"{' or '.join(guards)} changed since this transaction read it"
             ) from exc
+        if estimated:
+            ClockAnchor.accepted()
         if opening:
             cur.nextset()  # the BEGIN's now()
-            await self._take_now(cur)
+            await self._take_now(cur, time.monotonic() - sent_at)
         while cur.nextset():
             pass
         return cur
 
-    async def _take_now(self, cur: AsyncCursor[TupleRow]) -> None:
+    async def _take_now(self, cur: AsyncCursor[TupleRow], waited: float) -> None:
         row = await cur.fetchone()
         if row is None:  # pragma: no cover - SELECT now() always answers a row
             raise RuntimeError("BEGIN did not return the transaction timestamp")
         anchor: ClockAnchor | None = getattr(self.raw, "clock", None)
         if anchor is not None:
-            anchor.know(row[0])
+            anchor.know(row[0], waited)
         self._on_now(row[0])

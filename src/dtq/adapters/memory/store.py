@@ -99,6 +99,7 @@ class InMemoryStore:
         self._lock = asyncio.Lock()
         self._conflicts = 0
         self._ambiguous = 0
+        self._lost = 0
         self.retries = 0
         self.available = True
 
@@ -111,6 +112,12 @@ class InMemoryStore:
     def inject_ambiguous_commits(self, count: int) -> None:
         """Make the next ``count`` commits apply, then raise ``CommitOutcomeUnknown``."""
         self._ambiguous += count
+
+    def inject_lost_commits(self, count: int) -> None:
+        """Make the next ``count`` commits of a transaction that writes a job, task or run
+        raise ``CommitOutcomeUnknown`` without applying (the connection lost with the COMMIT
+        unsent or unprocessed); a read-only transaction commits as usual."""
+        self._lost += count
 
     # -- Store ---------------------------------------------------------------------------------
 
@@ -125,6 +132,9 @@ class InMemoryStore:
                     if self._conflicts:
                         self._conflicts -= 1
                         raise ConcurrentUpdate("injected serialization failure")
+                    if self._lost and tx.writes_rows():
+                        self._lost -= 1
+                        raise CommitOutcomeUnknown("injected: connection lost before COMMIT")
                     tx.commit()
                 except ConcurrentUpdate:
                     self.retries += 1
@@ -219,6 +229,10 @@ class _MemoryTransaction:
     def tables(self) -> _Tables:
         """The committed state (read by ``MemoryRetention``)."""
         return self._t
+
+    def writes_rows(self) -> bool:
+        """Whether this transaction creates or changes a job, task or run."""
+        return bool(self._new_jobs or self._jobs or self._tasks or self._runs)
 
     def commit(self) -> None:
         t = self._t
