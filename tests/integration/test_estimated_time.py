@@ -5,7 +5,7 @@ re-runs the try on the clock it reads."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -29,11 +29,10 @@ def label(query: str) -> str:
 
 
 @pytest.fixture(autouse=True)
-def _estimates_on() -> Iterator[None]:
-    """Each test starts (and leaves) with estimates on and no refusal counted."""
-    txconn.ClockAnchor.off_until, txconn.ClockAnchor.refusals = 0.0, 0
-    yield
-    txconn.ClockAnchor.off_until, txconn.ClockAnchor.refusals = 0.0, 0
+def _estimates_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts with estimates on and no refusal counted (both restored after it)."""
+    monkeypatch.setattr(txconn.ClockAnchor, "refusals", 0)
+    monkeypatch.setattr(txconn.ClockAnchor, "off_until", 0.0)
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ reading older than ``ANCHOR_MAX_AGE``, none for a while after repeated refusals.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
@@ -14,15 +13,11 @@ from dtq.adapters.cockroach import txconn
 READING = datetime(2026, 12, 2, 12, 0, tzinfo=timezone(timedelta(hours=1)))
 
 
-@pytest.fixture(autouse=True)
-def _estimates_on() -> Iterator[None]:
-    txconn.ClockAnchor.off_until, txconn.ClockAnchor.refusals = 0.0, 0
-    yield
-    txconn.ClockAnchor.off_until, txconn.ClockAnchor.refusals = 0.0, 0
-
-
 @pytest.fixture
 def monotonic(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """This process's monotonic clock, set by the test; estimates on, no refusal counted."""
+    monkeypatch.setattr(txconn.ClockAnchor, "refusals", 0)
+    monkeypatch.setattr(txconn.ClockAnchor, "off_until", 0.0)
     now = [1000.0]
     monkeypatch.setattr("dtq.adapters.cockroach.txconn.time.monotonic", lambda: now[0])
     return now
