@@ -72,8 +72,8 @@ def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield endpoint
     finally:
         proc.terminate()
-        try:
-            proc.wait(timeout=10)
+        try:  # weed's graceful stop takes over 10 s; its data is a throwaway temp dir
+            proc.wait(timeout=1)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
