@@ -422,6 +422,12 @@ class TryConnection:
         """Send the BEGIN with the next request; no I/O now."""
         self._opening = True
 
+    @property
+    def _anchor(self) -> ClockAnchor | None:
+        """The pool connection's reading of the clock (None off the store's pool)."""
+        anchor: ClockAnchor | None = getattr(self.raw, "clock", None)
+        return anchor
+
     def estimate_now(self) -> datetime | None:
         """This try's timestamp estimated from the connection's last reading of the database
         clock (:class:`ClockAnchor`), without a round trip; None when it cannot be (the BEGIN
@@ -431,7 +437,7 @@ class TryConnection:
         BEGIN, so it runs before any statement of the try; if the database refuses it, the
         request that carries it raises :class:`EstimateRefused` and nothing after it ran.
         """
-        anchor: ClockAnchor | None = getattr(self.raw, "clock", None)
+        anchor = self._anchor
         if not self._opening or anchor is None or (estimate := anchor.estimate()) is None:
             return None
         check = bind_on_client(
@@ -518,15 +524,14 @@ class TryConnection:
         parts = ([sql.BEGIN_WITH_NOW] if opening else []) + deferred + texts
         if not self.by_name:
             self.by_name = any(part.startswith("EXECUTE dtq_") for part in parts)
-        sent_at = time.monotonic()
+        sent_at = time.monotonic() if opening else 0.0  # only a BEGIN's reading is timed
         try:
             cur = await self.raw.execute("; ".join(parts), prepare=False)
         except psycopg.errors.DivisionByZero as exc:
             if estimated:
                 # the check goes with the BEGIN, before any compare-and-set can be queued
                 # (one needs a row read in the try, so a request sent before it)
-                anchor: ClockAnchor | None = getattr(self.raw, "clock", None)
-                if anchor is not None:
+                if (anchor := self._anchor) is not None:
                     anchor.refused()
                 raise EstimateRefused(
                     "the estimated transaction timestamp was not within the tolerance"
@@ -549,7 +554,6 @@ class TryConnection:
         row = await cur.fetchone()
         if row is None:  # pragma: no cover - SELECT now() always answers a row
             raise RuntimeError("BEGIN did not return the transaction timestamp")
-        anchor: ClockAnchor | None = getattr(self.raw, "clock", None)
-        if anchor is not None:
+        if (anchor := self._anchor) is not None:
             anchor.know(row[0], waited)
         self._on_now(row[0])
