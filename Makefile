@@ -48,8 +48,14 @@ lint: install
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
+# Two pytest processes (pytest-xdist), each taking whole test files (`--dist loadfile`, so a
+# module's fixtures, e.g. the SeaweedFS server, start once): most of the suite waits on
+# subprocesses, PostgreSQL and Redis, so two processes fit 2 cores. Every test has its own
+# database, key prefix and ports. TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 2
+
 test: install lint
-	$(BIN)/pytest -q --durations=15
+	$(BIN)/pytest -q --durations=15 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 dev: install
 	$(BIN)/dtq dev
