@@ -551,10 +551,13 @@ class PgTaskRepository:
 
     async def get_many_with_jobs(self, task_ids: Sequence[UUID]) -> tuple[list[Task], list[Job]]:
         """``get_many`` and the jobs of the tasks found, each job once, in one statement
-        (``sql.GET_TASKS_WITH_JOBS``)."""
+        (``sql.GET_TASKS_WITH_JOBS``; ``sql.GET_TASK_WITH_JOB`` for one id)."""
         if not task_ids:
             return [], []
-        cur = await self._conn.execute(sql.GET_TASKS_WITH_JOBS, (UuidArray(task_ids),))
+        if len(task_ids) == 1:
+            cur = await self._conn.execute(sql.GET_TASK_WITH_JOB, (task_ids[0],))
+        else:
+            cur = await self._conn.execute(sql.GET_TASKS_WITH_JOBS, (UuidArray(task_ids),))
         rows = await cur.fetchall()
         if not rows:
             return [], []
@@ -657,10 +660,13 @@ class PgTaskRepository:
 
     async def dependents_many(self, task_ids: Sequence[UUID]) -> list[tuple[UUID, UUID]]:
         """``(depends_on_task_id, task_id)`` edges out of any of ``task_ids``, in no set order
-        (one statement)."""
+        (one statement: ``sql.DEPENDENTS_MANY``, ``sql.DEPENDENTS_ONE`` for one id)."""
         if not task_ids:
             return []
-        cur = await self._conn.execute(sql.DEPENDENTS_MANY, (UuidArray(task_ids),))
+        if len(task_ids) == 1:
+            cur = await self._conn.execute(sql.DEPENDENTS_ONE, (task_ids[0],))
+        else:
+            cur = await self._conn.execute(sql.DEPENDENTS_MANY, (UuidArray(task_ids),))
         return [(row[0], row[1]) for row in await cur.fetchall()]
 
     async def parent_results(self, task_ids: Sequence[UUID]) -> dict[UUID, dict[str, Any]]:

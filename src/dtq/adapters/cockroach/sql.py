@@ -206,6 +206,13 @@ GET_TASKS_WITH_JOBS: Final = (
     " FROM tasks AS t JOIN jobs AS j ON j.id = t.job_id WHERE t.id = ANY(%b::uuid[])"
 )
 
+# GET_TASKS_WITH_JOBS for one id (a lone claim), by equality: PostgreSQL plans a prepared
+# statement for each execution while its plan for the parameter's value is estimated cheaper
+# than the generic one, which for ``= ANY($1)`` (an array of unknown length) is always the
+# case, so the array form is planned afresh on every lone claim (~0.1 ms of the database's
+# CPU, three times its execution); ``= $1`` runs its cached generic plan after five.
+GET_TASK_WITH_JOB: Final = GET_TASKS_WITH_JOBS.replace("= ANY(%b::uuid[])", "= %s")
+
 LIST_TASKS_BY_JOB: Final = (
     "SELECT id, job_id, name, kind, payload::text, status, scheduled_at, created_at,"
     " updated_at, priority, max_attempts, attempt, reclaims, started_at, finished_at,"
@@ -293,6 +300,9 @@ DEPENDENTS_MANY: Final = (
     "SELECT depends_on_task_id, task_id FROM task_dependencies"
     " WHERE depends_on_task_id = ANY(%b::uuid[])"
 )
+
+# DEPENDENTS_MANY for one id (a lone completion), by equality: see GET_TASK_WITH_JOB.
+DEPENDENTS_ONE: Final = DEPENDENTS_MANY.replace("= ANY(%b::uuid[])", "= %s")
 
 # Fan-in at claim (task.parents): the direct dependencies' names and results of a claim batch.
 # Served by the task_dependencies primary key (task_id, depends_on_task_id), a range per
