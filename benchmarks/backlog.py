@@ -230,7 +230,7 @@ async def _reconcile(c: Cluster, f: Figures, client: redis.Redis) -> None:
                 psycopg.ClientCursor(conn)
                 .execute(
                     "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql.DUE_QUEUED_AFTER,
-                    ("queued", dt.datetime.now(dt.UTC), row[0], row[1], 500),
+                    (dt.datetime.now(dt.UTC), row[0], row[1], 500),
                 )
                 .fetchone()[0][0]
             )
