@@ -7,10 +7,21 @@ import uuid
 
 import pytest
 from redis.asyncio import Redis, RedisCluster
+from redis.asyncio.connection import (
+    AbstractConnection,
+    Connection,
+    SSLConnection,
+    UnixDomainSocketConnection,
+)
 from redis.crc import key_slot
 
 from dtq.adapters.redis import KeyLayout, connect_redis, tagged_prefix
-from dtq.adapters.redis.connection import SOCKET_TIMEOUT, parse_cluster_seeds, socket_timeout
+from dtq.adapters.redis.connection import (
+    SOCKET_TIMEOUT,
+    _InlineSend,
+    parse_cluster_seeds,
+    socket_timeout,
+)
 from dtq.entrypoints.config import ConfigError, load_settings
 
 # --- key layout -----------------------------------------------------------------------------------
@@ -150,5 +161,29 @@ async def test_connect_redis_keeps_one_server_for_host_port() -> None:
     try:
         assert isinstance(client, Redis)
         assert socket_timeout(client) == SOCKET_TIMEOUT
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.parametrize(
+    ("addr", "kind"),
+    [
+        ("127.0.0.1:6380", Connection),
+        ("redis://127.0.0.1:6380/0", Connection),
+        ("rediss://127.0.0.1:6380/0", SSLConnection),
+        ("unix:///tmp/dtq-test-redis.sock", UnixDomainSocketConnection),
+    ],
+)
+async def test_a_one_server_client_of_any_address_writes_in_the_callers_task(
+    addr: str, kind: type[AbstractConnection]
+) -> None:
+    """Each kind of address keeps its connection kind, with ``_InlineSend``'s write
+    (``tests/integration/test_redis_inline_send.py`` checks the write itself)."""
+    client = connect_redis(addr)
+    try:
+        assert isinstance(client, Redis)
+        made = client.connection_pool.connection_class
+        assert issubclass(made, kind) and issubclass(made, _InlineSend)
+        assert client.connection_pool.connection_kwargs["retry"].get_retries() == 0
     finally:
         await client.aclose()
