@@ -183,7 +183,7 @@ async def test_a_one_server_client_of_any_address_writes_in_the_callers_task(
     try:
         assert isinstance(client, Redis)
         made = client.connection_pool.connection_class
-        assert issubclass(made, kind) and issubclass(made, _InlineSend)
+        assert made.__bases__ == (_InlineSend, kind)
         assert client.connection_pool.connection_kwargs["retry"].get_retries() == 0
     finally:
         await client.aclose()

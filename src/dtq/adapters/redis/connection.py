@@ -184,12 +184,16 @@ class _InlineSend(AbstractConnection):
     async def send_packed_command(
         self, command: bytes | str | Iterable[bytes], check_health: bool = True
     ) -> None:
-        writer, timeout = self._writer, self.socket_timeout
-        if writer is None or not timeout or not self.is_connected:
+        timeout = self.socket_timeout
+        if not timeout or not self.is_connected:
             await super().send_packed_command(command, check_health)
             return
         if check_health:
             await self.check_health()  # type: ignore[no-untyped-call]
+        writer = self._writer  # read after the health check, which may reconnect
+        if writer is None:
+            await super().send_packed_command(command, check_health=False)
+            return
         if isinstance(command, str):
             command = command.encode()
         if isinstance(command, bytes):
