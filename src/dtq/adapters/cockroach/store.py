@@ -180,8 +180,14 @@ class CockroachStore:
         committing = False
         conn: AsyncConnection[TupleRow] | None = None
         tx: PgTransaction | None = None
+        pool = self._pool
         try:
-            async with self._pool.connection() as conn:
+            # getconn/putconn rather than pool.connection(), whose ``async with conn`` ends
+            # with a COMMIT call that has nothing to do here: the try sends its own BEGIN and
+            # COMMIT, rolls back on any error, and putconn resets a connection returned in a
+            # transaction (benchmarks/PROFILE.md, eleventh pass).
+            conn = await pool.getconn()
+            try:
                 await txconn.prepare_noted(conn)  # what earlier tries bound as text
                 tx = PgTransaction(conn)
                 try:
@@ -196,7 +202,9 @@ class CockroachStore:
                     raise
                 if self._commit_hook is not None:
                     self._commit_hook.after_commit()
-                return result
+            finally:
+                await pool.putconn(conn)
+            return result
         except ConcurrentUpdate as exc:
             raise _RetryableFailure(CONCURRENT_UPDATE) from exc
         except txconn.EstimateRefused as exc:  # re-run on the clock the try reads
