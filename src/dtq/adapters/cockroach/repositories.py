@@ -56,6 +56,15 @@ from dtq.domain.tokens import ApiToken, TokenNameTaken
 _JOB_COLUMNS = 23
 
 
+def _for_ids(many: str, one: str, ids: Sequence[UUID]) -> tuple[str, tuple[Any, ...]]:
+    """The statement and parameters for reading by ``ids``: ``one`` (its ``= %s`` form,
+    ``sql._by_equality``) for a single id, whose generic plan PostgreSQL caches, else ``many``
+    with the ids as one array."""
+    if len(ids) == 1:
+        return one, (ids[0],)
+    return many, (UuidArray(ids),)
+
+
 class _Versions:
     """The version at which this try last read or wrote each task and job row, by id, and
     the tasks it has written.
@@ -554,10 +563,9 @@ class PgTaskRepository:
         (``sql.GET_TASKS_WITH_JOBS``; ``sql.GET_TASK_WITH_JOB`` for one id)."""
         if not task_ids:
             return [], []
-        if len(task_ids) == 1:
-            cur = await self._conn.execute(sql.GET_TASK_WITH_JOB, (task_ids[0],))
-        else:
-            cur = await self._conn.execute(sql.GET_TASKS_WITH_JOBS, (UuidArray(task_ids),))
+        cur = await self._conn.execute(
+            *_for_ids(sql.GET_TASKS_WITH_JOBS, sql.GET_TASK_WITH_JOB, task_ids)
+        )
         rows = await cur.fetchall()
         if not rows:
             return [], []
@@ -663,10 +671,7 @@ class PgTaskRepository:
         (one statement: ``sql.DEPENDENTS_MANY``, ``sql.DEPENDENTS_ONE`` for one id)."""
         if not task_ids:
             return []
-        if len(task_ids) == 1:
-            cur = await self._conn.execute(sql.DEPENDENTS_ONE, (task_ids[0],))
-        else:
-            cur = await self._conn.execute(sql.DEPENDENTS_MANY, (UuidArray(task_ids),))
+        cur = await self._conn.execute(*_for_ids(sql.DEPENDENTS_MANY, sql.DEPENDENTS_ONE, task_ids))
         return [(row[0], row[1]) for row in await cur.fetchall()]
 
     async def parent_results(self, task_ids: Sequence[UUID]) -> dict[UUID, dict[str, Any]]:

@@ -15,6 +15,19 @@ from __future__ import annotations
 
 from typing import Final
 
+#: The array condition a statement of several ids ends its WHERE with (``_by_equality``).
+_ANY_IDS: Final = "= ANY(%b::uuid[])"
+
+
+def _by_equality(statement: str) -> str:
+    """``statement`` for one id: its ``= ANY(%b::uuid[])`` made ``= %s`` (see
+    ``GET_TASK_WITH_JOB``). Raises ValueError at import if the statement has no such
+    condition, so the two forms cannot drift apart silently."""
+    if statement.count(_ANY_IDS) != 1:
+        raise ValueError(f"expected one {_ANY_IDS!r} in {statement!r}")
+    return statement.replace(_ANY_IDS, "= %s")
+
+
 # --- clock ------------------------------------------------------------------------------------
 
 # Only for a transaction whose BEGIN did not bring its time (BEGIN_WITH_NOW below).
@@ -211,7 +224,7 @@ GET_TASKS_WITH_JOBS: Final = (
 # than the generic one, which for ``= ANY($1)`` (an array of unknown length) is always the
 # case, so the array form is planned afresh on every lone claim (~0.1 ms of the database's
 # CPU, three times its execution); ``= $1`` runs its cached generic plan after five.
-GET_TASK_WITH_JOB: Final = GET_TASKS_WITH_JOBS.replace("= ANY(%b::uuid[])", "= %s")
+GET_TASK_WITH_JOB: Final = _by_equality(GET_TASKS_WITH_JOBS)
 
 LIST_TASKS_BY_JOB: Final = (
     "SELECT id, job_id, name, kind, payload::text, status, scheduled_at, created_at,"
@@ -302,7 +315,7 @@ DEPENDENTS_MANY: Final = (
 )
 
 # DEPENDENTS_MANY for one id (a lone completion), by equality: see GET_TASK_WITH_JOB.
-DEPENDENTS_ONE: Final = DEPENDENTS_MANY.replace("= ANY(%b::uuid[])", "= %s")
+DEPENDENTS_ONE: Final = _by_equality(DEPENDENTS_MANY)
 
 # Fan-in at claim (task.parents): the direct dependencies' names and results of a claim batch.
 # Served by the task_dependencies primary key (task_id, depends_on_task_id), a range per
