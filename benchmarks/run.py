@@ -296,10 +296,7 @@ def machine() -> dict[str, Any]:
 
     cpu = ""
     with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+        cpu = cpu_model(Path("/proc/cpuinfo").read_text())
     versions: dict[str, str] = {}
     for dist in ("dtq", "celery", "rq", "dramatiq", "huey", "procrastinate", "psycopg", "redis"):
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
@@ -316,6 +313,31 @@ def machine() -> dict[str, Any]:
         "git": run("git", "-C", str(RESULTS.parents[1]), "rev-parse", "--short", "HEAD"),
         "src_uncommitted": run("git", "-C", str(RESULTS.parents[1]), "status", "--short", "src"),
     }
+
+
+def cpu_model(cpuinfo: str) -> str:
+    """The first processor's name in ``/proc/cpuinfo`` text with its family, model and stepping
+    (``AMD EPYC, family 26 model 2 stepping 1``): a virtual machine often shows only a brand
+    name, and machines of one brand differ by generations (README, "Benchmarks"). Empty when
+    the text names no processor."""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        if not line.strip():
+            if fields:
+                break  # the first processor's block only
+            continue
+        key, sep, value = line.partition(":")
+        if sep:
+            fields.setdefault(key.strip(), value.strip())
+    name = fields.get("model name", "")
+    ids = [
+        f"{label} {fields[key]}"
+        for key, label in (("cpu family", "family"), ("model", "model"), ("stepping", "stepping"))
+        if fields.get(key)
+    ]
+    if not ids:
+        return name
+    return f"{name}, {' '.join(ids)}" if name else " ".join(ids)
 
 
 def cpu_ticks() -> list[int]:

@@ -1,8 +1,9 @@
-"""The bench report's share of CPU time stolen by the hypervisor (``benchmarks.run``)."""
+"""The bench report's machine line: the CPU named by family and model, the share of CPU time
+stolen by the hypervisor (``benchmarks.run``)."""
 
 from __future__ import annotations
 
-from benchmarks.run import cpu_ticks, stolen_share
+from benchmarks.run import cpu_model, cpu_ticks, stolen_share
 
 
 def test_the_stolen_share_is_steal_over_the_busy_time_between_two_readings() -> None:
@@ -20,3 +21,28 @@ def test_the_readings_are_the_eight_first_counters_of_proc_stat() -> None:
     ticks = cpu_ticks()
     assert len(ticks) in (0, 8)  # 0 only where there is no /proc/stat
     assert all(t >= 0 for t in ticks)
+
+
+_CPUINFO = """processor\t: 0
+vendor_id\t: AuthenticAMD
+cpu family\t: 26
+model\t\t: 2
+model name\t: AMD EPYC
+stepping\t: 1
+
+processor\t: 1
+vendor_id\t: GenuineIntel
+cpu family\t: 6
+model\t\t: 167
+model name\t: Intel Xeon
+stepping\t: 0
+"""
+
+
+def test_the_cpu_is_named_with_the_first_processors_family_model_and_stepping() -> None:
+    assert cpu_model(_CPUINFO) == "AMD EPYC, family 26 model 2 stepping 1"
+
+
+def test_a_cpuinfo_without_ids_gives_the_name_alone_and_without_anything_nothing() -> None:
+    assert cpu_model("model name\t: Some CPU\n") == "Some CPU"
+    assert cpu_model("") == ""
