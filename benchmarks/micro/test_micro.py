@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from dtq.adapters.cockroach.txconn import fast_literal
 from dtq.domain.dag import TaskNode, validate_dag
 from dtq.domain.entities import Task
 from dtq.domain.status import TaskStatus
@@ -126,3 +127,17 @@ def test_json_round_trip_10000_task_job(benchmark: Any) -> None:
         return DECODER.decode(ENCODER.encode(body))
 
     assert len(benchmark(round_trip)["tasks"]) == 10_000
+
+
+def test_literals_of_a_lone_claims_task_update(benchmark: Any) -> None:
+    """The ``EXECUTE`` argument text of a lone claim's task write (txconn.fast_literal per
+    value): the id, the version and the changed columns, three of them timestamps."""
+    at = datetime(2026, 12, 2, 16, 40, 1, 123456, tzinfo=UTC)
+    params = (uuid.uuid4(), 0, "running", at, at, "default", 3, 1, 0, at, None, None, uuid.uuid4())
+
+    def render() -> str:
+        return ", ".join(str(fast_literal(p)) for p in params)
+
+    text = benchmark(render)
+    assert text.count("::timestamptz") == 3
+    assert "'2026-12-02 16:40:01.123456+00:00'" in text
