@@ -11,7 +11,7 @@ import collections
 import contextlib
 import logging
 import random
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 from uuid import UUID, uuid4
@@ -56,14 +56,16 @@ class CountingExecution(ExecutionService):
         task_ids: Sequence[UUID],
         worker_id: str,
         kinds: Collection[str] | None = None,
+        *,
+        on_commit: Callable[[list[Claim]], None] | None = None,
     ) -> list[Claim]:
         self.claim_sizes.append(len(task_ids))
         if len(task_ids) == 1:  # a lone id does not take turns (Fetcher._claim_many)
-            return await super().claim_many(task_ids, worker_id, kinds)
+            return await super().claim_many(task_ids, worker_id, kinds, on_commit=on_commit)
         with self._counted():
             if self.latency:
                 await asyncio.sleep(self.latency)
-            return await super().claim_many(task_ids, worker_id, kinds)
+            return await super().claim_many(task_ids, worker_id, kinds, on_commit=on_commit)
 
     async def complete_many(
         self,

@@ -89,15 +89,17 @@ async def test_a_forced_shutdown_between_claim_commit_and_start_hands_the_claim_
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     h = build_harness()
-    original = h.queue.set_leases
+    original = h.store.run
     committed = asyncio.Event()
 
-    async def slow_leases(*args: Any, **kwargs: Any) -> None:
-        committed.set()  # the claim transaction has committed; the lease write is slow
-        await asyncio.sleep(0.3)
-        await original(*args, **kwargs)
+    async def slow_return(fn: Callable[[Any], Awaitable[Any]]) -> Any:
+        result = await original(fn)
+        if "claim_many" in getattr(fn, "__qualname__", ""):
+            committed.set()  # the claim transaction has committed; its answer is slow
+            await asyncio.sleep(0.3)
+        return result
 
-    monkeypatch.setattr(h.queue, "set_leases", slow_leases)
+    monkeypatch.setattr(h.store, "run", slow_return)
     ran: list[int] = []
     runtime = _echo(ran)
     task_id = await h.one("echo")
@@ -114,6 +116,44 @@ async def test_a_forced_shutdown_between_claim_commit_and_start_hands_the_claim_
     assert view.task.status is TaskStatus.QUEUED  # handed back, not left running
     assert [r.status for r in view.runs] == [RunStatus.DEAD]
     assert view.task.reclaims == 0  # a hand-back does not charge the crash budget
+    assert h.queue.ready_ids("default") == [task_id]
+
+
+async def test_a_forced_shutdown_while_a_started_claims_lease_is_written_hands_it_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    h = build_harness()
+    original = h.queue.set_leases
+    runtime = Runtime(QUICK)
+    started = asyncio.Event()
+
+    async def slow_leases(*args: Any, **kwargs: Any) -> None:
+        await asyncio.sleep(0.3)  # the handler starts while this write is in flight
+        await original(*args, **kwargs)
+
+    @runtime.handler("long")
+    async def long(task: Task) -> None:
+        started.set()
+        await asyncio.sleep(30)
+
+    monkeypatch.setattr(h.queue, "set_leases", slow_leases)
+    task_id = await h.one("long")
+    worker = asyncio.create_task(runtime.run(h.services, h.config(runtime), metrics=h.metrics))
+    await asyncio.wait_for(started.wait(), 3)
+    assert h.queue.get_lease(task_id) is None  # started before its lease was written
+    worker.cancel()  # shut down at once ...
+    await asyncio.sleep(0.05)
+    worker.cancel()  # ... and again
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(worker, 5)
+
+    view = await h.task(task_id)
+    assert view.task.status is TaskStatus.QUEUED  # interrupted and handed back
+    assert [r.status for r in view.runs] == [RunStatus.DEAD]
+    # The hand-back waited for the lease write before its Redis steps (a lease must not land
+    # after the task is listed again: another worker's claim would lose its lease to it), and
+    # the second cancel cut that wait short: the queued task is listed by the reconciler.
+    await h.reconcile.enqueue_due()
     assert h.queue.ready_ids("default") == [task_id]
 
 

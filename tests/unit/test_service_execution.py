@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any, TypeVar, cast
@@ -113,6 +114,101 @@ async def test_ambiguous_claim_commit_is_recognised_by_its_run_id(app: App) -> N
     claim = await pop_claim(app)
     assert (await status_of(app, claim.task.id)) is TaskStatus.RUNNING
     assert app.queue.get_lease(claim.task.id) is not None
+
+
+class _GatedLeases:
+    """The app's queue whose ``set_leases`` waits at ``gate`` (a slow lease write); records the
+    order in which lease writes return and lease deletes begin."""
+
+    def __init__(self, inner: InMemoryQueue) -> None:
+        self.inner = inner
+        self.gate = asyncio.Event()
+        self.calls: list[str] = []
+
+    async def set_leases(self, leases: Any, ttl: float, *, release: Any = ()) -> None:
+        await self.gate.wait()
+        await self.inner.set_leases(leases, ttl, release=release)
+        self.calls.append("leases set")
+
+    async def delete_leases(self, leases: Any) -> None:
+        self.calls.append("leases deleted")
+        await self.inner.delete_leases(leases)
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self.inner, attr)
+
+
+def _gated(app: App) -> tuple[ExecutionService, _GatedLeases]:
+    queue = _GatedLeases(app.queue)
+    service = ExecutionService(store=app.store, queue=queue, policy=POLICY, clock=app.clock)
+    return service, queue
+
+
+async def test_on_commit_gets_the_claims_before_their_lease_write_returns(app: App) -> None:
+    await app.submit_tasks(TaskSpec("a", "echo"))
+    service, queue = _gated(app)
+    task_id = await pop_one(app.queue, ["default"], timeout=0)
+    assert task_id is not None
+    handed: list[list[Claim]] = []
+    claiming = asyncio.ensure_future(service.claim_many([task_id], "w1", on_commit=handed.append))
+    while not handed:
+        await asyncio.sleep(0)
+    [[claim]] = handed
+    assert await status_of(app, task_id) is TaskStatus.RUNNING  # committed
+    assert app.queue.get_lease(task_id) is None  # the lease write is still in flight
+    assert not claiming.done()
+    queue.gate.set()
+    assert await claiming == [claim]
+    lease = app.queue.get_lease(task_id)
+    assert lease is not None and lease.run_id == claim.run.id
+    assert not app.queue.has_marker(task_id)
+
+
+@pytest.mark.parametrize("report", ["complete", "fail", "hand back"])
+async def test_a_report_deletes_the_lease_only_after_its_claims_lease_write_returned(
+    app: App, report: str
+) -> None:
+    await app.submit_tasks(TaskSpec("a", "echo"))
+    service, queue = _gated(app)
+    task_id = await pop_one(app.queue, ["default"], timeout=0)
+    assert task_id is not None
+    handed: list[list[Claim]] = []
+    claiming = asyncio.ensure_future(service.claim_many([task_id], "w1", on_commit=handed.append))
+    while not handed:
+        await asyncio.sleep(0)
+    [[claim]] = handed
+    reporting = asyncio.ensure_future(
+        service.complete_many([claim])
+        if report == "complete"
+        else service.fail(claim, "boom", permanent=True)
+        if report == "fail"
+        else service.hand_back(claim, "shutting down")
+    )
+    for _ in range(20):  # the report commits and then waits for the lease write
+        await asyncio.sleep(0)
+    assert await status_of(app, task_id) is not TaskStatus.RUNNING
+    assert queue.calls == []
+    assert not reporting.done()
+    queue.gate.set()
+    await asyncio.gather(claiming, reporting)
+    assert queue.calls == ["leases set", "leases deleted"]
+    assert app.queue.get_lease(task_id) is None
+
+
+async def test_a_claim_without_on_commit_returns_with_its_lease_written(app: App) -> None:
+    await app.submit_tasks(TaskSpec("a", "echo"))
+    service, queue = _gated(app)
+    task_id = await pop_one(app.queue, ["default"], timeout=0)
+    assert task_id is not None
+    claiming = asyncio.ensure_future(service.claim_many([task_id], "w1"))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert not claiming.done()  # waits for the lease write
+    queue.gate.set()
+    [claim] = await claiming
+    assert app.queue.get_lease(task_id) is not None
+    assert queue.calls == ["leases set"]
+    assert claim.task.id == task_id
 
 
 # --- outcomes ---------------------------------------------------------------------------------

@@ -120,6 +120,8 @@ class ExecutionService:
         self._policy = policy
         self._clock = clock
         self._rand = rand
+        #: run id -> set once the lease write of its claim (made with ``on_commit``) returned
+        self._leasing: dict[UUID, asyncio.Event] = {}
 
     @property
     def policy(self) -> ExecutionPolicy:
@@ -133,6 +135,8 @@ class ExecutionService:
         task_ids: Sequence[UUID],
         worker_id: str,
         kinds: Collection[str] | None = None,
+        *,
+        on_commit: Callable[[list[Claim]], None] | None = None,
     ) -> list[Claim]:
         """Claim task ids popped from the ready lists, in one transaction (spec §5 claim flow).
 
@@ -156,6 +160,12 @@ class ExecutionService:
             worker_id: this worker's identity.
             kinds: the kinds this worker serves (the same as its ``Queue.pop_many``); None
                 claims every kind (the worker fails what it has no handler for).
+            on_commit: called once with the committed claims (in the order of ``task_ids``,
+                possibly none) right after the commit, before the Redis writes that follow it
+                are awaited: a worker starts the handlers there, so their start does not wait
+                for the lease write's round trip. Until that write returns, :meth:`complete_many`,
+                :meth:`fail` and :meth:`hand_back` of these claims wait for it before deleting
+                their leases. Not called when the claim raises.
 
         Returns:
             The claims, in the order of ``task_ids``; refused ids are left out.
@@ -189,8 +199,31 @@ class ExecutionService:
         except BaseException:
             await self._queue.release_markers(ids)
             raise
-        await self._after_claim(ids, batch)
+        if on_commit is None:
+            await self._after_claim(ids, batch)
+            return batch.claims
+        leased = asyncio.Event()
+        runs = [claim.run.id for claim in batch.claims]
+        for run_id in runs:
+            self._leasing[run_id] = leased
+        try:
+            on_commit(batch.claims)
+        finally:  # the leases are written whatever the callback did
+            try:
+                await self._after_claim(ids, batch)
+            finally:
+                for run_id in runs:
+                    del self._leasing[run_id]
+                leased.set()
         return batch.claims
+
+    async def _leases_written(self, run_ids: Sequence[UUID]) -> None:
+        """Wait until the lease writes of these runs' claims (``claim_many``'s ``on_commit``
+        path) have returned, so that a lease is never deleted before it is written."""
+        if not self._leasing:
+            return
+        for leased in {self._leasing[r] for r in run_ids if r in self._leasing}:
+            await leased.wait()
 
     async def recover_claims(self, run_ids: Mapping[UUID, UUID], worker_id: str) -> list[Claim]:
         """Learn which claims of an unresolved claim transaction committed (``ClaimsUnresolved``).
@@ -331,6 +364,7 @@ class ExecutionService:
             outcomes, promoted = await self._store.run(
                 lambda tx: _complete_replayed(tx, claims, results, progress)
             )
+        await self._leases_written([c.run.id for c in claims])
         await self._queue.delete_leases([(c.task.id, c.run.id) for c in claims])
         if promoted:
             await self._queue.enqueue_many(
@@ -455,6 +489,7 @@ class ExecutionService:
                 followup = await self._store.run(lambda tx: tx_fn(tx, True))
         except StaleRun:
             return ReportOutcome.STALE
+        await self._leases_written([claim.run.id])
         await self._queue.delete_leases([(claim.task.id, claim.run.id)])
         if followup.schedule_at is not None:
             await self._queue.schedule(claim.task.id, claim.task.priority, followup.schedule_at)

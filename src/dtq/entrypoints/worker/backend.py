@@ -9,7 +9,7 @@ loops see only these protocols, so the same handler code runs in both modes.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Protocol
 from uuid import UUID
 
@@ -32,6 +32,8 @@ class WorkerExecution(Protocol):
         task_ids: Sequence[UUID],
         worker_id: str,
         kinds: Collection[str] | None = None,
+        *,
+        on_commit: Callable[[list[Claim]], None] | None = None,
     ) -> list[Claim]: ...
 
     async def recover_claims(self, run_ids: Mapping[UUID, UUID], worker_id: str) -> list[Claim]: ...

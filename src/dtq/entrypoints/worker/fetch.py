@@ -205,25 +205,43 @@ class Fetcher:
         """Claim popped ids in one transaction and deliver every committed claim.
 
         A batch takes its turn with the completions; a lone id does not (nothing else was
-        waiting, so it is on a task's submit-to-start latency). The claim runs shielded: if
-        this loop is cancelled meanwhile, it still finishes and its claims are handed back.
+        waiting, so it is on a task's submit-to-start latency). The claims are delivered from
+        the claim's ``on_commit``, right after the commit, so the handlers start while the
+        lease write is in flight. The claim runs shielded: if this loop is cancelled
+        meanwhile, it still finishes, and claims it had not delivered by then are handed back
+        (delivered ones are running and settle as usual).
         """
         started = tracing.clock()  # None while tracing is off
-        claiming = asyncio.ensure_future(self._claim_many(task_ids))
+        cancelled = False  # set once this loop is cancelled: claims are handed back instead
+        delivered = False
+
+        def deliver(claims: list[Claim]) -> None:
+            nonlocal delivered
+            if cancelled:
+                return
+            delivered = True
+            self._start(claims, started)
+
+        claiming = asyncio.ensure_future(self._claim_many(task_ids, deliver))
         try:
             claims = await asyncio.shield(claiming)
         except asyncio.CancelledError:
+            cancelled = True
             settling = asyncio.ensure_future(self._settle(claiming))
             claims = await _outlive_cancels(settling, default=[])
-            if claims:
+            if claims and not delivered:
                 await _outlive_cancels(asyncio.ensure_future(self._hand_back(claims)), None)
             raise
         except ClaimsUnresolved as unresolved:
             self._log.warning("claim outcome unknown; recovering", tasks=len(task_ids))
             claims = await self._recover(unresolved)
+            self._start(claims, started)
         refused = len(task_ids) - len(claims)
         if refused:
             self._refused(task_ids, claims, refused)
+
+    def _start(self, claims: Sequence[Claim], started: int | None) -> None:
+        """Take a slot for each committed claim and deliver it (with its claim span)."""
         self.slots.take(len(claims))
         if started is None:
             for claim in claims:
@@ -232,15 +250,19 @@ class Fetcher:
         for claim in claims:
             self._deliver(claim, _claim_span(claim, started))
 
-    async def _claim_many(self, task_ids: Sequence[UUID]) -> list[Claim]:
+    async def _claim_many(
+        self, task_ids: Sequence[UUID], deliver: Callable[[list[Claim]], None]
+    ) -> list[Claim]:
         worker_id = self._config.worker_id
         kinds = self._kinds
         if len(task_ids) == 1:
-            return await self._execution.claim_many(task_ids, worker_id, kinds)
+            return await self._execution.claim_many(task_ids, worker_id, kinds, on_commit=deliver)
         async with self._turn:
             started = time.monotonic()
             try:
-                return await self._execution.claim_many(task_ids, worker_id, kinds)
+                return await self._execution.claim_many(
+                    task_ids, worker_id, kinds, on_commit=deliver
+                )
             finally:
                 self._claim_took = time.monotonic() - started
 

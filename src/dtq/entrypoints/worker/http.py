@@ -15,7 +15,7 @@ heartbeat ``LOST``. Artifacts (``task.artifacts``) go through ``/v1/artifacts``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -231,10 +231,16 @@ class HttpExecution:
         task_ids: Sequence[UUID],
         worker_id: str,
         kinds: Collection[str] | None = None,
+        *,
+        on_commit: Callable[[list[Claim]], None] | None = None,
     ) -> list[Claim]:
         """The claims the last pops brought for ``task_ids`` (already committed; the
-        orchestrator routed other kinds away, so ``kinds`` needs no check here)."""
-        return [c for i in dict.fromkeys(task_ids) if (c := self._claimed.pop(i, None))]
+        orchestrator routed other kinds away, so ``kinds`` needs no check here), passed to
+        ``on_commit`` too when given (as ``ExecutionService.claim_many`` does)."""
+        claims = [c for i in dict.fromkeys(task_ids) if (c := self._claimed.pop(i, None))]
+        if on_commit is not None:
+            on_commit(claims)
+        return claims
 
     async def recover_claims(self, run_ids: Mapping[UUID, UUID], worker_id: str) -> list[Claim]:
         """Nothing to recover: a claim over HTTP never raises ``ClaimsUnresolved``."""

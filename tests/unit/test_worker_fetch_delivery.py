@@ -1,0 +1,161 @@
+"""The fetch loop starts committed claims from the claim's ``on_commit`` (issue 17 item 4).
+
+Handlers start while the lease write that follows the commit is in flight; a loop cancelled
+meanwhile hands back only the claims it had not started. Memory adapters; the lease write and
+the claim are held at gates, so every ordering is staged, none timed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Collection, Sequence
+from typing import Any
+from uuid import UUID
+
+import pytest
+import structlog
+from prometheus_client import CollectorRegistry
+
+from dtq.adapters.memory.clock import FakeClock
+from dtq.adapters.memory.queue import InMemoryQueue
+from dtq.application.commands import Claim, SubmitJob, TaskSpec
+from dtq.application.execution import ExecutionService
+from dtq.entrypoints.config import Settings
+from dtq.entrypoints.metrics import WorkerMetrics
+from dtq.entrypoints.worker.claims import Meters, Shared
+from dtq.entrypoints.worker.config import WorkerConfig
+from dtq.entrypoints.worker.fetch import Fetcher
+from dtq.worker import Options
+from tests.unit.conftest import memory_container
+from tests.unit.runtime_harness import POLICY
+
+
+class _GatedQueue:
+    """The memory queue with ``set_leases`` held at ``leases`` (a slow lease write)."""
+
+    def __init__(self, inner: InMemoryQueue) -> None:
+        self.inner = inner
+        self.leases = asyncio.Event()
+
+    async def set_leases(self, leases: Any, ttl: float, *, release: Any = ()) -> None:
+        await self.leases.wait()
+        await self.inner.set_leases(leases, ttl, release=release)
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self.inner, attr)
+
+
+class _GatedExecution(ExecutionService):
+    """Claims wait at ``claim`` before their transaction (a slow claim)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.claim = asyncio.Event()
+        self.claim.set()
+
+    async def claim_many(
+        self,
+        task_ids: Sequence[UUID],
+        worker_id: str,
+        kinds: Collection[str] | None = None,
+        *,
+        on_commit: Callable[[list[Claim]], None] | None = None,
+    ) -> list[Claim]:
+        await self.claim.wait()
+        return await super().claim_many(task_ids, worker_id, kinds, on_commit=on_commit)
+
+
+class _Rig:
+    """One submitted task, its popped id, and a fetcher recording deliveries and hand-backs."""
+
+    def __init__(self) -> None:
+        container = memory_container(FakeClock(), POLICY, Settings(worker_id="w-fetch"))
+        self.container = container
+        self.memory = container.queue()
+        assert isinstance(self.memory, InMemoryQueue)
+        self.queue = _GatedQueue(self.memory)
+        self.execution = _GatedExecution(
+            store=container.store(), queue=self.queue, policy=POLICY, clock=container.clock()
+        )
+        self.delivered: list[Claim] = []
+        self.handed_back: list[Claim] = []
+        config = WorkerConfig.resolve(Settings(worker_id="w-fetch"), Options(poll_timeout=0.05))
+        shared = Shared(
+            config=config,
+            execution=self.execution,
+            meters=Meters(WorkerMetrics(CollectorRegistry())),
+            log=structlog.get_logger("test"),
+        )
+        room = asyncio.Event()
+        room.set()
+
+        async def hand_back(claims: Sequence[Claim]) -> None:
+            self.handed_back.extend(claims)
+
+        self.fetcher = Fetcher(
+            shared,
+            queue=self.memory,
+            turn=asyncio.Lock(),
+            room=room,
+            deliver=lambda claim, trace: self.delivered.append(claim),
+            hand_back=hand_back,
+        )
+
+    async def popped(self) -> UUID:
+        submitted = await self.container.submit().submit_job(
+            SubmitJob(tasks=(TaskSpec(name="t", kind="echo", payload=None),))
+        )
+        ids: list[UUID] = await self.memory.pop_many(["default"], timeout=0, max_count=1)
+        assert ids == [submitted.task_ids["t"]]
+        return ids[0]
+
+
+async def _turns(n: int = 20) -> None:
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+async def test_a_committed_claim_is_delivered_before_its_lease_write_returns() -> None:
+    rig = _Rig()
+    task_id = await rig.popped()
+    claiming = asyncio.ensure_future(rig.fetcher._claim([task_id]))
+    await _turns()
+    assert [c.task.id for c in rig.delivered] == [task_id]
+    assert rig.fetcher.slots.free == rig.fetcher._config.concurrency - 1
+    assert rig.memory.get_lease(task_id) is None  # still in flight
+    assert not claiming.done()
+    rig.queue.leases.set()
+    await claiming
+    assert rig.memory.get_lease(task_id) is not None
+    assert rig.handed_back == []
+
+
+async def test_a_loop_cancelled_during_the_lease_write_hands_back_nothing_it_started() -> None:
+    rig = _Rig()
+    task_id = await rig.popped()
+    claiming = asyncio.ensure_future(rig.fetcher._claim([task_id]))
+    await _turns()
+    assert len(rig.delivered) == 1
+    claiming.cancel()
+    await _turns()
+    rig.queue.leases.set()
+    with pytest.raises(asyncio.CancelledError):
+        await claiming
+    assert rig.handed_back == []  # running: it settles through its handler as usual
+    assert rig.memory.get_lease(task_id) is not None
+
+
+async def test_a_loop_cancelled_before_the_commit_hands_the_claims_back_unstarted() -> None:
+    rig = _Rig()
+    task_id = await rig.popped()
+    rig.execution.claim.clear()
+    claiming = asyncio.ensure_future(rig.fetcher._claim([task_id]))
+    await _turns()
+    claiming.cancel()
+    await _turns()
+    rig.execution.claim.set()  # the shielded claim commits after the cancel
+    rig.queue.leases.set()
+    with pytest.raises(asyncio.CancelledError):
+        await claiming
+    assert rig.delivered == []
+    assert [c.task.id for c in rig.handed_back] == [task_id]
