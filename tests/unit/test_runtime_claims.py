@@ -119,41 +119,44 @@ async def test_a_forced_shutdown_between_claim_commit_and_start_hands_the_claim_
     assert h.queue.ready_ids("default") == [task_id]
 
 
-async def test_a_forced_shutdown_while_a_started_claims_lease_is_written_hands_it_back(
+async def test_a_hand_back_during_the_lease_write_waits_for_it_and_lists_the_task_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     h = build_harness()
     original = h.queue.set_leases
+    gate = asyncio.Event()
+
+    async def gated(*args: Any, **kwargs: Any) -> None:
+        await gate.wait()  # the handler starts while this write is in flight
+        await original(*args, **kwargs)
+
+    monkeypatch.setattr(h.queue, "set_leases", gated)
     runtime = Runtime(QUICK)
     started = asyncio.Event()
-
-    async def slow_leases(*args: Any, **kwargs: Any) -> None:
-        await asyncio.sleep(0.3)  # the handler starts while this write is in flight
-        await original(*args, **kwargs)
 
     @runtime.handler("long")
     async def long(task: Task) -> None:
         started.set()
         await asyncio.sleep(30)
 
-    monkeypatch.setattr(h.queue, "set_leases", slow_leases)
     task_id = await h.one("long")
     worker = asyncio.create_task(runtime.run(h.services, h.config(runtime), metrics=h.metrics))
     await asyncio.wait_for(started.wait(), 3)
     assert h.queue.get_lease(task_id) is None  # started before its lease was written
-    worker.cancel()  # shut down at once ...
-    await asyncio.sleep(0.05)
-    worker.cancel()  # ... and again
+    worker.cancel()  # one forced shutdown: the handler is interrupted and handed back
+    for _ in range(50):
+        await asyncio.sleep(0)
+    assert [r.status for r in (await h.task(task_id)).runs] == [RunStatus.DEAD]  # committed
+    gate.set()
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(worker, 5)
 
     view = await h.task(task_id)
-    assert view.task.status is TaskStatus.QUEUED  # interrupted and handed back
-    assert [r.status for r in view.runs] == [RunStatus.DEAD]
-    # The hand-back waited for the lease write before its Redis steps (a lease must not land
-    # after the task is listed again: another worker's claim would lose its lease to it), and
-    # the second cancel cut that wait short: the queued task is listed by the reconciler.
-    await h.reconcile.enqueue_due()
+    assert view.task.status is TaskStatus.QUEUED
+    # The hand-back's Redis steps waited for the lease write: had the write landed after them,
+    # it would have left a lease on a queued task and deleted the marker the re-push set.
+    assert h.queue.get_lease(task_id) is None
+    assert h.queue.has_marker(task_id)
     assert h.queue.ready_ids("default") == [task_id]
 
 

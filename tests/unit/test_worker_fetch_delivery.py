@@ -159,3 +159,20 @@ async def test_a_loop_cancelled_before_the_commit_hands_the_claims_back_unstarte
         await claiming
     assert rig.delivered == []
     assert [c.task.id for c in rig.handed_back] == [task_id]
+
+
+async def test_a_cancel_requested_as_the_commit_answers_hands_the_claims_back_unstarted() -> None:
+    rig = _Rig()
+    task_id = await rig.popped()
+    rig.execution.claim.clear()
+    rig.queue.leases.set()
+    claiming = asyncio.ensure_future(rig.fetcher._claim([task_id]))
+    await _turns()
+    # in one step: the claim's answer arrives and the loop is cancelled; the claim's task runs
+    # on first and reaches on_commit before the loop's except clause
+    rig.execution.claim.set()
+    claiming.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await claiming
+    assert rig.delivered == []
+    assert [c.task.id for c in rig.handed_back] == [task_id]

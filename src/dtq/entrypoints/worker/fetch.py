@@ -214,10 +214,13 @@ class Fetcher:
         started = tracing.clock()  # None while tracing is off
         cancelled = False  # set once this loop is cancelled: claims are handed back instead
         delivered = False
+        me = asyncio.current_task()
 
         def deliver(claims: list[Claim]) -> None:
             nonlocal delivered
-            if cancelled:
+            # cancelling(): a cancel requested in this loop iteration, before this loop's
+            # except clause has run (the session may be listing its tasks to cancel them)
+            if cancelled or (me is not None and me.cancelling()):
                 return
             delivered = True
             self._start(claims, started)
