@@ -144,9 +144,12 @@ def _gated(app: App) -> tuple[ExecutionService, _GatedLeases]:
     return service, queue
 
 
-async def test_on_commit_gets_the_claims_before_their_lease_write_returns(app: App) -> None:
+async def _claimed_in_flight(
+    app: App, service: ExecutionService
+) -> tuple[Claim, asyncio.Future[list[Claim]]]:
+    """Submit, pop and claim one task with ``on_commit``; return once ``on_commit`` has the
+    claim (its lease write is held by the gate): the claim and the ``claim_many`` call."""
     await app.submit_tasks(TaskSpec("a", "echo"))
-    service, queue = _gated(app)
     task_id = await pop_one(app.queue, ["default"], timeout=0)
     assert task_id is not None
     handed: list[list[Claim]] = []
@@ -154,6 +157,14 @@ async def test_on_commit_gets_the_claims_before_their_lease_write_returns(app: A
     while not handed:
         await asyncio.sleep(0)
     [[claim]] = handed
+    assert claim.task.id == task_id
+    return claim, claiming
+
+
+async def test_on_commit_gets_the_claims_before_their_lease_write_returns(app: App) -> None:
+    service, queue = _gated(app)
+    claim, claiming = await _claimed_in_flight(app, service)
+    task_id = claim.task.id
     assert await status_of(app, task_id) is TaskStatus.RUNNING  # committed
     assert app.queue.get_lease(task_id) is None  # the lease write is still in flight
     assert not claiming.done()
@@ -168,15 +179,9 @@ async def test_on_commit_gets_the_claims_before_their_lease_write_returns(app: A
 async def test_a_report_deletes_the_lease_only_after_its_claims_lease_write_returned(
     app: App, report: str
 ) -> None:
-    await app.submit_tasks(TaskSpec("a", "echo"))
     service, queue = _gated(app)
-    task_id = await pop_one(app.queue, ["default"], timeout=0)
-    assert task_id is not None
-    handed: list[list[Claim]] = []
-    claiming = asyncio.ensure_future(service.claim_many([task_id], "w1", on_commit=handed.append))
-    while not handed:
-        await asyncio.sleep(0)
-    [[claim]] = handed
+    claim, claiming = await _claimed_in_flight(app, service)
+    task_id = claim.task.id
     reporting = asyncio.ensure_future(
         service.complete_many([claim])
         if report == "complete"
