@@ -8,7 +8,7 @@ the claim are held at gates, so every ordering is staged, none timed.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Any
 from uuid import UUID
 
@@ -20,9 +20,12 @@ from dtq.adapters.memory.clock import FakeClock
 from dtq.adapters.memory.queue import InMemoryQueue
 from dtq.application.commands import Claim, SubmitJob, TaskSpec
 from dtq.application.execution import ExecutionService
+from dtq.domain.errors import BackendUnavailable, CommitOutcomeUnknown
 from dtq.entrypoints.config import Settings
 from dtq.entrypoints.metrics import WorkerMetrics
+from dtq.entrypoints.worker import fetch
 from dtq.entrypoints.worker.claims import Meters, Shared
+from dtq.entrypoints.worker.completions import REPORT_ATTEMPTS
 from dtq.entrypoints.worker.config import WorkerConfig
 from dtq.entrypoints.worker.fetch import Fetcher
 from dtq.worker import Options
@@ -71,11 +74,12 @@ class _Rig:
     def __init__(self) -> None:
         container = memory_container(FakeClock(), POLICY, Settings(worker_id="w-fetch"))
         self.container = container
+        self.store = container.store()
         self.memory = container.queue()
         assert isinstance(self.memory, InMemoryQueue)
         self.queue = _GatedQueue(self.memory)
         self.execution = _GatedExecution(
-            store=container.store(), queue=self.queue, policy=POLICY, clock=container.clock()
+            store=self.store, queue=self.queue, policy=POLICY, clock=container.clock()
         )
         self.delivered: list[Claim] = []
         self.handed_back: list[Claim] = []
@@ -176,3 +180,64 @@ async def test_a_cancel_requested_as_the_commit_answers_hands_the_claims_back_un
         await claiming
     assert rig.delivered == []
     assert [c.task.id for c in rig.handed_back] == [task_id]
+
+
+def _unknown_commit_then_down(rig: _Rig, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """The claim commits but its outcome is lost, and the store stays unreachable (every
+    read-back fails) while ``state["down"]``; ``state["failures"]`` counts the read-backs that
+    failed. The fetch loop's backoff is made instant."""
+    original = rig.store.run
+    state: dict[str, Any] = {"committed": False, "down": True, "failures": 0}
+
+    async def run(fn: Callable[[Any], Awaitable[Any]]) -> Any:
+        name = getattr(fn, "__qualname__", "")
+        if "claim_many" in name:
+            if not state["committed"]:
+                state["committed"] = True
+                await original(fn)
+                raise CommitOutcomeUnknown("injected: connection lost during COMMIT")
+            raise BackendUnavailable("injected: connection refused")
+        if "recover_claims" in name and state["down"]:
+            state["failures"] += 1
+            raise BackendUnavailable("injected: connection refused")
+        return await original(fn)
+
+    monkeypatch.setattr(rig.store, "run", run)
+    monkeypatch.setattr(fetch, "backoff_delay", lambda failures: 0.0)
+    return state
+
+
+async def test_a_loop_cancelled_while_an_unknown_claim_is_read_back_hands_its_claims_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rig = _Rig()
+    rig.queue.leases.set()
+    task_id = await rig.popped()
+    state = _unknown_commit_then_down(rig, monkeypatch)
+    claiming = asyncio.ensure_future(rig.fetcher._claim([task_id]))
+    while state["failures"] < 2:
+        await asyncio.sleep(0)
+    claiming.cancel()
+    state["down"] = False  # the store answers again: the next read-back finds the claim
+    with pytest.raises(asyncio.CancelledError):
+        await claiming
+    assert rig.delivered == []
+    assert [c.task.id for c in rig.handed_back] == [task_id]
+
+
+async def test_the_read_back_of_a_cancelled_loop_gives_up_after_the_bounded_tries(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rig = _Rig()
+    rig.queue.leases.set()
+    task_id = await rig.popped()
+    state = _unknown_commit_then_down(rig, monkeypatch)
+    claiming = asyncio.ensure_future(rig.fetcher._claim([task_id]))
+    while state["failures"] < 1:
+        await asyncio.sleep(0)
+    claiming.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(claiming, 5)
+    assert state["failures"] == REPORT_ATTEMPTS  # then left to the reconciler's reclaim
+    assert rig.delivered == []
+    assert rig.handed_back == []

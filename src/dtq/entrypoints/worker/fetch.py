@@ -207,9 +207,10 @@ class Fetcher:
         A batch takes its turn with the completions; a lone id does not (nothing else was
         waiting, so it is on a task's submit-to-start latency). The claims are delivered from
         the claim's ``on_commit``, right after the commit, so the handlers start while the
-        lease write is in flight. The claim runs shielded: if this loop is cancelled
-        meanwhile, it still finishes, and claims it had not delivered by then are handed back
-        (delivered ones are running and settle as usual).
+        lease write is in flight. The claim, and the read-back of a claim whose commit outcome
+        is unknown, run shielded: if this loop is cancelled meanwhile, they still finish (the
+        read-back after a bounded number of tries), and claims not delivered by then are handed
+        back (delivered ones are running and settle as usual).
         """
         started = tracing.clock()  # None while tracing is off
         cancelled = False  # set once this loop is cancelled: claims are handed back instead
@@ -225,20 +226,17 @@ class Fetcher:
             delivered = True
             self._start(claims, started)
 
-        claiming = asyncio.ensure_future(self._claim_many(task_ids, deliver))
+        claiming = asyncio.ensure_future(
+            self._claim_or_recover(task_ids, deliver, stopping=lambda: cancelled)
+        )
         try:
             claims = await asyncio.shield(claiming)
         except asyncio.CancelledError:
             cancelled = True
-            settling = asyncio.ensure_future(self._settle(claiming))
-            claims = await _outlive_cancels(settling, default=[])
+            claims = await _outlive_cancels(claiming, default=[])
             if claims and not delivered:
                 await _outlive_cancels(asyncio.ensure_future(self._hand_back(claims)), None)
             raise
-        except ClaimsUnresolved as unresolved:
-            self._log.warning("claim outcome unknown; recovering", tasks=len(task_ids))
-            claims = await self._recover(unresolved)
-            self._start(claims, started)
         refused = len(task_ids) - len(claims)
         if refused:
             self._refused(task_ids, claims, refused)
@@ -252,6 +250,25 @@ class Fetcher:
             return
         for claim in claims:
             self._deliver(claim, _claim_span(claim, started))
+
+    async def _claim_or_recover(
+        self,
+        task_ids: Sequence[UUID],
+        deliver: Callable[[list[Claim]], None],
+        *,
+        stopping: Callable[[], bool],
+    ) -> list[Claim]:
+        """The claim; if its commit outcome is unknown, the claims read back (outside the
+        turn), handed to ``deliver`` as the claim's ``on_commit`` would have been. The read-back
+        is retried until the store answers, or ``REPORT_ATTEMPTS`` times once ``stopping()``
+        (then the reconciler reclaims whatever committed)."""
+        try:
+            return await self._claim_many(task_ids, deliver)
+        except ClaimsUnresolved as unresolved:
+            self._log.warning("claim outcome unknown; recovering", tasks=len(task_ids))
+            claims = await self._recover(unresolved, give_up=stopping)
+            deliver(claims)
+            return claims
 
     async def _claim_many(
         self, task_ids: Sequence[UUID], deliver: Callable[[list[Claim]], None]
@@ -269,21 +286,12 @@ class Fetcher:
             finally:
                 self._claim_took = time.monotonic() - started
 
-    async def _settle(self, claiming: asyncio.Future[list[Claim]]) -> list[Claim]:
-        """The claims of a claim call that outlived a cancel (recovered a bounded number of
-        times if its outcome is unknown); none if it failed."""
-        try:
-            return await claiming
-        except ClaimsUnresolved as unresolved:
-            return await self._recover(unresolved, attempts=REPORT_ATTEMPTS)
-        except Exception:
-            return []
-
     async def _recover(
-        self, unresolved: ClaimsUnresolved, *, attempts: int | None = None
+        self, unresolved: ClaimsUnresolved, *, give_up: Callable[[], bool]
     ) -> list[Claim]:
         """Read back an unresolved claim until the store answers (backing off meanwhile), or
-        give up after ``attempts`` tries (then the reconciler reclaims whatever committed)."""
+        give up after ``REPORT_ATTEMPTS`` tries once ``give_up()`` says so (then the reconciler
+        reclaims whatever committed)."""
         failures = 0
         while True:
             try:
@@ -292,7 +300,7 @@ class Fetcher:
                 )
             except BackendUnavailable as exc:
                 failures += 1
-                if attempts is not None and failures >= attempts:
+                if failures >= REPORT_ATTEMPTS and give_up():
                     self._log.error("claim outcome still unknown; left to reclaim", error=str(exc))
                     return []
                 delay = backoff_delay(failures)
