@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import hashlib
 import importlib.metadata
 import json
 import math
@@ -340,6 +341,35 @@ def cpu_model(cpuinfo: str) -> str:
     return f"{name}, {' '.join(ids)}" if name else " ".join(ids)
 
 
+def speed_probe(rounds: int = 5) -> float:
+    """Milliseconds of one fixed pure-Python workload (JSON encoding and integer arithmetic,
+    then a SHA-256 of 1 MB), the fastest of ``rounds``: the machine's speed at that moment.
+
+    A VM's speed moves between phases with nothing in the guest changing (benchmarks/
+    PROFILE.md, twelfth pass: its workers' CPU per task rose 60 % within an hour); the probe,
+    taken when a run starts and when it ends, says whether a figure moved with the machine.
+    """
+    doc = {"id": "x" * 32, "n": list(range(50)), "s": {"a": 1.5, "b": None}}
+    best = float("inf")
+    for _ in range(rounds):
+        begun = time.perf_counter()
+        total = 0
+        for i in range(20_000):
+            total += len(json.dumps(doc)) + i * i % 7
+        hashlib.sha256(b"x" * 1_000_000).digest()
+        best = min(best, time.perf_counter() - begun)
+    return best * 1000
+
+
+def speed_note(probe: dict[str, float] | None) -> str:
+    """The machine line's text for the speed probe readings ``{"start": ms, "end": ms}``:
+    ``; speed probe 95 ms at the start, 121 ms at the end`` (lower is faster); empty without
+    both readings."""
+    if not probe or "start" not in probe or "end" not in probe:
+        return ""
+    return f"; speed probe {probe['start']:.0f} ms at the start, {probe['end']:.0f} ms at the end"
+
+
 def cpu_ticks() -> list[int]:
     """The machine's CPU time so far from ``/proc/stat`` (user, nice, system, idle, iowait,
     irq, softirq, steal, in clock ticks); empty where there is no ``/proc/stat``."""
@@ -497,6 +527,7 @@ def _report(outcome: Outcome, sizes: Sizes, meta: dict[str, Any], out: Path) -> 
         f"\n{meta['date']}; {info['nproc']} cores ({info['cpu']}); memory {info['memory']}; "
         f"{meta['elapsed_s']:.0f}s"
         + ("" if stolen is None else f"; CPU stolen by the hypervisor {100 * stolen:.1f} %")
+        + speed_note(meta.get("speed_probe_ms"))
     )
     print(summary)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -539,6 +570,7 @@ def main(argv: list[str] | None = None) -> int:
     logs = Path(tempfile.mkdtemp(prefix="dtq-bench-logs-"))
     budget = Budget(budget_s, [s for s in SECTIONS if s in chosen])
     outcome = Outcome(interleave="drain" in chosen and "peers" in chosen)
+    probe_start = speed_probe()
     started, ticks = time.monotonic(), cpu_ticks()
     say(f"dtq bench: {', '.join(chosen)}; {runs} run(s); budget {budget_s:.0f}s; logs {logs}")
     try:
@@ -565,6 +597,7 @@ def main(argv: list[str] | None = None) -> int:
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "elapsed_s": round(time.monotonic() - started, 1),
         "stolen": stolen_share(ticks, cpu_ticks()),
+        "speed_probe_ms": {"start": round(probe_start, 1), "end": round(speed_probe(), 1)},
         "args": {"quick": args.quick, "runs": runs, "budget_s": budget_s, "sections": chosen},
     }
     _report(outcome, sizes, meta, out)

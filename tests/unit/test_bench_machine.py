@@ -1,9 +1,10 @@
-"""The bench report's machine line: the CPU named by family and model, the share of CPU time
-stolen by the hypervisor (``benchmarks.run``)."""
+"""The bench report's machine line: the CPU named by family and model, the speed probe, the
+share of CPU time stolen by the hypervisor (``benchmarks.run``)."""
 
 from __future__ import annotations
 
-from benchmarks.run import cpu_model, cpu_ticks, stolen_share
+import pytest
+from benchmarks.run import cpu_model, cpu_ticks, speed_note, speed_probe, stolen_share
 
 
 def test_the_stolen_share_is_steal_over_the_busy_time_between_two_readings() -> None:
@@ -46,3 +47,19 @@ def test_the_cpu_is_named_with_the_first_processors_family_model_and_stepping() 
 def test_a_cpuinfo_without_ids_gives_the_name_alone_and_without_anything_nothing() -> None:
     assert cpu_model("model name\t: Some CPU\n") == "Some CPU"
     assert cpu_model("") == ""
+
+
+def test_the_speed_probe_is_the_fastest_of_its_rounds_in_milliseconds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    readings = iter([0.0, 0.2, 1.0, 1.1, 2.0, 2.3])  # rounds of 0.2, 0.1 and 0.3 s
+    monkeypatch.setattr("benchmarks.run.time.perf_counter", lambda: next(readings))
+    assert speed_probe(rounds=3) == pytest.approx(100.0)
+
+
+def test_the_speed_note_gives_both_readings_or_nothing() -> None:
+    assert speed_note({"start": 94.6, "end": 121.2}) == (
+        "; speed probe 95 ms at the start, 121 ms at the end"
+    )
+    assert speed_note({"start": 94.6}) == ""
+    assert speed_note(None) == ""
