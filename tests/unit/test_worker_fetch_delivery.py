@@ -182,10 +182,16 @@ async def test_a_cancel_requested_as_the_commit_answers_hands_the_claims_back_un
     assert [c.task.id for c in rig.handed_back] == [task_id]
 
 
-def _unknown_commit_then_down(rig: _Rig, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    """The claim commits but its outcome is lost, and the store stays unreachable (every
-    read-back fails) while ``state["down"]``; ``state["failures"]`` counts the read-backs that
-    failed. The fetch loop's backoff is made instant."""
+async def _reading_back(
+    monkeypatch: pytest.MonkeyPatch, failures: int
+) -> tuple[_Rig, UUID, dict[str, Any], asyncio.Future[None]]:
+    """A claim that commits but whose outcome is lost, with the store unreachable (every
+    read-back fails) while ``state["down"]``; returns once ``failures`` read-backs failed:
+    the rig, the task id, the state (``state["failures"]`` counts them) and the running
+    ``_claim``. The fetch loop's backoff is made instant."""
+    rig = _Rig()
+    rig.queue.leases.set()
+    task_id = await rig.popped()
     original = rig.store.run
     state: dict[str, Any] = {"committed": False, "down": True, "failures": 0}
 
@@ -204,19 +210,16 @@ def _unknown_commit_then_down(rig: _Rig, monkeypatch: pytest.MonkeyPatch) -> dic
 
     monkeypatch.setattr(rig.store, "run", run)
     monkeypatch.setattr(fetch, "backoff_delay", lambda failures: 0.0)
-    return state
+    claiming = asyncio.ensure_future(rig.fetcher._claim([task_id]))
+    while state["failures"] < failures:
+        await asyncio.sleep(0)
+    return rig, task_id, state, claiming
 
 
 async def test_a_loop_cancelled_while_an_unknown_claim_is_read_back_hands_its_claims_back(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    rig = _Rig()
-    rig.queue.leases.set()
-    task_id = await rig.popped()
-    state = _unknown_commit_then_down(rig, monkeypatch)
-    claiming = asyncio.ensure_future(rig.fetcher._claim([task_id]))
-    while state["failures"] < 2:
-        await asyncio.sleep(0)
+    rig, task_id, state, claiming = await _reading_back(monkeypatch, failures=2)
     claiming.cancel()
     state["down"] = False  # the store answers again: the next read-back finds the claim
     with pytest.raises(asyncio.CancelledError):
@@ -228,13 +231,7 @@ async def test_a_loop_cancelled_while_an_unknown_claim_is_read_back_hands_its_cl
 async def test_the_read_back_of_a_cancelled_loop_gives_up_after_the_bounded_tries(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    rig = _Rig()
-    rig.queue.leases.set()
-    task_id = await rig.popped()
-    state = _unknown_commit_then_down(rig, monkeypatch)
-    claiming = asyncio.ensure_future(rig.fetcher._claim([task_id]))
-    while state["failures"] < 1:
-        await asyncio.sleep(0)
+    rig, _, state, claiming = await _reading_back(monkeypatch, failures=1)
     claiming.cancel()
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(claiming, 5)
