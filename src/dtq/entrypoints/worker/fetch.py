@@ -213,26 +213,27 @@ class Fetcher:
         back (delivered ones are running and settle as usual).
         """
         started = tracing.clock()  # None while tracing is off
-        cancelled = False  # set once this loop is cancelled: claims are handed back instead
         delivered = False
         me = asyncio.current_task()
 
+        def cancelled() -> bool:
+            # from the moment a cancel of this loop is requested, before its except clause
+            # runs (the session may be listing its tasks to cancel them in that iteration)
+            return me is not None and me.cancelling() > 0
+
         def deliver(claims: list[Claim]) -> None:
             nonlocal delivered
-            # cancelling(): a cancel requested in this loop iteration, before this loop's
-            # except clause has run (the session may be listing its tasks to cancel them)
-            if cancelled or (me is not None and me.cancelling()):
-                return
+            if cancelled():
+                return  # handed back below instead
             delivered = True
             self._start(claims, started)
 
         claiming = asyncio.ensure_future(
-            self._claim_or_recover(task_ids, deliver, stopping=lambda: cancelled)
+            self._claim_or_recover(task_ids, deliver, stopping=cancelled)
         )
         try:
             claims = await asyncio.shield(claiming)
         except asyncio.CancelledError:
-            cancelled = True
             claims = await _outlive_cancels(claiming, default=[])
             if claims and not delivered:
                 await _outlive_cancels(asyncio.ensure_future(self._hand_back(claims)), None)
