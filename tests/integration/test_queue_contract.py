@@ -585,7 +585,7 @@ async def test_extend_lease_by_its_run_extends_ttl_and_deadline(
     await advance(0.2)
 
     renewed = Lease(lease.task_id, lease.worker_id, lease.run_id, deadline_ms=2_000)
-    assert await queue.extend_lease(renewed, SHORT_TTL) is LeaseState.EXTENDED
+    assert await queue.extend_leases([renewed], SHORT_TTL) == [LeaseState.EXTENDED]
 
     await advance(0.2)  # 0.4 s after set_lease: alive only because it was extended
     assert await peek.get_lease(lease.task_id) == renewed
@@ -598,7 +598,7 @@ async def test_extend_lease_by_another_run_is_lost_and_changes_nothing(
     await queue.set_leases([lease], SHORT_TTL)
     intruder = Lease(lease.task_id, "w-2", new_id(), deadline_ms=99_999)
 
-    assert await queue.extend_lease(intruder, 30.0) is LeaseState.LOST
+    assert await queue.extend_leases([intruder], 30.0) == [LeaseState.LOST]
     assert await peek.get_lease(lease.task_id) == lease
 
     await advance(SHORT_TTL + 0.1)  # the TTL was not extended either
@@ -612,12 +612,32 @@ async def test_extend_lease_after_expiry_is_missing(
     await queue.set_leases([lease], 0.2)
     await advance(0.3)
 
-    assert await queue.extend_lease(lease, 30.0) is LeaseState.MISSING
+    assert await queue.extend_leases([lease], 30.0) == [LeaseState.MISSING]
     assert await peek.get_lease(lease.task_id) is None
 
 
 async def test_extend_lease_never_set_is_missing(queue: Queue) -> None:
-    assert await queue.extend_lease(lease_for(new_id()), 30.0) is LeaseState.MISSING
+    assert await queue.extend_leases([lease_for(new_id())], 30.0) == [LeaseState.MISSING]
+
+
+async def test_extend_leases_answers_each_lease_in_order_in_one_call(
+    queue: Queue, peek: QueuePeek, advance: Advance
+) -> None:
+    ours, theirs = lease_for(new_id(), deadline_ms=1_000), lease_for(new_id())
+    await queue.set_leases([ours, theirs], SHORT_TTL)
+    await advance(0.2)
+    renewed = Lease(ours.task_id, ours.worker_id, ours.run_id, deadline_ms=2_000)
+    intruder = Lease(theirs.task_id, "w-2", new_id(), deadline_ms=99_999)
+    never = lease_for(new_id())
+
+    states = await queue.extend_leases([never, renewed, intruder], SHORT_TTL)
+
+    assert states == [LeaseState.MISSING, LeaseState.EXTENDED, LeaseState.LOST]
+    await advance(0.2)  # 0.4 s after set_leases: only the extended lease is alive
+    assert await peek.get_lease(ours.task_id) == renewed
+    assert await peek.get_lease(theirs.task_id) is None
+    assert await peek.get_lease(never.task_id) is None
+    assert await queue.extend_leases([], SHORT_TTL) == []
 
 
 async def test_recreate_lease_creates_a_missing_lease_with_its_ttl(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -212,10 +212,10 @@ async def test_heartbeat_on_redis_does_not_overwrite_a_lease_written_after_missi
     rival = Lease(task_id=task_id, worker_id="w-b", run_id=new_id(), deadline_ms=1)
 
     class Racing:
-        async def extend_lease(self, lease: Lease, ttl: float) -> LeaseState:
-            state = await queue.extend_lease(lease, ttl)
+        async def extend_leases(self, leases: Sequence[Lease], ttl: float) -> list[LeaseState]:
+            states = await queue.extend_leases(leases, ttl)
             await queue.set_leases([rival], ttl)  # B's claim lands between the read and the write
-            return state
+            return states
 
         def __getattr__(self, attr: str) -> Any:
             return getattr(queue, attr)

@@ -159,13 +159,13 @@ async def test_lease_expires_by_the_clock_and_extension_restarts_the_ttl(
     lease = Lease(task_id=new_id(), worker_id="w", run_id=new_id(), deadline_ms=1)
     await queue.set_leases([lease], 10.0)
     clock.advance(9.0)
-    assert await queue.extend_lease(lease, 10.0) is LeaseState.EXTENDED
+    assert await queue.extend_leases([lease], 10.0) == [LeaseState.EXTENDED]
 
     clock.advance(9.999)
     assert await queue.leases_present([lease.task_id]) == {lease.task_id}
     clock.advance(0.001)
     assert queue.get_lease(lease.task_id) is None
-    assert await queue.extend_lease(lease, 10.0) is LeaseState.MISSING
+    assert await queue.extend_leases([lease], 10.0) == [LeaseState.MISSING]
 
 
 async def test_promote_due_uses_the_clock(queue: InMemoryQueue, clock: FakeClock) -> None:
@@ -200,7 +200,7 @@ async def test_extend_lease_refuses_a_non_positive_ttl(queue: InMemoryQueue) -> 
     lease = Lease(task_id=new_id(), worker_id="w", run_id=new_id(), deadline_ms=1)
     await queue.set_leases([lease], 10.0)
     with pytest.raises(ValueError, match="ttl"):
-        await queue.extend_lease(lease, -1.0)
+        await queue.extend_leases([lease], -1.0)
 
 
 # --- test helpers -----------------------------------------------------------------------------

@@ -268,10 +268,10 @@ async def test_a_batch_that_cannot_be_recorded_while_its_lease_lapses_is_left_to
     monkeypatch.setattr(completions, "backoff_delay", lambda failures: 0.3)
     h, execution = counting_harness()
 
-    async def unreachable(claim: Claim) -> object:
+    async def unreachable(claims: Sequence[Claim]) -> object:
         raise BackendUnavailable("injected: redis unreachable")
 
-    monkeypatch.setattr(execution, "heartbeat", unreachable)
+    monkeypatch.setattr(execution, "heartbeat_many", unreachable)
     execution.complete_failures = completions.REPORT_ATTEMPTS  # the first batch gives up
     runtime = Runtime(FAST)
     calls: list[int] = []

@@ -185,7 +185,7 @@ async def test_a_handler_is_cancelled_once_its_lease_cannot_be_renewed_within_th
     task_id = await h.one("long")
     async with h.running(runtime, reconcile=False):
         await asyncio.wait_for(started.wait(), 3)
-        monkeypatch.setattr(h.queue, "extend_lease", unreachable)
+        monkeypatch.setattr(h.queue, "extend_leases", unreachable)
         await asyncio.wait_for(cancelled.wait(), POLICY.lease_duration * 3)
         await asyncio.sleep(0.1)
         view = await h.task(task_id)

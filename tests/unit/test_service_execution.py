@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar, cast
 from uuid import UUID, uuid4
@@ -476,18 +476,18 @@ async def test_heartbeat_of_a_reclaimed_run_reports_lost(app: App) -> None:
 
 
 class _LeaseRaceQueue:
-    """Stages bug 1 of issue 12: right after A's ``extend_lease`` answers MISSING, the task is
+    """Stages bug 1 of issue 12: right after A's ``extend_leases`` answers MISSING, the task is
     reclaimed and claimed by worker B, whose lease is written before A re-creates its own."""
 
     def __init__(self, inner: Any, rival: Lease) -> None:
         self.inner = inner
         self.rival = rival
 
-    async def extend_lease(self, lease: Lease, ttl: float) -> LeaseState:
-        state: LeaseState = await self.inner.extend_lease(lease, ttl)
-        if state is LeaseState.MISSING:
+    async def extend_leases(self, leases: Sequence[Lease], ttl: float) -> list[LeaseState]:
+        states: list[LeaseState] = await self.inner.extend_leases(leases, ttl)
+        if LeaseState.MISSING in states:
             await self.inner.set_leases([self.rival], ttl)  # B's claim lands in between
-        return state
+        return states
 
     def __getattr__(self, attr: str) -> Any:
         return getattr(self.inner, attr)

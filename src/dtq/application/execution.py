@@ -522,49 +522,70 @@ class ExecutionService:
         return await self._store.run(lambda tx: tx.tasks.save_progress(updates))
 
     async def heartbeat(self, claim: Claim) -> LeaseState:
-        """Extend the claim's lease (spec §6 Lease / heartbeat, DESIGN §3 lease ownership).
+        """Extend one claim's lease: :meth:`heartbeat_many` of ``[claim]``."""
+        (state,) = await self.heartbeat_many([claim])
+        return state
 
-        The lease hash's ``deadline_ms`` becomes the heartbeat's time (the ``clock``) plus
-        ``policy.lease_duration``, and its TTL ``policy.lease_ttl``. If the queue lost the lease
-        while the store still shows this run live, the lease is re-created with
-        ``Queue.recreate_lease``, which writes it only if the task still has no lease: a lease
-        another run wrote meanwhile (the task was reclaimed and claimed again) is left alone and
-        the answer is LOST (cancel the handler and report nothing). A cancel of a running task
-        (issue 14 item 1) closes its run ``cancelled`` and then deletes the lease, so the next
-        heartbeat finds none and, reading the run, answers CANCELLED (cancel the handler and
-        report nothing: its report would be refused as STALE). A heartbeat whose lease is still
-        there costs no statement.
+    async def heartbeat_many(self, claims: Sequence[Claim]) -> list[LeaseState]:
+        """Extend the claims' leases (spec §6 Lease / heartbeat, DESIGN §3 lease ownership).
+
+        Each lease hash's ``deadline_ms`` becomes the heartbeat's time (the ``clock``) plus
+        ``policy.lease_duration``, and its TTL ``policy.lease_ttl``, all in one
+        ``Queue.extend_leases`` call. A heartbeat whose leases are all there costs no statement.
+        For the leases the queue lost, one store transaction reads their tasks (and the runs of
+        those not live): a claim whose run is still its task's live run gets its lease
+        re-created with ``Queue.recreate_lease``, which writes it only if the task still has no
+        lease, so a lease another run wrote meanwhile (the task was reclaimed and claimed again)
+        is left alone and the answer is LOST (cancel the handler and report nothing). A cancel
+        of a running task (issue 14 item 1) closes its run ``cancelled`` and then deletes the
+        lease, so the next heartbeat finds none and, reading the run, answers CANCELLED (cancel
+        the handler and report nothing: its report would be refused as STALE).
 
         Returns:
-            ``LeaseState.EXTENDED``, ``LeaseState.LOST`` or ``LeaseState.CANCELLED`` (never
-            MISSING).
+            One state per claim, in order: ``LeaseState.EXTENDED``, ``LeaseState.LOST`` or
+            ``LeaseState.CANCELLED`` (never MISSING).
 
         Raises:
-            BackendUnavailable: Redis or the database failed.
+            BackendUnavailable: Redis or the database failed (for the whole call).
         """
+        if not claims:
+            return []
         now = self._clock.now() if self._clock is not None else datetime.now(UTC)
-        lease = self._lease(claim, deadline=now.timestamp() + self._policy.lease_duration)
-        state = await self._queue.extend_lease(lease, self._policy.lease_ttl)
-        if state is not LeaseState.MISSING:
-            return state
+        deadline = now.timestamp() + self._policy.lease_duration
+        leases = [self._lease(claim, deadline=deadline) for claim in claims]
+        states = await self._queue.extend_leases(leases, self._policy.lease_ttl)
+        missing = [i for i, state in enumerate(states) if state is LeaseState.MISSING]
+        if not missing:
+            return states
 
-        async def live(tx: Transaction) -> LeaseState | None:
-            task = await tx.tasks.get(claim.task.id)
-            if (
-                task is not None
-                and task.status is TaskStatus.RUNNING
-                and task.current_run_id == claim.run.id
-            ):
-                return None  # still ours: re-create the lease
-            run = await tx.runs.get(claim.run.id)
-            if run is not None and run.status is RunStatus.CANCELLED:
-                return LeaseState.CANCELLED
-            return LeaseState.LOST
+        async def ended(tx: Transaction) -> dict[int, LeaseState]:
+            tasks = {t.id: t for t in await tx.tasks.get_many([claims[i].task.id for i in missing])}
+            gone = []
+            for i in missing:
+                task = tasks.get(claims[i].task.id)
+                if not (
+                    task is not None
+                    and task.status is TaskStatus.RUNNING
+                    and task.current_run_id == claims[i].run.id
+                ):
+                    gone.append(i)  # not ours any more: lost, or cancelled
+            if not gone:
+                return {}
+            runs = {r.id: r for r in await tx.runs.get_many([claims[i].run.id for i in gone])}
+            answers = {}
+            for i in gone:
+                run = runs.get(claims[i].run.id)
+                cancelled = run is not None and run.status is RunStatus.CANCELLED
+                answers[i] = LeaseState.CANCELLED if cancelled else LeaseState.LOST
+            return answers
 
-        ended = await self._store.run(live)
-        if ended is not None:
-            return ended
-        return await self._queue.recreate_lease(lease, self._policy.lease_ttl)
+        answers = await self._store.run(ended)
+        live = [i for i in missing if i not in answers]  # still ours: re-create the lease
+        recreated = await asyncio.gather(
+            *(self._queue.recreate_lease(leases[i], self._policy.lease_ttl) for i in live)
+        )
+        answers.update(zip(live, recreated, strict=True))
+        return [answers.get(i, state) for i, state in enumerate(states)]
 
     def _lease(self, claim: Claim, *, deadline: float | None = None) -> Lease:
         """The claim's lease hash; ``deadline`` in epoch seconds (default: the claim's start

@@ -641,8 +641,8 @@ class Store(Protocol):
 
 
 class LeaseState(StrEnum):
-    """Result of a lease heartbeat (``Queue.extend_lease``; ``CANCELLED`` only from
-    ``ExecutionService.heartbeat``, which reads the store when the lease is missing)."""
+    """Result of a lease heartbeat (``Queue.extend_leases``; ``CANCELLED`` only from
+    ``ExecutionService.heartbeat_many``, which reads the store when a lease is missing)."""
 
     EXTENDED = "extended"  # the lease was ours and now lasts ttl longer
     MISSING = "missing"  # the task has no lease (expired, evicted, or the queue lost its data)
@@ -780,24 +780,24 @@ class Queue(Protocol):
         """
         ...
 
-    async def extend_lease(self, lease: Lease, ttl: float) -> LeaseState:
-        """If the task's lease names ``lease.run_id``, make it last ``ttl`` seconds from now
-        and store ``lease.deadline_ms``.
+    async def extend_leases(self, leases: Sequence[Lease], ttl: float) -> list[LeaseState]:
+        """For each lease: if its task's lease names ``lease.run_id``, make it last ``ttl``
+        seconds from now and store ``lease.deadline_ms``. One round trip for all of them.
 
         Returns:
-            EXTENDED; MISSING (the task has no lease: the caller may re-create it with
-            ``recreate_lease`` after checking the store); or LOST (another run holds it;
-            nothing was changed).
+            One state per lease, in order: EXTENDED; MISSING (the task has no lease: the caller
+            may re-create it with ``recreate_lease`` after checking the store); or LOST (another
+            run holds it; nothing was changed).
 
         Raises:
-            ValueError: ``ttl`` is not positive.
+            ValueError: ``ttl`` is not positive (checked only when there are leases).
         """
         ...
 
     async def recreate_lease(self, lease: Lease, ttl: float) -> LeaseState:
         """Re-create a lease the queue lost, atomically: create it with a TTL of ``ttl`` seconds
         only if the task has no lease; if it has one naming ``lease.run_id``, extend it like
-        ``extend_lease``; if it names another run, change nothing.
+        ``extend_leases``; if it names another run, change nothing.
 
         Returns:
             EXTENDED (created or extended) or LOST (another run holds it). Never MISSING.

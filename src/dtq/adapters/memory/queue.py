@@ -310,18 +310,22 @@ class InMemoryQueue:
         for lease in leases:
             self._leases[lease.task_id] = (lease, expires)
 
-    async def extend_lease(self, lease: Lease, ttl: float) -> LeaseState:
-        """Extend the lease by ``ttl`` seconds and store ``lease.deadline_ms`` if it names
-        ``lease.run_id``.
+    async def extend_leases(self, leases: Sequence[Lease], ttl: float) -> list[LeaseState]:
+        """For each lease: extend it by ``ttl`` seconds and store ``lease.deadline_ms`` if it
+        names ``lease.run_id``.
 
         Returns:
-            EXTENDED; MISSING when there is no live lease; LOST when another run holds it
-            (nothing changed).
+            One state per lease, in order: EXTENDED; MISSING when there is no live lease; LOST
+            when another run holds it (nothing changed).
 
         Raises:
-            ValueError: ``ttl`` is not positive.
+            ValueError: ``ttl`` is not positive (checked only when there are leases).
         """
-        _check_ttl(ttl)
+        if leases:
+            _check_ttl(ttl)
+        return [self._extend(lease, ttl) for lease in leases]
+
+    def _extend(self, lease: Lease, ttl: float) -> LeaseState:
         current = self._live_lease(lease.task_id)
         if current is None:
             return LeaseState.MISSING
@@ -345,7 +349,7 @@ class InMemoryQueue:
         if self._live_lease(lease.task_id) is None:
             self._leases[lease.task_id] = (lease, self._clock.now() + timedelta(seconds=ttl))
             return LeaseState.EXTENDED
-        return await self.extend_lease(lease, ttl)
+        return self._extend(lease, ttl)
 
     async def delete_leases(self, leases: Sequence[tuple[UUID, UUID]]) -> None:
         """For each ``(task_id, run_id)``, delete the lease if it names ``run_id``; idempotent."""

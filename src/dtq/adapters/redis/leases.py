@@ -35,7 +35,7 @@ class RedisLeases:
         self._client = client
         self._keys = KeyLayout(prefix)
         self._set_leases = client.register_script(scripts.SET_LEASES)
-        self._extend = client.register_script(scripts.EXTEND_LEASE)
+        self._extend = client.register_script(scripts.EXTEND_LEASES)
         self._recreate = client.register_script(scripts.RECREATE_LEASE)
         self._delete_many = client.register_script(scripts.DELETE_LEASES)
 
@@ -71,26 +71,33 @@ class RedisLeases:
         operation = "set_leases" if len(leases) > 1 else "set_lease"
         await idempotent(operation, lambda: self._set_leases(keys=keys, args=args))
 
-    async def extend_lease(self, lease: Lease, ttl: float) -> LeaseState:
-        """If the hash names ``lease.run_id``: PEXPIRE ``ttl`` seconds, store ``deadline_ms``.
+    async def extend_leases(self, leases: Sequence[Lease], ttl: float) -> list[LeaseState]:
+        """For each hash naming its ``lease.run_id``: PEXPIRE ``ttl`` seconds, store
+        ``deadline_ms``; one script call for all of them (a worker's renewal tick).
 
         Returns:
-            EXTENDED, MISSING (no hash) or LOST (another run's hash; unchanged).
+            One state per lease, in order: EXTENDED, MISSING (no hash) or LOST (another run's
+            hash; unchanged).
 
         Raises:
-            ValueError: ``ttl`` is not positive.
+            ValueError: ``ttl`` is not positive (checked only when there are leases).
             BackendUnavailable: Redis failed or is unreachable.
         """
-        args: list[str | int] = [str(lease.run_id), ms(ttl), lease.deadline_ms]
-        keys = [self._lease_key(lease.task_id)]
-        state = await idempotent("extend_lease", lambda: self._extend(keys=keys, args=args))
-        return LeaseState(as_text(state))
+        if not leases:
+            return []
+        keys = [self._lease_key(lease.task_id) for lease in leases]
+        args: list[str | int] = [ms(ttl)]
+        for lease in leases:
+            args += (str(lease.run_id), lease.deadline_ms)
+        operation = "extend_leases" if len(leases) > 1 else "extend_lease"
+        states = await idempotent(operation, lambda: self._extend(keys=keys, args=args))
+        return [LeaseState(as_text(state)) for state in states]
 
     async def recreate_lease(self, lease: Lease, ttl: float) -> LeaseState:
         """Write the lease hash only if none exists; extend it if it names ``lease.run_id``.
 
         One script (check and write atomic), so a hash another run wrote since this run's
-        ``extend_lease`` answered MISSING is never overwritten.
+        ``extend_leases`` answered MISSING is never overwritten.
 
         Returns:
             EXTENDED (created, or ours and extended) or LOST (another run's hash; unchanged).

@@ -183,18 +183,28 @@ end
 return n
 """
 
-# KEYS[1] lease hash; ARGV[1] run id, ARGV[2] ttl ms, ARGV[3] new deadline_ms.
-EXTEND_LEASE = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return 'missing' end
-if redis.call('HGET', KEYS[1], 'run_id') ~= ARGV[1] then return 'lost' end
-redis.call('HSET', KEYS[1], 'deadline_ms', ARGV[3])
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return 'extended'
+# KEYS[i] lease hash; ARGV[1] ttl ms, ARGV[2i] the run id it must name, ARGV[2i+1] its new
+# deadline_ms. Extends each hash naming its run; returns one state per key, in order:
+# 'extended', 'missing' (no hash) or 'lost' (another run's hash, unchanged).
+EXTEND_LEASES = """
+local states = {}
+for i, key in ipairs(KEYS) do
+  if redis.call('EXISTS', key) == 0 then
+    states[i] = 'missing'
+  elseif redis.call('HGET', key, 'run_id') ~= ARGV[2 * i] then
+    states[i] = 'lost'
+  else
+    redis.call('HSET', key, 'deadline_ms', ARGV[2 * i + 1])
+    redis.call('PEXPIRE', key, ARGV[1])
+    states[i] = 'extended'
+  end
+end
+return states
 """
 
 # KEYS[1] lease hash; ARGV[1] run id, ARGV[2] worker id, ARGV[3] deadline_ms, ARGV[4] ttl ms.
 # Create the hash (with its TTL) only if no hash exists; if one exists and names ARGV[1], extend
-# it like EXTEND_LEASE; otherwise leave it alone. Check and write are one step, so a lease another
+# it like EXTEND_LEASES; otherwise leave it alone. Check and write are one step, so a lease another
 # run wrote in the meantime is never overwritten. Returns 'extended' or 'lost'.
 RECREATE_LEASE = """
 if redis.call('EXISTS', KEYS[1]) == 0 then

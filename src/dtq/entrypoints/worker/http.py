@@ -42,6 +42,8 @@ REQUEST_MARGIN = 10.0
 
 #: Most successes in one ``POST /v1/worker/results``.
 RESULTS_BATCH = 128
+#: Heartbeat requests in flight together during one renewal tick.
+_BEATS_AT_ONCE = 32
 
 
 def _outcome(answer: str) -> ReportOutcome:
@@ -325,13 +327,18 @@ class HttpExecution:
             if state is LeaseState.EXTENDED
         }
 
-    async def heartbeat(self, claim: Claim) -> LeaseState:
-        """``…/heartbeat``: EXTENDED, or LOST once the run is not live (or cancelled).
+    async def heartbeat_many(self, claims: Sequence[Claim]) -> list[LeaseState]:
+        """``…/heartbeat`` of each run, ``_BEATS_AT_ONCE`` in flight: per claim EXTENDED,
+        CANCELLED (the task was cancelled), or LOST once the run is not live.
 
         Raises:
-            BackendUnavailable: the orchestrator is unavailable (the lease is unconfirmed).
+            BackendUnavailable: the orchestrator is unavailable (the leases are unconfirmed).
         """
-        return await self._beat(claim, {})
+        states: list[LeaseState] = []
+        for i in range(0, len(claims), _BEATS_AT_ONCE):
+            chunk = claims[i : i + _BEATS_AT_ONCE]
+            states += await asyncio.gather(*(self._beat(claim, {}) for claim in chunk))
+        return states
 
     async def _beat(self, claim: Claim, body: dict[str, Any]) -> LeaseState:
         response = await self._orchestrator.post(f"/v1/worker/runs/{claim.run.id}/heartbeat", body)

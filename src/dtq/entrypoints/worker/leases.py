@@ -16,7 +16,7 @@ from dtq.entrypoints.worker.claims import (
     Shared,
 )
 
-_RENEWALS_AT_ONCE = 32  # lease extensions in flight together during one pass
+_RENEWALS_PER_CALL = 256  # leases extended by one heartbeat_many call (one Redis script)
 
 
 class Leases:
@@ -37,7 +37,7 @@ class Leases:
 
     Args:
         shared: ``every`` is ``config.lease_renew_every``, ``window`` is
-            ``config.lease_duration``; ``execution.heartbeat`` extends the leases.
+            ``config.lease_duration``; ``execution.heartbeat_many`` extends the leases.
         on_lost: told about each claim whose lease is no longer ours.
     """
 
@@ -103,22 +103,28 @@ class Leases:
             h.progress_written = reported
 
     async def _extend_all(self, held: list[Held]) -> None:
+        """One ``heartbeat_many`` per ``_RENEWALS_PER_CALL`` held claims, each call sent only
+        for the claims still held when it is sent (a success committed since the tick began
+        has no lease left to renew, and looking it up would cost a store read)."""
         loop = asyncio.get_running_loop()
         failed = 0
         last: BaseException | None = None
-        for i in range(0, len(held), _RENEWALS_AT_ONCE):
-            chunk = held[i : i + _RENEWALS_AT_ONCE]
-            states = await asyncio.gather(
-                *(self._execution.heartbeat(h.claim) for h in chunk), return_exceptions=True
-            )
+        for i in range(0, len(held), _RENEWALS_PER_CALL):
+            chunk = [h for h in held[i : i + _RENEWALS_PER_CALL] if h in self._confirmed]
+            if not chunk:
+                continue
+            try:
+                states = await self._execution.heartbeat_many([h.claim for h in chunk])
+            except Exception as exc:  # BackendUnavailable, or a bug: never ends the loop
+                now = loop.time()
+                failed += len(chunk)
+                last = exc
+                for h in chunk:
+                    self._unconfirmed(h, now)
+                continue
             now = loop.time()
             for h, state in zip(chunk, states, strict=True):
-                if isinstance(state, BaseException):
-                    failed += 1
-                    last = state
-                    self._unconfirmed(h, now)
-                else:
-                    self._renewed(h, state, now)
+                self._renewed(h, state, now)
         if failed:
             self._log.warning(
                 "lease heartbeat failed",
