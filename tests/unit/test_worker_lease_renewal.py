@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import uuid4
 
+import httpx
 import pytest
 import structlog
 from prometheus_client import CollectorRegistry
@@ -28,6 +29,7 @@ from dtq.entrypoints.config import Settings
 from dtq.entrypoints.metrics import WorkerMetrics
 from dtq.entrypoints.worker.claims import Held, Meters, Shared
 from dtq.entrypoints.worker.config import WorkerConfig
+from dtq.entrypoints.worker.http import HttpExecution, Orchestrator
 from dtq.entrypoints.worker.leases import Leases
 from dtq.worker import Options
 from tests.unit.conftest import memory_container
@@ -118,7 +120,7 @@ async def test_a_tick_reads_no_store_for_claims_settled_during_it(fleet: Fleet) 
     execution = _SettlesTheTailFirst(fleet, held, lambda: leases[0])
     shared = Shared(
         config=WorkerConfig.resolve(Settings(worker_id="w-renew"), Options()),
-        execution=execution,  # type: ignore[arg-type]
+        execution=execution,
         meters=Meters(WorkerMetrics(CollectorRegistry())),
         log=structlog.get_logger("test"),
     )
@@ -167,7 +169,7 @@ async def test_heartbeat_many_answers_each_claim_with_one_store_read(fleet: Flee
 
     racing = ExecutionService(
         store=fleet.store, queue=_RivalWritesFirst(), policy=POLICY, clock=fleet.clock
-    )  # type: ignore[arg-type]
+    )
     states = await racing.heartbeat_many([extended, recreated, finished, cancelled, taken])
 
     assert states == [
@@ -182,3 +184,35 @@ async def test_heartbeat_many_answers_each_claim_with_one_store_read(fleet: Flee
     assert lease is not None and lease.run_id == recreated.run.id
     assert fleet.queue.get_lease(taken.task.id) == rival
     assert await fleet.execution.heartbeat_many([]) == []
+
+
+async def test_the_http_worker_sends_one_heartbeat_per_run_at_most_32_at_once(
+    fleet: Fleet,
+) -> None:
+    claims = fleet.claims[:70]
+    cancelled, lost = claims[1].run.id, claims[2].run.id
+    seen: list[str] = []
+    in_flight = [0, 0]  # now, most
+
+    async def orchestrator(request: httpx.Request) -> httpx.Response:
+        in_flight[0] += 1
+        in_flight[1] = max(in_flight)
+        await asyncio.sleep(0.001)  # the others of its batch get sent meanwhile
+        in_flight[0] -= 1
+        run_id = request.url.path.split("/")[-2]
+        seen.append(run_id)
+        if run_id == str(lost):
+            return httpx.Response(409, json={"detail": "run not live"})
+        return httpx.Response(200, json={"cancel": run_id == str(cancelled)})
+
+    transport = httpx.MockTransport(orchestrator)
+    async with httpx.AsyncClient(transport=transport, base_url="http://orchestrator") as client:
+        execution = HttpExecution(
+            Orchestrator(client, "w-http"), {}, lease_duration=30.0, max_result_bytes=1024
+        )
+        states = await execution.heartbeat_many(claims)
+
+    assert states[:3] == [LeaseState.EXTENDED, LeaseState.CANCELLED, LeaseState.LOST]
+    assert states[3:] == [LeaseState.EXTENDED] * 67
+    assert sorted(seen) == sorted(str(claim.run.id) for claim in claims)
+    assert in_flight[1] == 32
