@@ -96,22 +96,26 @@ class _Rig:
         async def hand_back(claims: Sequence[Claim]) -> None:
             self.handed_back.extend(claims)
 
+        self.turn = asyncio.Lock()
         self.fetcher = Fetcher(
             shared,
             queue=self.memory,
-            turn=asyncio.Lock(),
+            turn=self.turn,
             room=room,
             deliver=lambda claim, trace: self.delivered.append(claim),
             hand_back=hand_back,
         )
 
     async def popped(self) -> UUID:
-        submitted = await self.container.submit().submit_job(
-            SubmitJob(tasks=(TaskSpec(name="t", kind="echo", payload=None),))
-        )
-        ids: list[UUID] = await self.memory.pop_many(["default"], timeout=0, max_count=1)
-        assert ids == [submitted.task_ids["t"]]
-        return ids[0]
+        [task_id] = await self.popped_many(1)
+        return task_id
+
+    async def popped_many(self, count: int) -> list[UUID]:
+        specs = tuple(TaskSpec(name=f"t{i}", kind="echo", payload=None) for i in range(count))
+        submitted = await self.container.submit().submit_job(SubmitJob(tasks=specs))
+        ids: list[UUID] = await self.memory.pop_many(["default"], timeout=0, max_count=count)
+        assert ids == [submitted.task_ids[f"t{i}"] for i in range(count)]
+        return ids
 
 
 async def _turns(n: int = 20) -> None:
@@ -238,3 +242,37 @@ async def test_the_read_back_of_a_cancelled_loop_gives_up_after_the_bounded_trie
     assert state["failures"] == REPORT_ATTEMPTS  # then left to the reconciler's reclaim
     assert rig.delivered == []
     assert rig.handed_back == []
+
+
+async def test_a_batch_claim_does_not_wait_for_a_turn_held_past_its_bound() -> None:
+    # A completion batch in a conflict retry series holds the turn through its backoff (seconds
+    # in all): the popped ids are claimed without the turn once the bound has passed.
+    rig = _Rig()
+    rig.queue.leases.set()
+    ids = await rig.popped_many(2)
+    await rig.turn.acquire()  # held by "the completion" until the claim has returned
+
+    claiming = asyncio.ensure_future(rig.fetcher._claim(ids))
+    done, _ = await asyncio.wait({claiming}, timeout=5)  # a hang bound, not a figure
+    rig.turn.release()
+    await claiming
+
+    assert done == {claiming}  # before: the claim waited for the release
+    assert [c.task.id for c in rig.delivered] == ids
+
+
+async def test_a_batch_claim_waits_for_a_turn_released_within_its_bound() -> None:
+    rig = _Rig()
+    rig.queue.leases.set()
+    ids = await rig.popped_many(2)
+    await rig.turn.acquire()
+    rig.execution.claim.clear()
+    claiming = asyncio.ensure_future(rig.fetcher._claim(ids))
+    await _turns()
+    rig.turn.release()  # the completion's commit returned
+    await _turns()
+    assert rig.turn.locked()  # taken by the batch claim
+    rig.execution.claim.set()
+    await claiming
+    assert not rig.turn.locked()
+    assert [c.task.id for c in rig.delivered] == ids

@@ -32,6 +32,8 @@ ADAPTIVE_CLAIM_MIN = 32
 ADAPTIVE_CLAIM_MAX = 256
 #: Shortest bound (seconds) of the fetch loop's wait for a commit of its own successes.
 COALESCE_MIN_WAIT = 0.005
+#: Shortest bound (seconds) of a batch claim's wait for the transaction turn.
+TURN_WAIT_MIN = 0.05
 
 
 class ClaimBatch:
@@ -99,7 +101,8 @@ class Fetcher:
         shared: the configuration (priorities, batches, poll timeout, worker id), the
             execution service (claim, recover, put back), metrics and log.
         queue: the ready lists.
-        turn: the hot-path transaction turn (taken around a batch claim).
+        turn: the hot-path transaction turn (taken around a batch claim when it comes free
+            within a bound; see :meth:`_take_turn`).
         room: set while completions can take more successes (backpressure).
         committed: set by the success batcher after each commit (``Completions.committed``):
             after a full pop, the next one may wait for one such commit when fewer slots than a
@@ -204,8 +207,9 @@ class Fetcher:
     async def _claim(self, task_ids: Sequence[UUID]) -> None:
         """Claim popped ids in one transaction and deliver every committed claim.
 
-        A batch takes its turn with the completions; a lone id does not (nothing else was
-        waiting, so it is on a task's submit-to-start latency). The claims are delivered from
+        A batch takes its turn with the completions, waiting for it a bounded time
+        (:meth:`_take_turn`); a lone id does not (nothing else was waiting, so it is on a
+        task's submit-to-start latency). The claims are delivered from
         the claim's ``on_commit``, right after the commit, so the handlers start while the
         lease write is in flight. The claim, and the read-back of a claim whose commit outcome
         is unknown, run shielded: if this loop is cancelled meanwhile, they still finish (the
@@ -278,14 +282,32 @@ class Fetcher:
         kinds = self._kinds
         if len(task_ids) == 1:
             return await self._execution.claim_many(task_ids, worker_id, kinds, on_commit=deliver)
-        async with self._turn:
-            started = time.monotonic()
-            try:
-                return await self._execution.claim_many(
-                    task_ids, worker_id, kinds, on_commit=deliver
-                )
-            finally:
-                self._claim_took = time.monotonic() - started
+        took = await self._take_turn()
+        started = time.monotonic()
+        try:
+            return await self._execution.claim_many(task_ids, worker_id, kinds, on_commit=deliver)
+        finally:
+            self._claim_took = time.monotonic() - started
+            if took:
+                self._turn.release()
+
+    async def _take_turn(self) -> bool:
+        """Take the transaction turn, waiting at most four times the last batch claim's
+        duration (``TURN_WAIT_MIN`` at least); False when it is still held by then.
+
+        A completion batch holds the turn through every try of its transaction, backoff
+        included: in a run of serialization failures against the other workers (seconds, on a
+        small hot table) the ids this loop popped would wait as long, unclaimed, behind
+        markers no other worker can take over. Past the bound they are claimed without the
+        turn: at worst the claim and that completion conflict with each other too.
+        """
+        bound = max(TURN_WAIT_MIN, 4 * self._claim_took)
+        try:
+            async with asyncio.timeout(bound):
+                await self._turn.acquire()
+        except TimeoutError:
+            return False
+        return True
 
     async def _recover(
         self, unresolved: ClaimsUnresolved, *, give_up: Callable[[], bool]
