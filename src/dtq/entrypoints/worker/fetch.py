@@ -209,9 +209,9 @@ class Fetcher:
 
         A batch takes its turn with the completions, waiting for it a bounded time
         (:meth:`_take_turn`); a lone id does not (nothing else was waiting, so it is on a
-        task's submit-to-start latency). The claims are delivered from
-        the claim's ``on_commit``, right after the commit, so the handlers start while the
-        lease write is in flight. The claim, and the read-back of a claim whose commit outcome
+        task's submit-to-start latency). The claims are delivered from the claim's
+        ``on_commit``, right after the commit, so the handlers start while the lease write is
+        in flight. The claim, and the read-back of a claim whose commit outcome
         is unknown, run shielded: if this loop is cancelled meanwhile, they still finish (the
         read-back after a bounded number of tries), and claims not delivered by then are handed
         back (delivered ones are running and settle as usual).
