@@ -293,13 +293,12 @@ class Fetcher:
 
     async def _take_turn(self) -> bool:
         """Take the transaction turn, waiting at most four times the last batch claim's
-        duration (``TURN_WAIT_MIN`` at least); False when it is still held by then.
+        duration (``TURN_WAIT_MIN`` at least).
 
-        A completion batch holds the turn through every try of its transaction, backoff
-        included: in a run of serialization failures against the other workers (seconds, on a
-        small hot table) the ids this loop popped would wait as long, unclaimed, behind
-        markers no other worker can take over. Past the bound they are claimed without the
-        turn: at worst the claim and that completion conflict with each other too.
+        Returns:
+            True when taken (release it after the claim); False when it was still held by
+            then: the popped ids are claimed without it (ARCHITECTURE.md, "A batch claim waits
+            for the turn a bounded time").
         """
         bound = max(TURN_WAIT_MIN, 4 * self._claim_took)
         try:
