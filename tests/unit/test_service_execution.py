@@ -200,6 +200,57 @@ async def test_a_report_deletes_the_lease_only_after_its_claims_lease_write_retu
     assert app.queue.get_lease(task_id) is None
 
 
+class _SentLeases:
+    """The app's queue; records in ``steps`` when a lease write is sent (its call begins)."""
+
+    def __init__(self, inner: InMemoryQueue, steps: list[str]) -> None:
+        self.inner = inner
+        self.steps = steps
+
+    async def set_leases(self, leases: Any, ttl: float, *, release: Any = ()) -> None:
+        self.steps.append("lease write sent")
+        await self.inner.set_leases(leases, ttl, release=release)
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self.inner, attr)
+
+
+async def _order_of_first_steps(app: App, tasks: int) -> list[str]:
+    """Claim ``tasks`` popped ids in one ``claim_many`` whose ``on_commit`` starts an asyncio
+    task per claim (as the worker's session does); the order of the handlers' first steps and
+    the lease write's send."""
+    await app.submit_tasks(*(TaskSpec(f"t{i}", "echo") for i in range(tasks)))
+    ids = await app.queue.pop_many(["default"], timeout=0, max_count=tasks)
+    assert len(ids) == tasks
+    steps: list[str] = []
+    service = ExecutionService(
+        store=app.store, queue=_SentLeases(app.queue, steps), policy=POLICY, clock=app.clock
+    )
+    started: list[asyncio.Task[None]] = []
+
+    async def handler() -> None:
+        steps.append("handler started")
+
+    def on_commit(claims: list[Claim]) -> None:
+        started.extend(asyncio.create_task(handler()) for _ in claims)
+
+    claims = await service.claim_many(ids, "w1", on_commit=on_commit)
+    await asyncio.gather(*started)
+    assert len(claims) == tasks
+    assert all(app.queue.get_lease(task_id) is not None for task_id in ids)
+    return steps
+
+
+async def test_a_lone_claims_handler_starts_before_its_lease_write_is_sent(app: App) -> None:
+    # the idle path: the lease write's client-side work is not before the handler's start
+    assert await _order_of_first_steps(app, 1) == ["handler started", "lease write sent"]
+
+
+async def test_a_batch_claims_lease_write_is_sent_before_its_handlers_start(app: App) -> None:
+    # a batch's handlers' first steps, up to a whole batch of them, do not delay its leases
+    assert await _order_of_first_steps(app, 3) == ["lease write sent"] + ["handler started"] * 3
+
+
 async def test_a_claim_without_on_commit_returns_with_its_lease_written(app: App) -> None:
     await app.submit_tasks(TaskSpec("a", "echo"))
     service, queue = _gated(app)

@@ -163,7 +163,9 @@ class ExecutionService:
             on_commit: called once with the committed claims (in the order of ``task_ids``,
                 possibly none) right after the commit, before the Redis writes that follow it
                 are awaited: a worker starts the handlers there, so their start does not wait
-                for the lease write's round trip. Until that write returns, :meth:`complete_many`,
+                for the lease write's round trip. A lone claim's write is sent only after the
+                tasks ``on_commit`` started have taken their first step (one turn of the event
+                loop); a batch's is sent first. Until that write returns, :meth:`complete_many`,
                 :meth:`fail` and :meth:`hand_back` of these claims wait for it before deleting
                 their leases. Not called when the claim raises.
 
@@ -208,6 +210,8 @@ class ExecutionService:
             self._leasing[run_id] = leased
         try:
             on_commit(batch.claims)
+            if len(batch.claims) == 1:  # the idle path: the handler first, then the write
+                await asyncio.sleep(0)
         finally:  # the leases are written whatever the callback did
             try:
                 await self._after_claim(ids, batch)
