@@ -125,8 +125,15 @@ async def test_a_receiver_failing_three_times_gets_every_event_in_order_signed_w
             async with asyncio.timeout(30):
                 while not any(e["type"] == "job.completed" for e in flaky.delivered()):
                     await asyncio.sleep(0.05)
+                # The receiver records a request before it answers it, and the sender records
+                # the delivery after the answer: wait for that record of the last event too.
+                last = flaky.delivered()[-1]["id"]
+                while True:
+                    log = (await http.get(f"/v1/webhooks/{ids['flaky']}/deliveries")).json()
+                    if log["cursor"] == last:
+                        break
+                    await asyncio.sleep(0.05)
             hung_answered = [status for _, _, status in hung.requests if status]
-            log = (await http.get(f"/v1/webhooks/{ids['flaky']}/deliveries")).json()
             hung_log = (await http.get(f"/v1/webhooks/{ids['hung']}/deliveries")).json()
         finally:
             stop.set()
@@ -175,6 +182,10 @@ async def test_two_orchestrators_deliver_each_event_once_in_the_normal_case(
             await services.worker.execution.complete_many(claims)
             async with asyncio.timeout(30):
                 while not any(e["type"] == "job.completed" for e in receiver.delivered()):
+                    await asyncio.sleep(0.05)
+                # recorded by the sender after the receiver's answer (see the test above)
+                answered = len({e["id"] for e in receiver.delivered()})
+                while (await services.api.webhooks.get(hook.id)).delivered < answered:
                     await asyncio.sleep(0.05)
             await asyncio.sleep(0.3)  # room for a duplicate to show up
         finally:
