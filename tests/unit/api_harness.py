@@ -100,3 +100,26 @@ def http_scope(
         "server": ("test", 80),
         "state": {},
     }
+
+
+async def asgi_post(
+    api: Api, path: str, headers: list[tuple[bytes, bytes]], body: bytes
+) -> tuple[int, bytes]:
+    """POST ``body`` to ``path`` with exactly ``headers`` (the test client would merge a
+    repeated header into one), straight into the app: the response status and body."""
+    scope = http_scope(path, [*headers, (b"content-length", str(len(body)).encode())])
+    messages = [{"type": "http.request", "body": body, "more_body": False}]
+    statuses: list[int] = []
+    chunks: list[bytes] = []
+
+    async def receive() -> dict[str, Any]:
+        return messages.pop(0) if messages else {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            statuses.append(message["status"])
+        elif message["type"] == "http.response.body":
+            chunks.append(message.get("body", b""))
+
+    await api.app(scope, receive, send)  # type: ignore[arg-type]
+    return statuses[0], b"".join(chunks)

@@ -3,6 +3,7 @@ unless the server is at fault (spec §7, DESIGN §5)."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -17,7 +18,7 @@ from dtq.application.commands import TaskView
 from dtq.application.queries import QueryService
 from dtq.domain.errors import ConcurrentUpdate, DuplicateKind, InvalidTransition
 from dtq.entrypoints.api.errors import status_for
-from tests.unit.api_harness import JSON, Api, running_api
+from tests.unit.api_harness import JSON, Api, asgi_post, running_api
 
 
 @pytest.fixture
@@ -376,6 +377,26 @@ async def test_invalid_idempotency_keys_are_a_400_naming_the_header(api: Api, ke
     )
 
     assert error_of(response, 400)["field"] == "Idempotency-Key"
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [("/v1/tasks", b'{"kind": "k"}'), ("/v1/jobs", b'{"tasks": [{"name": "a", "kind": "k"}]}')],
+)
+async def test_a_repeated_idempotency_key_is_a_400_and_stores_nothing(
+    api: Api, path: str, body: bytes
+) -> None:
+    json_type = (b"content-type", b"application/json")
+    twice = [json_type, (b"idempotency-key", b"a"), (b"idempotency-key", b"b")]
+
+    status, answer = await asgi_post(api, path, twice, body)  # the test client would merge them
+
+    assert status == 400
+    error = json.loads(answer)["error"]
+    assert (error["code"], error["field"]) == ("validation_error", "Idempotency-Key")
+    assert error["message"] == "Idempotency-Key given more than once"
+    again = await api.client.post(path, content=body, headers={**JSON, "Idempotency-Key": "a"})
+    assert again.status_code == 201  # a new job: the refused request stored nothing under "a"
 
 
 async def test_a_255_character_printable_key_is_accepted(api: Api) -> None:

@@ -14,7 +14,7 @@ import pytest
 from dtq.domain.errors import BackendUnavailable
 from dtq.domain.tokens import Scope
 from dtq.entrypoints.api.fast_submit import SubmitFastPath
-from tests.unit.api_harness import JSON, SETTINGS, Api, http_scope, running_api
+from tests.unit.api_harness import JSON, SETTINGS, Api, asgi_post, http_scope, running_api
 
 
 class RouterCalls:
@@ -165,22 +165,10 @@ async def test_a_body_over_the_limit_goes_to_the_route_and_gets_413(
     assert router.count == 1
 
 
-async def asgi_post(api: Api, headers: list[tuple[bytes, bytes]], body: bytes) -> int:
-    """POST ``body`` to ``/v1/tasks`` with exactly ``headers`` (the test client would merge a
-    repeated header into one); the response status."""
-    scope = http_scope("/v1/tasks", [*headers, (b"content-length", str(len(body)).encode())])
-    messages = [{"type": "http.request", "body": body, "more_body": False}]
-    statuses: list[int] = []
-
-    async def receive() -> dict[str, Any]:
-        return messages.pop(0) if messages else {"type": "http.disconnect"}
-
-    async def send(message: dict[str, Any]) -> None:
-        if message["type"] == "http.response.start":
-            statuses.append(message["status"])
-
-    await api.app(scope, receive, send)  # type: ignore[arg-type]
-    return statuses[0]
+async def asgi_status(api: Api, headers: list[tuple[bytes, bytes]], body: bytes) -> int:
+    """POST ``body`` to ``/v1/tasks`` with exactly ``headers``; the response status."""
+    status, _ = await asgi_post(api, "/v1/tasks", headers, body)
+    return status
 
 
 async def test_a_query_string_or_a_repeated_header_goes_to_the_route(
@@ -189,11 +177,11 @@ async def test_a_query_string_or_a_repeated_header_goes_to_the_route(
     with_query = await api.client.post("/v1/tasks?x=1", json={"kind": "echo"})
     json_type = (b"content-type", b"application/json")
     keys = [(b"idempotency-key", b"first"), (b"idempotency-key", b"second")]
-    repeated = await asgi_post(api, [json_type, *keys], b'{"kind": "echo"}')
-    plain = await asgi_post(api, [json_type], b'{"kind": "echo"}')
+    repeated = await asgi_status(api, [json_type, *keys], b'{"kind": "echo"}')
+    plain = await asgi_status(api, [json_type], b'{"kind": "echo"}')
 
     assert with_query.status_code == 201
-    assert repeated == 201
+    assert repeated == 400  # the route refuses a repeated Idempotency-Key
     assert plain == 201
     assert router.count == 2
 

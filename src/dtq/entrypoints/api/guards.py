@@ -16,6 +16,10 @@ Struct as ``data`` and calls no decoder itself. In order, the hook refuses:
 4. an object with the same key twice (HTTP 400 ``invalid_json``, ``field`` the key's path, in
    the body's own notation): msgspec and Litestar keep the last value silently. Checked after
    the Struct accepted the (last-wins) document, so the path always starts at a real field.
+
+:func:`submission_body` is :func:`json_body` for ``POST /v1/tasks`` and ``POST /v1/jobs``, which
+first refuses an ``Idempotency-Key`` header given more than once (HTTP 400 ``validation_error``,
+``field`` ``Idempotency-Key``): Litestar would take the first and drop the others silently.
 """
 
 from __future__ import annotations
@@ -62,6 +66,23 @@ def json_body(model: type[msgspec.Struct]) -> BeforeRequest:
         except msgspec.ValidationError as exc:
             raise ValidationException(detail=str(exc)) from exc
         reject_duplicate_keys(await request.body())
+
+    return guard
+
+
+def submission_body(model: type[msgspec.Struct]) -> BeforeRequest:
+    """The ``before_request`` hook of a submission route: one ``Idempotency-Key`` at most, then
+    :func:`json_body` of ``model``.
+
+    Raises:
+        ValidationError: the header is given more than once (``field`` ``Idempotency-Key``).
+    """
+    body = json_body(model)
+
+    async def guard(request: Request[Any, Any, Any]) -> None:
+        if len(request.headers.getall("idempotency-key", ())) > 1:
+            raise ValidationError("Idempotency-Key given more than once", field="Idempotency-Key")
+        await body(request)
 
     return guard
 

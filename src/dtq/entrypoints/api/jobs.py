@@ -53,7 +53,7 @@ class JobController(Controller):
         status_code=201,
         summary="Submit a job of tasks with dependencies",
         responses={200: REPLAYED, **responses.SUBMIT},
-        before_request=guards.json_body(SubmitJobRequest),
+        before_request=guards.submission_body(SubmitJobRequest),
     )
     async def submit(
         self,

@@ -64,7 +64,7 @@ class TaskController(Controller):
         status_code=201,
         summary="Submit a single-task job",
         responses={200: REPLAYED, **responses.SUBMIT},
-        before_request=guards.json_body(SubmitTaskRequest),
+        before_request=guards.submission_body(SubmitTaskRequest),
     )
     async def submit(
         self,
