@@ -130,3 +130,20 @@ def test_console_format_prints_a_plain_traceback() -> None:
     assert "ValueError: bad payload" in text
     assert "in handler" in text
     assert "╭" not in text and "│" not in text  # no rich panel
+
+
+@pytest.mark.parametrize("name", ["httpx", "httpcore"])
+def test_an_http_clients_per_request_lines_show_only_at_debug(name: str) -> None:
+    # a worker over HTTP polls, renews and reports through httpx: one INFO line per request
+    out = io.StringIO()
+    configure_logging("json", "info", stream=out)
+    logging.getLogger(name).info('HTTP Request: POST http://o/v1/worker/claim "204"')
+    logging.getLogger(name).warning("connection pool is full")
+    assert [r["event"] for r in records(out)] == ["connection pool is full"]
+
+    out = io.StringIO()
+    configure_logging("json", "debug", stream=out)
+    logging.getLogger(name).info('HTTP Request: POST http://o/v1/worker/claim "204"')
+    assert [r["event"] for r in records(out)] == [
+        'HTTP Request: POST http://o/v1/worker/claim "204"'
+    ]

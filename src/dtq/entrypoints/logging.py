@@ -26,6 +26,9 @@ _LEVELS = {
 
 # Loggers that install their own handlers or would double-print: hand them to the root handler.
 _ROUTED_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access", "litestar")
+#: HTTP clients that log every request at INFO (a worker over HTTP, the webhook sender): shown
+#: from WARNING up, and everything at ``LOG_LEVEL=debug``.
+_PER_REQUEST_LOGGERS = ("httpx", "httpcore")
 
 
 def use_json(fmt: str, stream: TextIO) -> bool:
@@ -115,6 +118,10 @@ def configure_logging(fmt: str, level: str, *, stream: TextIO | None = None) -> 
         routed.handlers.clear()
         routed.propagate = True
         routed.setLevel(logging.NOTSET)
+    for name in _PER_REQUEST_LOGGERS:
+        logging.getLogger(name).setLevel(
+            logging.NOTSET if numeric_level <= logging.DEBUG else logging.WARNING
+        )
 
 
 def _is_tty(stream: TextIO) -> bool:
