@@ -300,7 +300,7 @@ async def test_a_queue_reset_is_logged_as_a_warning() -> None:
         logger=log,
     )
     await reconciler.run_pass()
-    assert any("queue data lost" in event for event, _ in log.warnings())
+    assert any("new queue epoch" in event for event, _ in log.warnings())
 
 
 async def test_a_worker_records_the_priorities_it_polls_for_the_unpolled_check() -> None:

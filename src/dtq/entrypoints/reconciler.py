@@ -198,11 +198,11 @@ class Reconciler:
         return report
 
     def _report_queue_state(self, report: ReconcileReport) -> None:
-        """Warn about a lost queue and about due tasks no live worker polls; set the gauge."""
+        """Warn about a new (first used or lost) queue and about due tasks no live worker polls; set the gauge."""
         if report.queue_reset:
             self._log.warning(
-                "queue data lost (new queue epoch): reclaims held back for one lease TTL "
-                "while workers re-create their leases"
+                "new queue epoch (the first use of this Redis prefix, or its data was lost): "
+                "reclaims held back for one lease TTL while workers re-create their leases"
             )
         if report.unpolled is None:
             return  # this pass did not finish counting: the gauge keeps the last count
