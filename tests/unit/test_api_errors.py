@@ -554,3 +554,20 @@ async def test_a_repeated_key_under_an_unknown_tasks_field_of_a_single_task_is_n
     error = error_of(await api.client.post("/v1/tasks", content=raw, headers=JSON), 400)
 
     assert error["field"] == "tasks"
+
+
+async def test_a_query_parameter_on_a_route_that_takes_none_says_so(api: Api) -> None:
+    response = await api.client.get(f"/v1/tasks/{uuid4()}", params={"x": "1"})
+
+    error = error_of(response, 400)
+    assert error["field"] == "x"
+    assert error["message"] == "unknown query parameter 'x'; this route takes none"
+
+
+async def test_an_unknown_query_parameter_lists_the_accepted_ones(api: Api) -> None:
+    response = await api.client.get("/v1/tasks", params={"limt": "1"})
+
+    error = error_of(response, 400)
+    assert error["field"] == "limt"
+    assert error["message"].startswith("unknown query parameter 'limt'; accepted: ")
+    assert "limit" in error["message"].split("accepted: ")[1].split(", ")

@@ -89,9 +89,9 @@ def check_names(names: Iterable[str], allowed: frozenset[str]) -> None:
     seen = list(names)
     unknown = sorted(set(seen) - allowed)
     if unknown:
+        known = f"accepted: {', '.join(sorted(allowed))}" if allowed else "this route takes none"
         raise ValidationError(
-            f"unknown query parameter {unknown[0]!r}; accepted: {', '.join(sorted(allowed))}",
-            field=unknown[0][:64],
+            f"unknown query parameter {unknown[0]!r}; {known}", field=unknown[0][:64]
         )
     repeated = sorted({n for n in seen if n != "status" and seen.count(n) > 1})
     if repeated:
