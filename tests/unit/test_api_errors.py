@@ -376,7 +376,9 @@ async def test_invalid_idempotency_keys_are_a_400_naming_the_header(api: Api, ke
         "/v1/tasks", json={"kind": "k"}, headers={"Idempotency-Key": key}
     )
 
-    assert error_of(response, 400)["field"] == "Idempotency-Key"
+    error = error_of(response, 400)
+    assert error["field"] == "Idempotency-Key"
+    assert "\\" not in error["message"]  # said in words, not as msgspec's quoted pattern
 
 
 @pytest.mark.parametrize(

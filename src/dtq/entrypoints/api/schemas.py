@@ -47,6 +47,7 @@ PATTERN_HINTS: dict[str, str] = {
 #: Printable ASCII only: what an HTTP header can carry without encoding games.
 IDEMPOTENCY_KEY_PATTERN = r"^[\x20-\x7e]+(?!\n)$"
 IDEMPOTENCY_KEY_MAX = 255
+PATTERN_HINTS[IDEMPOTENCY_KEY_PATTERN] = "printable ASCII characters only (0x20-0x7E)"
 
 Kind = Annotated[
     str,
