@@ -10,15 +10,17 @@ never passes over an event of a transaction that has not committed yet (ARCHITEC
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 from dtq.application.ports import Event, EventCursor, Store, Transaction
 from dtq.domain.errors import JobNotFound, ValidationError
 from dtq.domain.events import EVENT_TYPES
+
+T = TypeVar("T")
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -156,6 +158,8 @@ class EventService:
         Reads a page; when it is full reads the next at once, else sleeps ``poll_interval``.
         Yields each non-empty batch, and an empty list after ``idle`` seconds of silence
         (default: the policy's ``heartbeat``), then again after each further ``idle``.
+        A follower cancelled during a read (its client went away) stops at once, and the read
+        finishes on its own: a query cancelled in flight would cost the pool its connection.
         ``types`` is applied to the pages read, not in the query, so the cursor moves over the
         events it leaves out and each read costs only the events committed since the last one,
         however rare the wanted types are. Store errors propagate (the caller's stream ends;
@@ -168,7 +172,7 @@ class EventService:
         loop = asyncio.get_running_loop()
         while True:
             began = loop.time()
-            events = await self.page(after=cursor, job_id=job_id)
+            events = await _outlasting_cancel(self.page(after=cursor, job_id=job_id))
             if events:
                 cursor = events[-1].cursor
                 chosen = events if wanted is None else [e for e in events if e.type in wanted]
@@ -182,3 +186,23 @@ class EventService:
             if quiet >= silence:
                 quiet = 0.0
                 yield []
+
+
+_finishing: set[asyncio.Task[Any]] = set()  # reads whose follower went away, until they end
+
+
+async def _outlasting_cancel(read: Coroutine[Any, Any, T]) -> T:
+    """Await ``read`` in a task of its own that a cancel of the caller does not reach."""
+    task = asyncio.ensure_future(read)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        _finishing.add(task)
+        task.add_done_callback(_finished)
+        raise
+
+
+def _finished(task: asyncio.Task[Any]) -> None:
+    _finishing.discard(task)
+    if not task.cancelled():
+        task.exception()  # retrieved: an outage after the follower left is nobody's to report
