@@ -198,7 +198,8 @@ class Reconciler:
         return report
 
     def _report_queue_state(self, report: ReconcileReport) -> None:
-        """Warn about a new (first used or lost) queue and about due tasks no live worker polls; set the gauge."""
+        """Warn about a new queue (first used, or its data lost) and about due tasks no live worker
+        polls; set the gauge."""
         if report.queue_reset:
             self._log.warning(
                 "new queue epoch (the first use of this Redis prefix, or its data was lost): "

@@ -37,17 +37,17 @@ PRIORITY_PATTERN = r"^[a-z0-9_-]{1,32}(?!\n)$"
 JOB_NAME_PATTERN = r"^[^\x00-\x1f\x7f]*(?!\n)$"
 #: Worker ids of the HTTP worker protocol (``worker_protocol.WORKER_ID_PATTERN``).
 WORKER_ID_PATTERN = r"^[\x21-\x7e]{1,200}(?!\n)$"
+#: Printable ASCII only: what an HTTP header can carry without encoding games.
+IDEMPOTENCY_KEY_PATTERN = r"^[\x20-\x7e]+(?!\n)$"
+IDEMPOTENCY_KEY_MAX = 255
 #: What each pattern means, in the words a 400 uses instead of the regex.
 PATTERN_HINTS: dict[str, str] = {
     NAME_PATTERN: "letters, digits, '.', '_', ':' or '-' only",
     PRIORITY_PATTERN: "1 to 32 characters of a-z, 0-9, '_' or '-'",
     JOB_NAME_PATTERN: "no control characters",
     WORKER_ID_PATTERN: "1 to 200 printable ASCII characters, no spaces",
+    IDEMPOTENCY_KEY_PATTERN: "printable ASCII characters only (0x20-0x7E)",
 }
-#: Printable ASCII only: what an HTTP header can carry without encoding games.
-IDEMPOTENCY_KEY_PATTERN = r"^[\x20-\x7e]+(?!\n)$"
-IDEMPOTENCY_KEY_MAX = 255
-PATTERN_HINTS[IDEMPOTENCY_KEY_PATTERN] = "printable ASCII characters only (0x20-0x7E)"
 
 Kind = Annotated[
     str,
