@@ -16,10 +16,14 @@ from uuid import UUID, uuid4
 import httpx
 import pytest
 
+from dtq.application.commands import TaskSpec
+from dtq.application.queries import QueryService
 from dtq.domain.tokens import Scope
 from dtq.entrypoints.dashboard import pages, stream
 from tests.sse import Message, messages
 from tests.unit.api_harness import SETTINGS
+from tests.unit.conftest import App
+from tests.unit.held_reads import HeldReads
 from tests.unit.http_server import Server, serving
 
 FAST = replace(SETTINGS, events_poll_interval=0.02)
@@ -252,3 +256,21 @@ async def test_a_quiet_stream_sends_keep_alives_and_an_outage_ends_it_with_a_com
     assert comments[0] == "dtq job updates"
     assert "keep-alive" in comments
     assert comments[-1] == "database unavailable: reconnect"
+
+
+async def test_a_job_update_read_outlasts_a_client_that_goes_away(app: App) -> None:
+    # The job's counts are read while the client may close its stream: as for the event
+    # stream (tests/unit/test_events.py), the read finishes and the pool keeps its connection.
+    submitted = await app.submit_tasks(TaskSpec("a", "echo"))
+    store = HeldReads(app.store)
+    reading = asyncio.ensure_future(stream.read(QueryService(store=store), submitted.job_id))  # type: ignore[arg-type]
+    await store.started.wait()
+
+    reading.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await reading
+    store.gate.set()
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+    assert store.ended == ["finished"]

@@ -24,6 +24,7 @@ from dtq.domain.errors import ValidationError
 from dtq.domain.events import EVENT_TYPES
 from tests.single import claim_one, complete_one, pop_one
 from tests.unit.conftest import App
+from tests.unit.held_reads import HeldReads
 
 Step = tuple[str, str | None, str | None]  # (type, task name or None, cause or None)
 
@@ -209,31 +210,10 @@ def test_the_stream_settings_load_and_bad_values_name_the_variable() -> None:
         assert caught.value.variable == name
 
 
-class _HeldReads:
-    """The app's store; each ``run`` waits at ``gate`` first and records how it ended."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self.gate = asyncio.Event()
-        self.started = asyncio.Event()
-        self.ended: list[str] = []
-
-    async def run(self, fn: Any) -> Any:
-        self.started.set()
-        try:
-            await self.gate.wait()
-            result = await self.inner.run(fn)
-        except asyncio.CancelledError:
-            self.ended.append("cancelled")
-            raise
-        self.ended.append("finished")
-        return result
-
-
 async def test_a_follower_that_goes_away_mid_read_lets_the_read_finish(app: App) -> None:
     # A client closing its event stream cancels the follower; a database query cancelled in
     # flight costs the pool its connection (psycopg closes it), so the read finishes instead.
-    store = _HeldReads(app.store)
+    store = HeldReads(app.store)
     follower = EventService(store=store).follow(after=None).__aiter__()  # type: ignore[arg-type]
     reading = asyncio.ensure_future(follower.__anext__())
     await store.started.wait()

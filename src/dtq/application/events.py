@@ -172,7 +172,7 @@ class EventService:
         loop = asyncio.get_running_loop()
         while True:
             began = loop.time()
-            events = await _outlasting_cancel(self.page(after=cursor, job_id=job_id))
+            events = await outlasting_cancel(self.page(after=cursor, job_id=job_id))
             if events:
                 cursor = events[-1].cursor
                 chosen = events if wanted is None else [e for e in events if e.type in wanted]
@@ -191,8 +191,11 @@ class EventService:
 _finishing: set[asyncio.Task[Any]] = set()  # reads whose follower went away, until they end
 
 
-async def _outlasting_cancel(read: Coroutine[Any, Any, T]) -> T:
-    """Await ``read`` in a task of its own that a cancel of the caller does not reach."""
+async def outlasting_cancel(read: Coroutine[Any, Any, T]) -> T:
+    """Await ``read`` in a task of its own that a cancel of the caller does not reach: for the
+    store reads of a stream whose client may go away at any moment (a query cancelled in
+    flight costs the pool its connection). The caller's ``CancelledError`` is raised at once;
+    the read ends on its own, its outcome dropped."""
     task = asyncio.ensure_future(read)
     try:
         return await asyncio.shield(task)

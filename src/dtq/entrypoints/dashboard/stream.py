@@ -44,7 +44,12 @@ from litestar.params import HeaderParameter
 from litestar.response import ServerSentEvent
 from litestar.response.sse import ServerSentEventMessage
 
-from dtq.application.events import EventService, format_event_id, parse_event_id
+from dtq.application.events import (
+    EventService,
+    format_event_id,
+    outlasting_cancel,
+    parse_event_id,
+)
 from dtq.application.ports import EventCursor
 from dtq.application.queries import JobCounts, QueryService
 from dtq.domain.errors import BackendUnavailable, JobNotFound
@@ -154,8 +159,9 @@ async def job_updates(
 
 
 async def read(queries: QueryService, job_id: UUID) -> JobCounts:
-    """The job's counts, with every task's status when the page draws them all."""
-    return await queries.job_counts(job_id, max_tasks=pages.MAX_DRAWN_TASKS)
+    """The job's counts, with every task's status when the page draws them all; a client
+    that goes away meanwhile does not cut the read short (``outlasting_cancel``)."""
+    return await outlasting_cancel(queries.job_counts(job_id, max_tasks=pages.MAX_DRAWN_TASKS))
 
 
 class StreamController(Controller):
