@@ -165,20 +165,14 @@ async def test_a_body_over_the_limit_goes_to_the_route_and_gets_413(
     assert router.count == 1
 
 
-async def asgi_status(api: Api, headers: list[tuple[bytes, bytes]], body: bytes) -> int:
-    """POST ``body`` to ``/v1/tasks`` with exactly ``headers``; the response status."""
-    status, _ = await asgi_post(api, "/v1/tasks", headers, body)
-    return status
-
-
 async def test_a_query_string_or_a_repeated_header_goes_to_the_route(
     api: Api, router: RouterCalls
 ) -> None:
     with_query = await api.client.post("/v1/tasks?x=1", json={"kind": "echo"})
     json_type = (b"content-type", b"application/json")
     keys = [(b"idempotency-key", b"first"), (b"idempotency-key", b"second")]
-    repeated = await asgi_status(api, [json_type, *keys], b'{"kind": "echo"}')
-    plain = await asgi_status(api, [json_type], b'{"kind": "echo"}')
+    repeated, _ = await asgi_post(api, "/v1/tasks", [json_type, *keys], b'{"kind": "echo"}')
+    plain, _ = await asgi_post(api, "/v1/tasks", [json_type], b'{"kind": "echo"}')
 
     assert with_query.status_code == 201
     assert repeated == 400  # the route refuses a repeated Idempotency-Key
