@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from typing import Any
+
+import pytest
 
 
 class HeldReads:
@@ -25,3 +28,16 @@ class HeldReads:
             raise
         self.ended.append("finished")
         return result
+
+
+async def cancel_mid_read(store: HeldReads, call: Awaitable[Any]) -> None:
+    """Start ``call``, cancel it while its read waits at the gate (it raises CancelledError at
+    once), then open the gate and let the loop run: ``store.ended`` says how the read ended."""
+    reading = asyncio.ensure_future(call)
+    await store.started.wait()
+    reading.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await reading
+    store.gate.set()
+    for _ in range(20):
+        await asyncio.sleep(0)

@@ -23,7 +23,7 @@ from dtq.entrypoints.dashboard import pages, stream
 from tests.sse import Message, messages
 from tests.unit.api_harness import SETTINGS
 from tests.unit.conftest import App
-from tests.unit.held_reads import HeldReads
+from tests.unit.held_reads import HeldReads, cancel_mid_read
 from tests.unit.http_server import Server, serving
 
 FAST = replace(SETTINGS, events_poll_interval=0.02)
@@ -263,14 +263,7 @@ async def test_a_job_update_read_outlasts_a_client_that_goes_away(app: App) -> N
     # stream (tests/unit/test_events.py), the read finishes and the pool keeps its connection.
     submitted = await app.submit_tasks(TaskSpec("a", "echo"))
     store = HeldReads(app.store)
-    reading = asyncio.ensure_future(stream.read(QueryService(store=store), submitted.job_id))  # type: ignore[arg-type]
-    await store.started.wait()
-
-    reading.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await reading
-    store.gate.set()
-    for _ in range(20):
-        await asyncio.sleep(0)
+    queries = QueryService(store=store)  # type: ignore[arg-type]
+    await cancel_mid_read(store, stream.read(queries, submitted.job_id))
 
     assert store.ended == ["finished"]

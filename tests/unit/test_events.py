@@ -4,7 +4,6 @@ once, a refused report none), read back in pages after a cursor, pruned with its
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -24,7 +23,7 @@ from dtq.domain.errors import ValidationError
 from dtq.domain.events import EVENT_TYPES
 from tests.single import claim_one, complete_one, pop_one
 from tests.unit.conftest import App
-from tests.unit.held_reads import HeldReads
+from tests.unit.held_reads import HeldReads, cancel_mid_read
 
 Step = tuple[str, str | None, str | None]  # (type, task name or None, cause or None)
 
@@ -215,14 +214,6 @@ async def test_a_follower_that_goes_away_mid_read_lets_the_read_finish(app: App)
     # flight costs the pool its connection (psycopg closes it), so the read finishes instead.
     store = HeldReads(app.store)
     follower = EventService(store=store).follow(after=None).__aiter__()  # type: ignore[arg-type]
-    reading = asyncio.ensure_future(follower.__anext__())
-    await store.started.wait()
-
-    reading.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await reading
-    store.gate.set()
-    for _ in range(20):
-        await asyncio.sleep(0)
+    await cancel_mid_read(store, follower.__anext__())
 
     assert store.ended == ["finished"]
