@@ -51,7 +51,7 @@ class Sizes:
     """How much work each scenario does; ``quick()`` is the smoke-test variant."""
 
     drain_tasks: int = 10_000
-    sweep_tasks: int = 2_000  # tasks per concurrency tried before the measured runs
+    sweep_tasks: int = 10_000  # tasks per variant tried before the measured runs (a drain's size)
     sweep_rounds: int = 3  # the sweep's variants drained round-robin this often (medians)
     concurrencies: tuple[int, ...] = (64, 256, 512)
     submit_job_tasks: int = 10_000
