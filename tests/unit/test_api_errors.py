@@ -80,6 +80,16 @@ async def test_self_dependency_is_a_400(api: Api) -> None:
     assert (error["code"], error["field"]) == ("self_dependency", "tasks[0].depends_on")
 
 
+async def test_duplicate_dependency_is_a_400_naming_the_field_and_the_id(api: Api) -> None:
+    body = {"tasks": [task("a"), task("b", "a", "a")]}
+
+    error = error_of(await api.client.post("/v1/jobs", json=body), 400)
+
+    assert (error["code"], error["field"]) == ("duplicate_dependency", "tasks[1].depends_on")
+    assert "'a'" in error["message"]
+    assert api.sample("orchestrator_jobs_submitted_total") == 0
+
+
 async def test_rejected_job_writes_nothing(api: Api) -> None:
     await api.client.post("/v1/jobs", json={"tasks": [task("a", "b"), task("b", "a")]})
 

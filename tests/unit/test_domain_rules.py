@@ -10,6 +10,7 @@ import pytest
 from dtq.domain.dag import TaskNode, validate_dag
 from dtq.domain.errors import (
     DependencyCycle,
+    DuplicateDependency,
     DuplicateTaskName,
     InvalidPayload,
     SelfDependency,
@@ -54,6 +55,13 @@ def test_self_dependency_is_refused() -> None:
     with pytest.raises(SelfDependency) as err:
         validate_dag(nodes(a=("a",)))
     assert err.value.field == "tasks[0].depends_on"
+
+
+def test_duplicate_dependency_is_refused_naming_the_id() -> None:
+    with pytest.raises(DuplicateDependency) as err:
+        validate_dag(nodes(a=(), b=(), c=("b", "a", "b")))
+    assert "'b'" in err.value.detail and "'c'" in err.value.detail
+    assert err.value.field == "tasks[2].depends_on"
 
 
 def test_cycle_is_refused_with_its_path() -> None:

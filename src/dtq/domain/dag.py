@@ -5,7 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from dtq.domain.errors import DependencyCycle, DuplicateTaskName, SelfDependency, UnknownDependency
+from dtq.domain.errors import (
+    DependencyCycle,
+    DuplicateDependency,
+    DuplicateTaskName,
+    SelfDependency,
+    UnknownDependency,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +41,7 @@ def validate_dag(nodes: Sequence[TaskNode]) -> list[str]:
     Raises:
         DuplicateTaskName: two tasks share a name (``field`` = ``tasks[i].name``).
         SelfDependency: a task lists itself (``field`` = ``tasks[i].depends_on``).
+        DuplicateDependency: a task lists one name twice (``field`` = ``tasks[i].depends_on``).
         UnknownDependency: a task lists a name that is not in the job.
         DependencyCycle: the graph has a cycle; ``path`` names it, e.g. ``["a", "b", "a"]``.
     """
@@ -47,7 +54,14 @@ def validate_dag(nodes: Sequence[TaskNode]) -> list[str]:
             )
         index[node.name] = i
     for i, node in enumerate(nodes):
+        listed: set[str] = set()
         for dep in node.depends_on:
+            if dep in listed:
+                raise DuplicateDependency(
+                    f"task {node.name!r} lists {dep!r} twice in depends_on",
+                    field=f"tasks[{i}].depends_on",
+                )
+            listed.add(dep)
             if dep == node.name:
                 raise SelfDependency(
                     f"task {node.name!r} depends on itself", field=f"tasks[{i}].depends_on"

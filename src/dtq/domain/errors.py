@@ -81,6 +81,12 @@ class UnknownDependency(DagError):
     code = "unknown_dependency"
 
 
+class DuplicateDependency(DagError):
+    """A task lists the same dependency more than once."""
+
+    code = "duplicate_dependency"
+
+
 class SelfDependency(DagError):
     """A task depends on itself."""
 
