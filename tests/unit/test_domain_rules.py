@@ -70,11 +70,13 @@ def test_cycle_is_refused_with_its_path() -> None:
     path = err.value.path
     assert path[0] == path[-1]
     assert set(path) == {"a", "b", "c"}
-    # each step of the reported path is a real edge: the next task depends on the previous one
+    # each step of the reported path is a real edge in depends_on's direction: "x -> y" is
+    # "x depends on y", and the message says so
     graph = {"a": {"c", "root"}, "b": {"a"}, "c": {"b"}}
     for before, after in pairwise(path):
-        assert before in graph[after]
+        assert after in graph[before]
     assert " -> ".join(path) in err.value.detail
+    assert "depends on" in err.value.detail
 
 
 def test_a_large_layered_dag_validates() -> None:

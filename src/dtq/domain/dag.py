@@ -43,7 +43,8 @@ def validate_dag(nodes: Sequence[TaskNode]) -> list[str]:
         SelfDependency: a task lists itself (``field`` = ``tasks[i].depends_on``).
         DuplicateDependency: a task lists one name twice (``field`` = ``tasks[i].depends_on``).
         UnknownDependency: a task lists a name that is not in the job.
-        DependencyCycle: the graph has a cycle; ``path`` names it, e.g. ``["a", "b", "a"]``.
+        DependencyCycle: the graph has a cycle; ``path`` names it in ``depends_on``'s direction,
+            each task depending on the next: ``["a", "b", "a"]`` when a depends on b and b on a.
     """
     index: dict[str, int] = {}
     for i, node in enumerate(nodes):
@@ -106,7 +107,5 @@ def _find_cycle(nodes: Sequence[TaskNode], stuck: set[str]) -> list[str]:
         seen[current] = len(path)
         path.append(current)
         current = deps[current][0]
-    # path runs along "depends on" edges; report it in execution order (a -> b means b needs a).
-    cycle = [*path[seen[current] :], current]
-    cycle.reverse()
-    return cycle
+    # path runs along depends_on edges, as reported: each name depends on the next one.
+    return [*path[seen[current] :], current]

@@ -97,15 +97,19 @@ class DependencyCycle(DagError):
     """The dependencies form a cycle.
 
     Attributes:
-        path: the task names around the cycle, first name repeated at the end
-            (``["a", "b", "a"]``).
+        path: the task names around the cycle, first name repeated at the end, in
+            ``depends_on``'s direction: each task depends on the next (``["a", "b", "a"]``: a
+            depends on b, b depends on a). The message prints it with ``->`` and says so.
     """
 
     code = "dependency_cycle"
 
     def __init__(self, path: list[str], *, field: str | None = "tasks") -> None:
         self.path = path
-        super().__init__("dependency cycle: " + " -> ".join(path), field=field)
+        super().__init__(
+            "dependency cycle: " + " -> ".join(path) + " (each task depends on the next)",
+            field=field,
+        )
 
 
 class InvalidPayload(ValidationError):

@@ -2,7 +2,8 @@
 
 Every error response has the same body, :class:`~dtq.entrypoints.api.schemas.ErrorBody`::
 
-    {"error": {"code": "dependency_cycle", "message": "dependency cycle: a -> b -> a",
+    {"error": {"code": "dependency_cycle",
+               "message": "dependency cycle: a -> b -> a (each task depends on the next)",
                "field": "tasks"}}
 
 Domain errors map to a status through :data:`STATUS_BY_ERROR` (the most specific class in the
