@@ -47,7 +47,8 @@ async def test_run_at_with_an_offset_on_post_jobs(api: Api) -> None:
         "tasks": [
             {"name": "a", "kind": "echo", "run_at": due.isoformat()},
             {"name": "b", "kind": "echo", "run_at": "2000-01-01T00:00:00Z"},
-            {"name": "c", "kind": "echo", "run_at": "0001-01-01T00:00:00+01:00"},
+            # 2000-01-01T00:30:00Z: the earliest accepted run_at is compared in UTC
+            {"name": "c", "kind": "echo", "run_at": "1999-12-31T23:30:00-01:00"},
         ]
     }
     response = await api.client.post("/v1/jobs", json=body)
@@ -73,6 +74,10 @@ async def test_run_at_with_an_offset_on_post_jobs(api: Api) -> None:
         ({"delay": "5s", "run_at": "2026-12-01T12:00:00Z"}, "delay"),
         ({"run_at": "9999-12-31T23:59:59-01:00"}, "run_at"),  # beyond datetime in UTC
         ({"run_at": "9000-01-01T00:00:00Z"}, "run_at"),  # more than a year ahead
+        ({"run_at": "0001-01-01T00:00:00Z"}, "run_at"),  # a typo, not "now"
+        ({"run_at": "0001-01-01T00:00:00+01:00"}, "run_at"),  # before datetime in UTC
+        ({"run_at": "1999-12-31T23:59:59Z"}, "run_at"),  # before 2000-01-01
+        ({"run_at": "2000-01-01T00:30:00+01:00"}, "run_at"),  # 1999-12-31T23:30:00Z
     ],
 )
 async def test_bad_timing_is_a_400_naming_the_field(
@@ -86,3 +91,12 @@ async def test_bad_timing_is_a_400_naming_the_field(
     )
     assert error_field(response) == f"tasks[1].{field}"
     assert api.store._tables.jobs == {}
+
+
+async def test_a_run_at_before_2000_is_a_400_that_states_the_bound(api: Api) -> None:
+    response = await api.client.post(
+        "/v1/tasks", json={"kind": "echo", "run_at": "0001-01-01T00:00:00Z"}
+    )
+    assert error_field(response) == "run_at"
+    message = response.json()["error"]["message"]
+    assert "2000-01-01T00:00:00Z" in message and "'0001-01-01T00:00:00Z'" in message

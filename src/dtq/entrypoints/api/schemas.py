@@ -105,8 +105,9 @@ RunAt = Annotated[
     msgspec.Meta(
         max_length=64,
         description=(
-            "Run no earlier than this RFC 3339 time with an offset (a naive time is a 400); a"
-            " past time runs now. Not with delay."
+            "Run no earlier than this RFC 3339 time with an offset (a naive time is a 400),"
+            " from 2000-01-01T00:00:00Z to one year ahead; a past time runs now. Not with"
+            " delay."
         ),
         examples=["2026-12-01T12:00:00Z"],
     ),

@@ -17,6 +17,11 @@ from dtq.entrypoints.config_values import ConfigError, parse_duration
 #: The longest ``delay`` accepted: one year.
 MAX_DELAY = timedelta(days=366)
 
+#: The earliest ``run_at`` accepted. A past time runs now, but one before this is a typo (a
+#: year 0001 or 1970 left in by mistake), not a plan; a fixed bound answers the same body the
+#: same way on every replay.
+EARLIEST_RUN_AT = datetime(2000, 1, 1, tzinfo=UTC)
+
 
 def parse_run_at(text: str, *, field: str, now: datetime | None = None) -> datetime:
     """Parse an RFC 3339 time with an offset (``2026-12-01T12:00:00Z``, ``...+02:00``).
@@ -31,8 +36,8 @@ def parse_run_at(text: str, *, field: str, now: datetime | None = None) -> datet
         The aware time in UTC.
 
     Raises:
-        ValidationError: not an RFC 3339 time, no offset (a naive time is ambiguous), or more
-            than :data:`MAX_DELAY` ahead.
+        ValidationError: not an RFC 3339 time, no offset (a naive time is ambiguous), before
+            :data:`EARLIEST_RUN_AT`, or more than :data:`MAX_DELAY` ahead.
     """
     try:
         value = datetime.fromisoformat(text)
@@ -50,9 +55,12 @@ def parse_run_at(text: str, *, field: str, now: datetime | None = None) -> datet
         utc = value.astimezone(UTC)
     except OverflowError:  # an offset pushing 0001-01-01 or 9999-12-31 out of range
         utc = None
+    if (utc is None and value.year == 1) or (utc is not None and utc < EARLIEST_RUN_AT):
+        raise ValidationError(
+            f"run_at must not be before {EARLIEST_RUN_AT:%Y-%m-%dT%H:%M:%SZ}, got {text[:64]!r}",
+            field=field,
+        )
     if utc is None or utc > now + MAX_DELAY:
-        if utc is None and value.year == 1:
-            return datetime.min.replace(tzinfo=UTC)  # before year 1 in UTC: runs now
         raise ValidationError(
             f"run_at must be at most {_show(MAX_DELAY)} ahead, got {text[:64]!r}", field=field
         )
