@@ -119,6 +119,41 @@ async def test_malformed_json_is_a_400_not_a_500(api: Api, raw: bytes) -> None:
     assert error["code"] == "invalid_json"
 
 
+@pytest.mark.parametrize(
+    ("path", "raw", "field"),
+    [
+        ("/v1/tasks", rb'{"kind":"x","payload":{"s":"\ud800"}}', "payload.s"),
+        ("/v1/tasks", rb'{"kind":"x","payload":{"s":"ab\ud800cd"}}', "payload.s"),
+        ("/v1/tasks", rb'{"kind":"x","payload":["ok","\udc00"]}', "payload[1]"),
+        ("/v1/tasks", rb'{"kind":"x","payload":{"\ud800":1}}', "payload"),  # in a key
+        (
+            "/v1/jobs",
+            rb'{"tasks":[{"name":"a","kind":"x","payload":"\ud800"}]}',
+            "tasks[0].payload",
+        ),
+    ],
+)
+async def test_a_lone_surrogate_escape_is_named_not_called_truncated(
+    api: Api, path: str, raw: bytes, field: str
+) -> None:
+    status, answer = await asgi_post(api, path, [(b"content-type", b"application/json")], raw)
+
+    assert status == 400, answer
+    error = json.loads(answer)["error"]
+    assert (error["code"], error["field"]) == ("invalid_json", field)
+    assert "surrogate" in error["message"] and "truncated" not in error["message"]
+
+
+async def test_a_surrogate_pair_escape_is_accepted(api: Api) -> None:
+    raw = rb'{"kind":"x","payload":{"s":"\ud83d\ude00"}}'
+
+    status, answer = await asgi_post(
+        api, "/v1/tasks", [(b"content-type", b"application/json")], raw
+    )
+
+    assert status == 201, answer
+
+
 async def test_empty_body_is_a_400(api: Api) -> None:
     error = error_of(await api.client.post("/v1/tasks", content=b"", headers=JSON), 400)
 

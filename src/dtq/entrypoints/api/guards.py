@@ -6,8 +6,9 @@ Struct as ``data`` and calls no decoder itself. In order, the hook refuses:
 
 1. a ``Content-Type`` other than ``application/json`` or ``application/<subtype>+json``
    (HTTP 415 ``unsupported_media_type``), before any byte of the body is read;
-2. a body that is not JSON (HTTP 400 ``invalid_json``), or larger than ``API_MAX_BODY_BYTES``
-   (HTTP 413, raised by Litestar while the body is read);
+2. a body that is not JSON (HTTP 400 ``invalid_json``; a string holding a lone UTF-16
+   surrogate escape such as ``"\\ud800"`` is named by its path), or larger than
+   ``API_MAX_BODY_BYTES`` (HTTP 413, raised by Litestar while the body is read);
 3. a value of the wrong JSON type or outside its declared range, or an unknown or missing
    field (HTTP 400 ``validation_error`` naming the field), decoded in msgspec's *strict* mode:
    ``"3"`` or ``3.0`` for an integer field is refused, as ``/schema`` says. Litestar's own (lax)
@@ -25,6 +26,7 @@ first refuses an ``Idempotency-Key`` header given more than once (HTTP 400 ``val
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -44,6 +46,16 @@ class DuplicateKey(ValidationError):
     code = "invalid_json"
 
 
+class LoneSurrogate(ValidationError):
+    """A string of the body holds a UTF-16 surrogate escape that is not half of a pair."""
+
+    code = "invalid_json"
+
+
+#: A code point that only a lone ``\uD800``-``\uDFFF`` escape can put into a decoded string.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def json_body(model: type[msgspec.Struct]) -> BeforeRequest:
     """The ``before_request`` hook of a route whose body decodes into ``model``.
 
@@ -60,6 +72,7 @@ def json_body(model: type[msgspec.Struct]) -> BeforeRequest:
         try:
             document = await request.json()
         except SerializationException as exc:  # what Litestar raises for a handler's `data`
+            reject_lone_surrogates(await request.body())
             raise ClientException(str(exc)) from exc
         try:
             msgspec.convert(document, type=model, strict=True)
@@ -112,6 +125,48 @@ def is_json_media_type(content_type: str) -> bool:
     return media_type == "application/json" or (
         kind == "application" and subtype.endswith("+json") and len(subtype) > len("+json")
     )
+
+
+def reject_lone_surrogates(raw: bytes) -> None:
+    """Name the string at fault in a body msgspec refused, when it holds a lone surrogate escape.
+
+    msgspec reports ``"\\ud800"`` not followed by a low surrogate as "Input data was truncated",
+    which sends the client looking for a cut-off body. Python's parser accepts such an escape,
+    so it finds the string; a body it refuses as well, or one without a lone surrogate, keeps
+    msgspec's message.
+
+    Raises:
+        LoneSurrogate: naming the string's path (the object's, when the key holds it).
+    """
+    try:
+        document = json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant)
+    except (ValueError, RecursionError):
+        return
+    stack: list[tuple[Any, str]] = [(document, "")]
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, str):
+            _check_surrogates(value, "a string", path)
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                _check_surrogates(key, "a key", path)
+                stack.append((item, f"{path}.{key}" if path else key))
+        elif isinstance(value, list):
+            stack.extend((v, f"{path}[{i}]") for i, v in enumerate(value))
+
+
+def _check_surrogates(text: str, what: str, path: str) -> None:
+    if found := _SURROGATE.search(text):
+        raise LoneSurrogate(
+            f"request body is not valid JSON: {what} holds a lone UTF-16 surrogate escape"
+            f" \\u{ord(found[0]):04x} (a surrogate must be half of a pair)",
+            field=path or None,
+        )
+
+
+def _refuse_constant(name: str) -> None:
+    """``NaN``/``Infinity`` are not JSON: leave such a body to msgspec's message."""
+    raise ValueError(name)
 
 
 class _Repeated(dict[str, Any]):
