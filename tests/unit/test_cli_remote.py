@@ -163,6 +163,32 @@ async def test_a_payload_file_that_is_not_strict_json_is_one_line_and_exit_2(
     assert err.startswith(message) and err.count("\n") == 1
 
 
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        # each was a traceback (UnicodeEncodeError, RecursionError) or sent something else
+        (["submit", "echo", "--payload", '{"a":"\\ud800"}'], "dtq: --payload: not JSON: a lone"),
+        (["submit", "echo", "--payload", '{"a":1,"a":2}'], 'dtq: --payload: not JSON: key "a"'),
+        (["submit", "echo", "--payload", "[1e999]"], "dtq: --payload: not JSON: 1e999"),
+        (["submit", "echo", "--payload", ""], "dtq: --payload: not JSON"),
+        (["submit", "echo", "--payload", "[" * 100_000], "dtq: --payload: not JSON: nested"),
+        (["submit", "echo", "--idempotency-key", "caf\u00e9"], "dtq: --idempotency-key: "),
+        (["submit", "echo", "--idempotency-key", "a\nb"], "dtq: --idempotency-key: "),
+        (["submit", "ec\udcffho"], "dtq: argument 2: not UTF-8"),
+    ],
+)
+async def test_input_the_api_would_refuse_is_refused_by_the_cli_in_one_line(
+    server: Server, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    status = await dtq(*argv)
+    err = capsys.readouterr().err
+
+    assert (status, err[: len(message)]) == (2, message), err
+    assert err.count("\n") == 1
+    assert await dtq("tasks", "list", "--json") == 0
+    assert json.loads(capsys.readouterr().out) == []
+
+
 async def test_a_job_file_that_is_not_an_object_is_refused(
     server: Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

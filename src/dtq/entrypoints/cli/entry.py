@@ -43,7 +43,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         unreachable at start included), 130 interrupted before the command could install its
         signal handlers.
     """
-    args = parser().parse_args(argv)
+    given = list(sys.argv[1:] if argv is None else argv)
+    for number, arg in enumerate(given, 1):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:  # bytes the locale could not decode, kept as surrogates
+            shown = arg.encode("utf-8", "backslashreplace").decode()
+            fail(f"argument {number}: not UTF-8 text: {shown!r}")
+            return EXIT_USAGE
+    args = parser().parse_args(given)
     command: Callable[[argparse.Namespace], int] = args.command
     try:
         return command(args)

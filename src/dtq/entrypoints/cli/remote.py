@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -79,11 +80,13 @@ def api_command(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.N
 
 def json_argument(text: str, *, option: str) -> Any:
     """``--payload``-style input: JSON text, or ``@path`` for a file holding UTF-8 JSON. Strict
-    JSON only: ``NaN`` and ``Infinity`` are refused (the API refuses them too; encoded they
-    would have become ``null``).
+    JSON only, refused as the API refuses it (so that what is sent is what was given): ``NaN``,
+    ``Infinity`` and a number beyond a float's range (encoded they would become ``null``), a key
+    repeated in one object (decoding would keep the last), a lone UTF-16 surrogate escape (it
+    cannot be encoded), nesting deeper than Python's recursion limit.
 
     Raises:
-        UsageError: the file cannot be read (or is not UTF-8) or the text is not JSON.
+        UsageError: the file cannot be read (or is not UTF-8) or the text is not such JSON.
     """
     source = text
     if text.startswith("@"):
@@ -96,15 +99,57 @@ def json_argument(text: str, *, option: str) -> Any:
                 option, f"cannot read {text[1:]!r}: not UTF-8 ({exc.reason})"
             ) from None
     try:
-        return json.loads(source, parse_constant=_not_json)
+        value = json.loads(
+            source, parse_constant=_not_json, parse_float=_finite, object_pairs_hook=_unique_keys
+        )
     except json.JSONDecodeError as exc:
         raise UsageError(option, f"not JSON: {exc.msg} at line {exc.lineno}") from None
     except ValueError as exc:
         raise UsageError(option, f"not JSON: {exc}") from None
+    except RecursionError:
+        raise UsageError(option, "not JSON: nested too deeply") from None
+    try:
+        msgspec.json.encode(value)
+    except UnicodeEncodeError:
+        raise UsageError(
+            option, "not JSON: a lone UTF-16 surrogate escape (a surrogate must be half of a pair)"
+        ) from None
+    except (OverflowError, RecursionError) as exc:
+        raise UsageError(option, f"not JSON the API takes: {exc}") from None
+    return value
 
 
 def _not_json(constant: str) -> Any:
     raise ValueError(f"{constant} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if math.isinf(number):
+        raise ValueError(f"{text} is beyond a JSON number's range")
+    return number
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    document = dict(pairs)
+    if len(document) < len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"key {json.dumps(key)} repeated in one object")
+            seen.add(key)
+    return document
+
+
+def idempotency_key(text: str | None) -> str | None:
+    """``--idempotency-key``: sent as the ``Idempotency-Key`` header, so printable ASCII only.
+
+    Raises:
+        UsageError: another character (the API refuses it; HTTP cannot carry some of them).
+    """
+    if text is not None and not (text.isascii() and text.isprintable()):
+        raise UsageError("--idempotency-key", "printable ASCII characters only")
+    return text
 
 
 def console() -> Console:

@@ -13,6 +13,7 @@ from dtq.entrypoints.cli.remote import (
     client_options,
     console,
     emit_json,
+    idempotency_key,
     json_argument,
     open_client,
     positive_duration,
@@ -62,7 +63,7 @@ def _wait_options(parser: argparse.ArgumentParser) -> None:
 @api_command
 def cmd_submit(args: argparse.Namespace) -> int:
     """Submit the task; print its ids (and, with ``--wait``, follow its job)."""
-    payload = json_argument(args.payload, option="--payload") if args.payload else None
+    payload = None if args.payload is None else json_argument(args.payload, option="--payload")
     timeout = positive_duration(args.timeout, option="--timeout")
     with open_client(args) as client:
         created = client.submit_task(
@@ -71,7 +72,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
             priority=args.priority,
             delay=args.delay,
             max_attempts=args.max_attempts,
-            idempotency_key=args.idempotency_key,
+            idempotency_key=idempotency_key(args.idempotency_key),
         )
         if not args.wait:
             _print_ids(args, created, [("task_id", created.task_id), ("job_id", created.job_id)])
@@ -87,7 +88,7 @@ def cmd_job_submit(args: argparse.Namespace) -> int:
     if not isinstance(body, dict):
         raise UsageError("FILE", "the job file must hold a JSON object (the POST /v1/jobs body)")
     with open_client(args) as client:
-        created = client.submit_job(body, idempotency_key=args.idempotency_key)
+        created = client.submit_job(body, idempotency_key=idempotency_key(args.idempotency_key))
         if not args.wait:
             rows = [("job_id", created.job_id), *sorted(created.tasks.items())]
             _print_ids(args, created, rows)
