@@ -78,6 +78,17 @@ async def test_run_at_with_an_offset_on_post_jobs(api: Api) -> None:
         ({"run_at": "0001-01-01T00:00:00+01:00"}, "run_at"),  # before datetime in UTC
         ({"run_at": "1999-12-31T23:59:59Z"}, "run_at"),  # before 2000-01-01
         ({"run_at": "2000-01-01T00:30:00+01:00"}, "run_at"),  # 1999-12-31T23:30:00Z
+        # ISO 8601 forms that are not RFC 3339 (datetime.fromisoformat took each of them)
+        ({"run_at": "2026-12-03T06:00:00+0200"}, "run_at"),
+        ({"run_at": "2026-12-03T06:00:00+02"}, "run_at"),
+        ({"run_at": "2026-12-03T06:00:00+02:00:30"}, "run_at"),
+        ({"run_at": "20261203T060000Z"}, "run_at"),
+        ({"run_at": "2026-W49-4T06:00:00Z"}, "run_at"),
+        ({"run_at": "2026-12-03T06:00:00,5Z"}, "run_at"),
+        ({"run_at": "2026-12-03T06:00Z"}, "run_at"),
+        ({"run_at": "2026-12-03T06:00:00.Z"}, "run_at"),
+        ({"run_at": "2026-12-03 06:00:00Z"}, "run_at"),
+        ({"run_at": "\uff12026-12-03T06:00:00Z"}, "run_at"),  # a digit that is not ASCII
     ],
 )
 async def test_bad_timing_is_a_400_naming_the_field(
@@ -100,3 +111,22 @@ async def test_a_run_at_before_2000_is_a_400_that_states_the_bound(api: Api) -> 
     assert error_field(response) == "run_at"
     message = response.json()["error"]["message"]
     assert "2000-01-01T00:00:00Z" in message and "'0001-01-01T00:00:00Z'" in message
+
+
+@pytest.mark.parametrize(
+    "run_at",
+    ["2026-12-01t12:00:00z", "2026-12-01T12:00:00.123456789+01:00", "2026-12-01T12:00:00Z"],
+)
+async def test_run_at_takes_rfc_3339_in_either_case_and_any_fraction(api: Api, run_at: str) -> None:
+    response = await api.client.post("/v1/tasks", json={"kind": "echo", "run_at": run_at})
+
+    assert response.status_code == 201, response.text
+
+
+async def test_a_leap_second_run_at_is_a_400_that_says_so(api: Api) -> None:
+    response = await api.client.post(
+        "/v1/tasks", json={"kind": "echo", "run_at": "2016-12-31T23:59:60Z"}
+    )
+
+    assert error_field(response) == "run_at"
+    assert "leap second" in response.json()["error"]["message"]

@@ -197,6 +197,8 @@ BAD_TASK_QUERIES = [
     ("since=2026-01-01", "since"),
     ("since=2026-01-01T00:00:00", "since"),
     ("until=yesterday", "until"),
+    ("since=2026-01-01T00:00:00%2B0100", "since"),  # ISO 8601, not RFC 3339: fromisoformat took it
+    ("until=2026-W01-4T00:00:00Z", "until"),
     ("since=2026-01-02T00:00:00Z&until=2026-01-01T00:00:00Z", "until"),
     ("limit=0", "limit"),
     ("limit=501", "limit"),

@@ -40,6 +40,7 @@ from dtq.application.filters import (
 from dtq.domain.errors import ValidationError
 from dtq.domain.status import JobStatus, TaskStatus
 from dtq.entrypoints.api.schemas import JOB_NAME_PATTERN, NAME_PATTERN, PRIORITY_PATTERN
+from dtq.entrypoints.api.timing import RFC_3339
 
 #: The listing routes' shared query parameters (``GET /v1/tasks``, ``GET /v1/jobs``), checked
 #: by the parsers below (so a bad value is a 400 naming the parameter, not litestar's own).
@@ -137,11 +138,12 @@ def parse_time(value: str | None, *, field: str) -> datetime | None:
     """
     if value is None:
         return None
+    shape = RFC_3339.fullmatch(value) if len(value) <= 64 else None
     try:
-        parsed = datetime.fromisoformat(value) if len(value) <= 64 else None
-    except ValueError:
+        parsed = None if shape is None else datetime.fromisoformat(value.upper())
+    except ValueError:  # a month 13, a leap second
         parsed = None
-    if parsed is None or "T" not in value.upper() or parsed.utcoffset() is None:
+    if parsed is None or parsed.utcoffset() is None:
         raise ValidationError(
             f"{field} must be an RFC 3339 time with an offset (e.g. 2026-12-01T12:00:00Z),"
             f" got {value[:64]!r}",

@@ -7,6 +7,7 @@ Both are kept as text in the request Structs (so a naive time or a malformed dur
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 
 from dtq.domain.errors import ValidationError
@@ -23,8 +24,17 @@ MAX_DELAY = timedelta(days=366)
 EARLIEST_RUN_AT = datetime(2000, 1, 1, tzinfo=UTC)
 
 
+#: RFC 3339's date-time (section 5.6; ``T`` and ``Z`` in either case, a fraction of any length,
+#: cut to microseconds), the offset optional here so that a naive time gets its own message.
+RFC_3339 = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:(?P<second>[0-9]{2})(?:\.[0-9]+)?"
+    r"(?P<offset>[Zz]|[+-][0-9]{2}:[0-9]{2})?"
+)
+
+
 def parse_run_at(text: str, *, field: str, now: datetime | None = None) -> datetime:
-    """Parse an RFC 3339 time with an offset (``2026-12-01T12:00:00Z``, ``...+02:00``).
+    """Parse an RFC 3339 time with an offset (``2026-12-01T12:00:00Z``, ``...+02:00``); other
+    ISO 8601 forms (``+0200``, week dates, no seconds, a comma) are refused.
 
     Args:
         text: the field's text.
@@ -36,20 +46,25 @@ def parse_run_at(text: str, *, field: str, now: datetime | None = None) -> datet
         The aware time in UTC.
 
     Raises:
-        ValidationError: not an RFC 3339 time, no offset (a naive time is ambiguous), before
-            :data:`EARLIEST_RUN_AT`, or more than :data:`MAX_DELAY` ahead.
+        ValidationError: not an RFC 3339 time (a leap second included), no offset (a naive time
+            is ambiguous), before :data:`EARLIEST_RUN_AT`, or more than :data:`MAX_DELAY` ahead.
     """
-    try:
-        value = datetime.fromisoformat(text)
-    except ValueError:
-        raise ValidationError(
-            f"not an RFC 3339 time: {text[:64]!r} (use e.g. 2026-12-01T12:00:00Z)", field=field
-        ) from None
-    if "T" not in text.upper() or value.tzinfo is None or value.utcoffset() is None:
+    shape = RFC_3339.fullmatch(text)
+    if shape is None:
+        raise _not_rfc_3339(text, field)
+    if shape["offset"] is None:
         raise ValidationError(
             f"run_at needs a date, a time and a UTC offset (Z or +hh:mm), got {text[:64]!r}",
             field=field,
         )
+    if shape["second"] == "60":
+        raise ValidationError(
+            f"run_at cannot be a leap second (:60), got {text[:64]!r}: use :59", field=field
+        )
+    try:
+        value = datetime.fromisoformat(text.upper())
+    except ValueError:  # a month 13, an offset of 24 hours
+        raise _not_rfc_3339(text, field) from None
     now = now if now is not None else datetime.now(UTC)
     try:
         utc = value.astimezone(UTC)
@@ -65,6 +80,12 @@ def parse_run_at(text: str, *, field: str, now: datetime | None = None) -> datet
             f"run_at must be at most {_show(MAX_DELAY)} ahead, got {text[:64]!r}", field=field
         )
     return utc
+
+
+def _not_rfc_3339(text: str, field: str) -> ValidationError:
+    return ValidationError(
+        f"not an RFC 3339 time: {text[:64]!r} (use e.g. 2026-12-01T12:00:00Z)", field=field
+    )
 
 
 def parse_delay(text: str, *, field: str, maximum: timedelta = MAX_DELAY) -> timedelta:
