@@ -79,6 +79,17 @@ def test_cycle_is_refused_with_its_path() -> None:
     assert "depends on" in err.value.detail
 
 
+def test_a_long_cycle_is_named_in_a_message_of_bounded_length() -> None:
+    ring = [TaskNode(f"t{i}", (f"t{(i + 1) % 10_000}",)) for i in range(10_000)]
+
+    with pytest.raises(DependencyCycle) as err:
+        validate_dag(ring)
+
+    assert len(err.value.path) == 10_001  # the attribute keeps every name
+    assert len(err.value.detail) < 400, len(err.value.detail)
+    assert "10000 tasks" in err.value.detail and "depends on" in err.value.detail
+
+
 def test_a_large_layered_dag_validates() -> None:
     graph = [TaskNode(f"n{i}", (f"n{i - 1}",) if i else ()) for i in range(10_000)]
     assert len(validate_dag(graph)) == 10_000

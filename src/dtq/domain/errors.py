@@ -99,17 +99,25 @@ class DependencyCycle(DagError):
     Attributes:
         path: the task names around the cycle, first name repeated at the end, in
             ``depends_on``'s direction: each task depends on the next (``["a", "b", "a"]``: a
-            depends on b, b depends on a). The message prints it with ``->`` and says so.
+            depends on b, b depends on a). The message prints it with ``->`` and says so; of a
+            cycle longer than :attr:`SHOWN` tasks, the first and last names and the count.
     """
 
     code = "dependency_cycle"
+    #: The most task names the message prints; a longer cycle shows its first and last ones.
+    SHOWN = 10
 
     def __init__(self, path: list[str], *, field: str | None = "tasks") -> None:
         self.path = path
-        super().__init__(
-            "dependency cycle: " + " -> ".join(path) + " (each task depends on the next)",
-            field=field,
-        )
+        tasks = len(path) - 1
+        if tasks <= self.SHOWN:
+            shown = "dependency cycle: " + " -> ".join(path)
+        else:  # the first and last names of a long ring: the message stays one readable line
+            half = self.SHOWN // 2
+            shown = f"dependency cycle of {tasks} tasks: " + " -> ".join(
+                [*path[:half], "...", *path[-half:]]
+            )
+        super().__init__(shown + " (each task depends on the next)", field=field)
 
 
 class InvalidPayload(ValidationError):
