@@ -71,6 +71,8 @@ async def test_run_at_with_an_offset_on_post_jobs(api: Api) -> None:
         ({"delay": "-5s"}, "delay"),
         ({"delay": "9000h"}, "delay"),
         ({"delay": "1d"}, "delay"),
+        ({"delay": " 5s"}, "delay"),  # parse_duration strips (for configuration); a body may not
+        ({"delay": "5s\n"}, "delay"),
         ({"delay": "5s", "run_at": "2026-12-01T12:00:00Z"}, "delay"),
         ({"run_at": "9999-12-31T23:59:59-01:00"}, "run_at"),  # beyond datetime in UTC
         ({"run_at": "9000-01-01T00:00:00Z"}, "run_at"),  # more than a year ahead

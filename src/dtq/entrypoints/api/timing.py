@@ -92,14 +92,18 @@ def parse_delay(text: str, *, field: str, maximum: timedelta = MAX_DELAY) -> tim
     """Parse a Go duration (``500ms``, ``30s``, ``1h30m``) in ``0 .. maximum``.
 
     Raises:
-        ValidationError: not a Go duration, negative, or longer than ``maximum``.
+        ValidationError: not a Go duration (surrounding whitespace included), negative, or
+            longer than ``maximum``.
     """
     try:
-        seconds = parse_duration(text, variable=field)
+        # parse_duration forgives surrounding whitespace in configuration; a body may not have it
+        seconds = parse_duration(text, variable=field) if text == text.strip() else None
     except ConfigError:
+        seconds = None
+    if seconds is None:
         raise ValidationError(
             f"not a duration: {text[:64]!r} (use e.g. 500ms, 30s, 2m, 1h30m)", field=field
-        ) from None
+        )
     if seconds < 0 or seconds > maximum.total_seconds():
         raise ValidationError(
             f"must be between 0s and {_show(maximum)}, got {text[:64]!r}", field=field
