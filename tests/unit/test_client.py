@@ -30,7 +30,7 @@ from dtq.client import (
     WaitTimeout,
 )
 from dtq.client.config import ClientConfig
-from dtq.client.errors import ApiError, error_for
+from dtq.client.errors import ApiError, InvalidRequest, error_for
 from dtq.domain.tokens import Scope
 from tests.unit.api_harness import SETTINGS
 from tests.unit.http_server import Server, serving
@@ -441,3 +441,15 @@ def test_a_retry_is_not_re_sent_after_a_lost_answer() -> None:
         client.retry_task("00000000-0000-4000-8000-000000000001")
 
     assert tries == 1
+
+
+@pytest.mark.parametrize(
+    ("payload", "key"),
+    [({"s": "\ud800"}, None), (None, "caf\u00e9"), (None, "a\nb")],
+)
+def test_a_request_that_cannot_be_sent_as_given_is_refused_before_sending(
+    payload: object, key: str | None
+) -> None:
+    # port 9 refuses: an attempt to send would be a TransportError after the retries
+    with Client("http://127.0.0.1:9") as client, pytest.raises(InvalidRequest):
+        client.submit_task("echo", payload, idempotency_key=key)

@@ -17,7 +17,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import msgspec
 
-from dtq.client.errors import ApiError, error_for
+from dtq.client.errors import ApiError, InvalidRequest, error_for
 
 T = TypeVar("T")
 
@@ -92,8 +92,32 @@ def struct(type_: type[T]) -> Callable[[bytes | None], T]:
 
 def idempotency_key(given: str | None) -> dict[str, str]:
     """The Idempotency-Key header of a submit: ``given``, or a fresh random one, so a retried
-    submit can never create the job twice."""
+    submit can never create the job twice.
+
+    Raises:
+        InvalidRequest: ``given`` holds a character outside printable ASCII (the API refuses
+            it, and HTTP cannot carry some of them).
+    """
+    if given is not None and not (given.isascii() and given.isprintable()):
+        raise InvalidRequest("Idempotency-Key: printable ASCII characters only (0x20-0x7E)")
     return {"Idempotency-Key": given if given is not None else f"dtq-client-{uuid.uuid4()}"}
+
+
+def encode_body(value: Any) -> bytes | None:
+    """``value`` as a JSON request body (None: no body).
+
+    Raises:
+        InvalidRequest: a string of it holds a lone UTF-16 surrogate, which JSON in UTF-8
+            cannot carry.
+    """
+    if value is None:
+        return None
+    try:
+        return msgspec.json.encode(value)
+    except UnicodeEncodeError:
+        raise InvalidRequest(
+            "a lone UTF-16 surrogate escape (a surrogate must be half of a pair)"
+        ) from None
 
 
 def outcome(call: Call[T], status: int, content: bytes) -> T:

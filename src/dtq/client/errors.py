@@ -16,6 +16,7 @@ __all__ = [
     "Conflict",
     "Forbidden",
     "IdempotencyConflict",
+    "InvalidRequest",
     "LeaseLost",
     "NotCancellable",
     "NotFound",
@@ -95,6 +96,11 @@ class RateLimited(ApiError):
 class Unavailable(ApiError):
     """503: the database or Redis is unavailable (retried by the client, honouring
     ``Retry-After``)."""
+
+
+class InvalidRequest(ValueError):
+    """The request cannot be sent as given (an Idempotency-Key outside printable ASCII, a
+    string holding a lone UTF-16 surrogate); nothing was sent."""
 
 
 class TransportError(Exception):

@@ -10,10 +10,18 @@ from typing import Any, TypeVar
 from uuid import UUID
 
 import httpx
-import msgspec
 
 from dtq.client import _api
-from dtq.client._calls import RETRY_STATUSES, Call, P, _Pages, finished, outcome, retry_wait
+from dtq.client._calls import (
+    RETRY_STATUSES,
+    Call,
+    P,
+    _Pages,
+    encode_body,
+    finished,
+    outcome,
+    retry_wait,
+)
 from dtq.client._calls import pages as _pages
 from dtq.client.config import ClientConfig
 from dtq.client.errors import TransportError, WaitTimeout
@@ -89,7 +97,7 @@ class Client:
     def send(self, call: Call[T]) -> T:
         """Send ``call``, re-sending per the retry rules above; its decoded answer."""
         attempt = 0
-        content = msgspec.json.encode(call.json) if call.json is not None else None
+        content = encode_body(call.json)
         while True:
             attempt += 1
             try:
