@@ -65,29 +65,55 @@ async def test_a_lone_claim_reads_its_task_and_job_in_one_statement(services: Se
 async def test_settling_a_finished_job_reads_it_with_its_endings_in_one_statement(
     services: Services,
 ) -> None:
-    """The last task's completion asks "anything unfinished?" once, then reads the job with
-    "any failed?" and "any cancelled?" in one statement (not a job read and two probes)."""
+    """The last task's completion asks "anything unfinished?" and reads the job with "any
+    failed?" and "any cancelled?" in one statement (not a probe, a job read and two more)."""
     result = await services.api.submit.submit_job(SubmitJob(tasks=(TaskSpec("a", "k"),)))
     claims = await services.worker.execution.claim_many([result.task_ids["a"]], "w")
 
     with counting_statements() as sent:
         await services.worker.execution.complete_many(claims)
 
-    assert sent.count(label(sql.JOB_HAS_STATUS)) == 1
-    assert sent.count(label(sql.GET_JOB_ENDINGS)) == 1
+    assert sent.count(label(sql.GET_FINISHED_JOBS)) == 1
+    assert label(sql.JOB_HAS_STATUS) not in sent
     assert label(sql.GET_JOB) not in sent
     job = await services.api.queries.get_job(result.job_id)
     assert job.job.status is JobStatus.COMPLETED
 
 
+async def test_a_batch_settles_its_jobs_in_as_many_round_trips_whatever_their_number(
+    services: Services,
+) -> None:
+    """A batch of successes of one-task jobs (what single submits make) settles every job with
+    one read and one write: its round trips do not grow with the number of jobs."""
+    round_trips = {}
+    for jobs in (2, 8):
+        results = [
+            await services.api.submit.submit_job(SubmitJob(tasks=(TaskSpec("a", "k"),)))
+            for _ in range(jobs)
+        ]
+        task_ids = [result.task_ids["a"] for result in results]
+        claims = await services.worker.execution.claim_many(task_ids, "w")
+        assert len(claims) == jobs
+
+        with counting_statements() as sent:
+            await services.worker.execution.complete_many(claims)
+
+        round_trips[jobs] = len(sent)
+        for result in results:
+            job = await services.api.queries.get_job(result.job_id)
+            assert job.job.status is JobStatus.COMPLETED
+    assert round_trips[8] == round_trips[2]
+
+
 async def test_a_completion_learns_the_time_with_begin_and_commits_with_its_outbox(
     services: Services,
 ) -> None:
-    """A one-task job's completion: 6 round trips (BEGIN and COMMIT were 2 more, and the
-    time a ``SELECT now()`` of its own). Its first statement needs the time, so the BEGIN goes
-    alone, with ``SELECT now()``. The task write compares the version of the claim (read by
-    an earlier transaction), so it waits for its row count; the run write (its task just
-    written) rides with the next read, the job write (of a job just read) with the COMMIT."""
+    """A one-task job's completion: 5 round trips (BEGIN and COMMIT were 2 more, the time a
+    ``SELECT now()`` of its own, and settling the job two). Its first statement needs the
+    time, so the BEGIN goes alone, with ``SELECT now()``. The task write compares the version
+    of the claim (read by an earlier transaction), so it waits for its row count; the run
+    write (its task just written) rides with the next read, the job write (of a job just
+    read) with the COMMIT."""
     result = await services.api.submit.submit_job(SubmitJob(tasks=(TaskSpec("a", "k"),)))
     claims = await services.worker.execution.claim_many([result.task_ids["a"]], "w")
 
@@ -98,8 +124,7 @@ async def test_a_completion_learns_the_time_with_begin_and_commits_with_its_outb
         label(sql.BEGIN_WITH_NOW),
         label(sql.UPDATE_TASK),
         f"{guarded(sql.UPDATE_RUN)}; {label(sql.DEPENDENTS_ONE)}",
-        label(sql.JOB_HAS_STATUS),
-        label(sql.GET_JOB_ENDINGS),
+        label(sql.GET_FINISHED_JOBS),
         f"{guarded(sql.UPDATE_JOB)}; {OUTBOX_WITH_COMMIT}",
     ]
     assert label(sql.NOW) not in sent

@@ -161,9 +161,13 @@ async def test_tasks_read_with_their_jobs_each_job_once(store: Store) -> None:
     assert empty == ([], [])
 
 
-async def test_a_job_reads_with_whether_some_task_failed_or_was_cancelled(store: Store) -> None:
-    """``get_with_endings`` (what settling a finished job reads, one statement): the job as
-    ``jobs.get`` reads it, and whether some task of it is ``failed`` / ``cancelled``."""
+async def test_finished_jobs_read_with_whether_some_task_failed_or_was_cancelled(
+    store: Store,
+) -> None:
+    """``get_finished`` (what settling the jobs of a batch reads, one statement): of the ids
+    given, the jobs with no task in the unfinished statuses, each as ``jobs.get`` reads it and
+    with whether some task of it is ``failed`` / ``cancelled``; a job with work left and an
+    unknown id are left out, a repeated id counts once."""
     now = await db_now(store)
     done = TaskStatus.COMPLETED
     shapes = {
@@ -171,6 +175,9 @@ async def test_a_job_reads_with_whether_some_task_failed_or_was_cancelled(store:
         "cancelled": [done, TaskStatus.CANCELLED],
         "both": [TaskStatus.CANCELLED, TaskStatus.FAILED],
         "neither": [done, done],
+        "queued": [done, TaskStatus.QUEUED],
+        "running": [TaskStatus.FAILED, TaskStatus.RUNNING],
+        "pending": [TaskStatus.PENDING],
     }
     jobs = {}
     for name, statuses in shapes.items():
@@ -179,19 +186,23 @@ async def test_a_job_reads_with_whether_some_task_failed_or_was_cancelled(store:
             store, job, [new_task(job, f"t{i}", now, status=s) for i, s in enumerate(statuses)]
         )
         jobs[name] = job
+    unfinished = (TaskStatus.PENDING, TaskStatus.QUEUED, TaskStatus.RUNNING)
+    ids = [*(job.id for job in jobs.values()), uuid4(), jobs["failed"].id]
 
-    async def fetch(tx: Transaction) -> dict[str, Any]:
-        found = {name: await tx.jobs.get_with_endings(job.id) for name, job in jobs.items()}
-        return {**found, "unknown": await tx.jobs.get_with_endings(uuid4())}
+    async def fetch(tx: Transaction) -> dict[UUID, tuple[Job, bool, bool]]:
+        return {found[0].id: found for found in await tx.jobs.get_finished(ids, unfinished)}
+
+    async def fetch_none(tx: Transaction) -> list[tuple[Job, bool, bool]]:
+        return await tx.jobs.get_finished([], unfinished)
 
     got = await store.run(fetch)
     assert got == {
-        "failed": (jobs["failed"], True, False),
-        "cancelled": (jobs["cancelled"], False, True),
-        "both": (jobs["both"], True, True),
-        "neither": (jobs["neither"], False, False),
-        "unknown": None,
+        jobs["failed"].id: (jobs["failed"], True, False),
+        jobs["cancelled"].id: (jobs["cancelled"], False, True),
+        jobs["both"].id: (jobs["both"], True, True),
+        jobs["neither"].id: (jobs["neither"], False, False),
     }
+    assert await store.run(fetch_none) == []
 
 
 async def test_unknown_ids_read_as_none_or_empty(store: Store) -> None:

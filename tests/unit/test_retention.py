@@ -14,7 +14,7 @@ from dtq.adapters.memory.retention import MemoryRetention
 from dtq.application.commands import SubmitJob, SubmitResult, TaskSpec
 from dtq.application.ports import PrunedJobs, Transaction
 from dtq.application.retention import PruneReport, RetentionPolicy, RetentionService
-from dtq.application.transitions import settle_job
+from dtq.application.transitions import settle_jobs
 from dtq.domain.errors import IdempotencyConflict, JobNotFound
 from dtq.domain.status import JobStatus, TaskStatus
 from dtq.entrypoints.config import Settings
@@ -71,7 +71,7 @@ async def cancel_all(app: App, job_id: UUID) -> None:
         for task in await tx.tasks.list_by_job(job_id):
             task.cancel(at=now)
             await tx.tasks.save(task)
-        await settle_job(tx, job_id, at=now)
+        await settle_jobs(tx, [job_id], at=now)
 
     await app.store.run(cancel)
 

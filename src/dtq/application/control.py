@@ -22,7 +22,7 @@ from dtq.application.transitions import (
     cascade_cancel,
     reopen_dependents,
     reopen_job,
-    settle_job,
+    settle_jobs,
 )
 from dtq.domain.entities import Task, TaskRun
 from dtq.domain.errors import (
@@ -186,7 +186,7 @@ class ControlService:
                 break
 
         async def settle(tx: Transaction) -> JobStatus:
-            await settle_job(tx, job_id, at=await tx.now())
+            await settle_jobs(tx, [job_id], at=await tx.now())
             job = await tx.jobs.get(job_id)
             return status if job is None else job.status
 
@@ -323,8 +323,7 @@ async def _cancel_tx(tx: Transaction, tasks: Sequence[Task], *, cascade: bool) -
         await tx.runs.save_many(ended)
     if cascade:
         batch.cascaded = len(await cascade_cancel(tx, changed, at=now))
-    for job_id in dict.fromkeys(task.job_id for task in changed):
-        await settle_job(tx, job_id, at=now)
+    await settle_jobs(tx, (task.job_id for task in changed), at=now)
     return batch
 
 

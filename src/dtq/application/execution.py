@@ -29,7 +29,7 @@ from dtq.application.transitions import (
     mark_job_failed,
     mark_jobs_started,
     promote_dependents,
-    settle_job,
+    settle_jobs,
 )
 from dtq.domain.entities import Job, Task, TaskRun
 from dtq.domain.errors import (
@@ -762,8 +762,7 @@ async def _complete_as_claimed(
 async def _after_completion(tx: Transaction, done: Sequence[Task], *, at: datetime) -> list[Task]:
     """Promote the dependents of ``done`` (just completed) and settle their jobs."""
     promoted = await promote_dependents(tx, done, at=at)
-    for job_id in dict.fromkeys(task.job_id for task in done):
-        await settle_job(tx, job_id, at=at)
+    await settle_jobs(tx, (task.job_id for task in done), at=at)
     return promoted
 
 

@@ -110,10 +110,14 @@ class JobRepository(Protocol):
         """
         ...
 
-    async def get_with_endings(self, job_id: UUID) -> tuple[Job, bool, bool] | None:
-        """The job, whether some task of it is ``failed`` and whether some is ``cancelled``
-        (index probes, whatever the job's size), read together in one statement; None for an
-        unknown id. What settling a job whose tasks have all finished needs."""
+    async def get_finished(
+        self, job_ids: Sequence[UUID], unfinished: Sequence[TaskStatus]
+    ) -> list[tuple[Job, bool, bool]]:
+        """The jobs among ``job_ids`` none of whose tasks has a status in ``unfinished``, each
+        with whether some task of it is ``failed`` and whether some is ``cancelled``; in no
+        set order, unknown ids left out. One statement of index probes whatever the jobs'
+        sizes; a job with some task in ``unfinished`` is not read. What settling the jobs of a
+        batch of finished tasks needs."""
         ...
 
     async def get_many(self, job_ids: Sequence[UUID]) -> list[Job]:

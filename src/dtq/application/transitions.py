@@ -202,30 +202,31 @@ async def mark_job_failed(tx: Transaction, job_id: UUID, *, at: datetime) -> Non
         await tx.jobs.save(job)
 
 
-async def settle_job(tx: Transaction, job_id: UUID, *, at: datetime) -> None:
-    """Re-derive the job's status after one of its tasks finished (spec §4 RefreshJobStatus).
+async def settle_jobs(tx: Transaction, job_ids: Iterable[UUID], *, at: datetime) -> None:
+    """Re-derive the status of each job in ``job_ids`` after tasks of it finished (spec §4
+    RefreshJobStatus).
 
-    For callers where a task of the job has started (its claim moved the job out of
-    ``pending`` in an earlier, committed transaction). The first index probe asks whether
-    anything is left; while something is, the job is ``running`` and already says so (or is
-    terminal, which never changes), so the job row is not even read. Only the task that leaves
-    nothing unfinished pays for reading the job with two more probes (one statement,
-    ``JobRepository.get_with_endings``), and the row is written only when its status changes
-    (DESIGN §3).
+    For callers where a task of each job has started (its claim moved the job out of
+    ``pending`` in an earlier, committed transaction). One statement
+    (``JobRepository.get_finished``) probes the indexes for anything left in every job; a job
+    with work left is ``running`` and already says so (or is terminal, which never changes),
+    so its row is not read. The jobs that have nothing unfinished come back with whether some
+    task failed or was cancelled, and the rows whose status changes are written by one
+    statement (DESIGN §3). A batch's jobs cost two statements at most, however many.
     """
-    if await tx.tasks.job_has_status(job_id, _UNFINISHED):
-        return
-    found = await tx.jobs.get_with_endings(job_id)
-    if found is None:
-        return
-    job, any_failed, any_cancelled = found
-    if job.status.terminal:
-        return
-    status = derive_job_status(
-        any_failed=any_failed,
-        any_unfinished=False,
-        any_cancelled=any_cancelled and not any_failed,
-        any_started=True,
-    )
-    if job.set_status(status, at=at):
-        await tx.jobs.save(job)
+    ids = list(dict.fromkeys(job_ids))
+    changed = []
+    for job, any_failed, any_cancelled in await tx.jobs.get_finished(ids, _UNFINISHED):
+        if job.status.terminal:
+            continue
+        status = derive_job_status(
+            any_failed=any_failed,
+            any_unfinished=False,
+            any_cancelled=any_cancelled and not any_failed,
+            any_started=True,
+        )
+        if job.set_status(status, at=at):
+            changed.append(job)
+    if changed:
+        order = {job_id: i for i, job_id in enumerate(ids)}  # events in the callers' order
+        await tx.jobs.save_many(sorted(changed, key=lambda job: order[job.id]))

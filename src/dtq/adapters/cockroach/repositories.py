@@ -319,17 +319,25 @@ class PgJobRepository:
         self._versions.jobs[job.id] = job.version
         return job
 
-    async def get_with_endings(self, job_id: UUID) -> tuple[Job, bool, bool] | None:
-        """The job, whether some task of it is ``failed``, whether some is ``cancelled``; None
-        for an unknown id (one statement, ``sql.GET_JOB_ENDINGS``)."""
-        failed, cancelled = TaskStatus.FAILED.value, TaskStatus.CANCELLED.value
+    async def get_finished(
+        self, job_ids: Sequence[UUID], unfinished: Sequence[TaskStatus]
+    ) -> list[tuple[Job, bool, bool]]:
+        """See the port: one statement (``sql.GET_FINISHED_JOBS``)."""
+        if not job_ids:
+            return []
         cur = await self._conn.execute(
-            sql.GET_JOB_ENDINGS, (job_id, failed, job_id, cancelled, job_id)
+            sql.GET_FINISHED_JOBS,
+            (
+                TaskStatus.FAILED.value,
+                TaskStatus.CANCELLED.value,
+                UuidArray(dict.fromkeys(job_ids)),
+                TextArray([TaskStatus(s).value for s in unfinished]),
+            ),
         )
-        row = await cur.fetchone()
-        if row is None:
-            return None
-        return self._read(job_from_row(row)), bool(row[10]), bool(row[11])
+        return [
+            (self._read(job_from_row(row)), bool(row[10]), bool(row[11]))
+            for row in await cur.fetchall()
+        ]
 
     async def get_by_idempotency_key(self, key: str) -> Job | None:
         """The job created under ``key``, or None."""

@@ -93,15 +93,20 @@ GET_JOBS: Final = (
     " created_at, updated_at, trace_context FROM jobs WHERE id = ANY(%b::uuid[])"
 )
 
-# What settling a job whose tasks have all finished reads (transitions.settle_job): the job
-# as GET_JOB, then whether some task of it is failed, then cancelled (two point probes of
-# idx_tasks_job_id (job_id, status)), in one round trip instead of three statements.
-GET_JOB_ENDINGS: Final = (
-    "SELECT id, name, status, metadata::text, idempotency_key, request_hash, version,"
-    " created_at, updated_at, trace_context,"
-    " EXISTS (SELECT 1 FROM tasks t WHERE t.job_id = %s AND t.status = %s),"
-    " EXISTS (SELECT 1 FROM tasks t WHERE t.job_id = %s AND t.status = %s)"
-    " FROM jobs WHERE id = %s"
+# What settling the jobs of a batch reads (transitions.settle_jobs), in one round trip: of the
+# given job ids, those with no unfinished task (per id and status one point probe of
+# idx_tasks_job_id (job_id, status), stopping at the first hit), and for each of them the job
+# as GET_JOB plus whether some task is failed, then cancelled (two more probes). The probes
+# filter the ids before the join, so a job with work left is not read: a batch that leaves
+# work in every job of it reads no job row.
+GET_FINISHED_JOBS: Final = (
+    "SELECT j.id, j.name, j.status, j.metadata::text, j.idempotency_key, j.request_hash,"
+    " j.version, j.created_at, j.updated_at, j.trace_context,"
+    " EXISTS (SELECT 1 FROM tasks t WHERE t.job_id = j.id AND t.status = %s),"
+    " EXISTS (SELECT 1 FROM tasks t WHERE t.job_id = j.id AND t.status = %s)"
+    " FROM unnest(%b::uuid[]) AS f(id) JOIN jobs j ON j.id = f.id"
+    " WHERE NOT EXISTS (SELECT 1 FROM unnest(%b::text[]) AS s(status)"
+    " WHERE EXISTS (SELECT 1 FROM tasks t WHERE t.job_id = f.id AND t.status = s.status))"
 )
 
 # idempotency_key and request_hash are fixed at creation and never rewritten.

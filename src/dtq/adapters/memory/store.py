@@ -298,13 +298,16 @@ class _Jobs:
         job = self._tx.job(job_id)
         return replace(job) if job else None
 
-    async def get_with_endings(self, job_id: UUID) -> tuple[Job, bool, bool] | None:
-        job = await self.get(job_id)
-        if job is None:
-            return None
-        tasks = (self._tx.task(i) for i in self._tx.job_task_ids(job_id))
-        statuses = {t.status for t in tasks if t is not None}
-        return job, TaskStatus.FAILED in statuses, TaskStatus.CANCELLED in statuses
+    async def get_finished(
+        self, job_ids: Sequence[UUID], unfinished: Sequence[TaskStatus]
+    ) -> list[tuple[Job, bool, bool]]:
+        found = []
+        for job_id in dict.fromkeys(job_ids):
+            tasks = (self._tx.task(i) for i in self._tx.job_task_ids(job_id))
+            statuses = {t.status for t in tasks if t is not None}
+            if statuses.isdisjoint(unfinished) and (job := await self.get(job_id)) is not None:
+                found.append((job, TaskStatus.FAILED in statuses, TaskStatus.CANCELLED in statuses))
+        return found
 
     async def get_by_idempotency_key(self, key: str) -> Job | None:
         tx = self._tx
