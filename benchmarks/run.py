@@ -231,7 +231,7 @@ def build_table(
         }
         ratio = scale.figures.get("ratio_largest_job")
         spread = _num(scale.figures.get("ratio_max_min"), "x", 2)
-        small, big = sizes.scale_sizes[0], sizes.scale_sizes[-1]
+        small, big = sizes.scale_reference, sizes.scale_sizes[-1]
         dag = _num(_ratio(costs.get("dag"), costs.get(str(small))), "x", 2)
         rows.append(
             (
