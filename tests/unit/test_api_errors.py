@@ -144,6 +144,32 @@ async def test_a_lone_surrogate_escape_is_named_not_called_truncated(
     assert "surrogate" in error["message"] and "truncated" not in error["message"]
 
 
+@pytest.mark.parametrize(
+    ("path", "raw", "field"),
+    [
+        ("/v1/tasks", b'{"kind":"x","payload":{"x":1e999}}', "payload.x"),
+        ("/v1/tasks", b'{"kind":"x","payload":-1e999}', "payload"),
+        ("/v1/tasks", b'{"kind":"x","max_attempts":1e999}', "max_attempts"),
+        (
+            "/v1/jobs",
+            b'{"tasks":[{"name":"a","kind":"x","payload":{"x":[1,-2.5E400]}}]}',
+            "tasks[0].payload.x[1]",
+        ),
+        ("/v1/jobs", b'{"tasks":[{"name":"a","kind":"x"}],"metadata":{"m":1e999}}', "metadata.m"),
+    ],
+)
+async def test_a_number_beyond_a_float_is_named_and_called_out_of_range(
+    api: Api, path: str, raw: bytes, field: str
+) -> None:
+    status, answer = await asgi_post(api, path, [(b"content-type", b"application/json")], raw)
+
+    assert status == 400, answer
+    error = json.loads(answer)["error"]
+    assert (error["code"], error["field"]) == ("invalid_json", field)
+    assert "out of range" in error["message"] and "$" not in error["message"]
+    assert api.sample("orchestrator_jobs_submitted_total") == 0
+
+
 async def test_a_surrogate_pair_escape_is_accepted(api: Api) -> None:
     raw = rb'{"kind":"x","payload":{"s":"\ud83d\ude00"}}'
 

@@ -7,8 +7,9 @@ Struct as ``data`` and calls no decoder itself. In order, the hook refuses:
 1. a ``Content-Type`` other than ``application/json`` or ``application/<subtype>+json``
    (HTTP 415 ``unsupported_media_type``), before any byte of the body is read;
 2. a body that is not JSON (HTTP 400 ``invalid_json``; a string holding a lone UTF-16
-   surrogate escape such as ``"\\ud800"`` is named by its path), or larger than
-   ``API_MAX_BODY_BYTES`` (HTTP 413, raised by Litestar while the body is read);
+   surrogate escape such as ``"\\ud800"``, or a number beyond a 64-bit float such as ``1e999``,
+   is named by its path), or larger than ``API_MAX_BODY_BYTES`` (HTTP 413, raised by Litestar
+   while the body is read);
 3. a value of the wrong JSON type or outside its declared range, or an unknown or missing
    field (HTTP 400 ``validation_error`` naming the field), decoded in msgspec's *strict* mode:
    ``"3"`` or ``3.0`` for an integer field is refused, as ``/schema`` says. Litestar's own (lax)
@@ -26,6 +27,7 @@ first refuses an ``Idempotency-Key`` header given more than once (HTTP 400 ``val
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -52,6 +54,12 @@ class LoneSurrogate(ValidationError):
     code = "invalid_json"
 
 
+class NumberOutOfRange(ValidationError):
+    """A number of the body is beyond what a 64-bit float holds (``1e999``)."""
+
+    code = "invalid_json"
+
+
 #: A code point that only a lone ``\uD800``-``\uDFFF`` escape can put into a decoded string.
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -72,7 +80,7 @@ def json_body(model: type[msgspec.Struct]) -> BeforeRequest:
         try:
             document = await request.json()
         except SerializationException as exc:  # what Litestar raises for a handler's `data`
-            reject_lone_surrogates(await request.body())
+            reject_undecodable_values(await request.body())
             raise ClientException(str(exc)) from exc
         try:
             msgspec.convert(document, type=model, strict=True)
@@ -127,24 +135,35 @@ def is_json_media_type(content_type: str) -> bool:
     )
 
 
-def reject_lone_surrogates(raw: bytes) -> None:
-    """Name the string at fault in a body msgspec refused, when it holds a lone surrogate escape.
+def reject_undecodable_values(raw: bytes) -> None:
+    """Name the value at fault in a body msgspec refused, when it is a string holding a lone
+    surrogate escape or a number beyond a 64-bit float.
 
     msgspec reports ``"\\ud800"`` not followed by a low surrogate as "Input data was truncated",
-    which sends the client looking for a cut-off body. Python's parser accepts such an escape,
-    so it finds the string; a body it refuses as well, or one without a lone surrogate, keeps
-    msgspec's message.
+    which sends the client looking for a cut-off body, and ``1e999`` as "Number out of range"
+    at a path whose object keys it does not show (``$[...]``). Python's parser accepts both, so
+    it finds the value; a body it refuses as well, or one without such a value, keeps msgspec's
+    message.
 
     Raises:
         LoneSurrogate: naming the string's path (the object's, when the key holds it).
+        NumberOutOfRange: naming the number's path, e.g. ``tasks[0].payload.x``.
     """
     try:
-        document = json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant)
+        document = json.loads(
+            raw.decode("utf-8"), parse_constant=_refuse_constant, parse_float=_float_or_literal
+        )
     except (ValueError, RecursionError):
         return
     stack: list[tuple[Any, str]] = [(document, "")]
     while stack:
         value, path = stack.pop()
+        if isinstance(value, _OutOfRange):
+            raise NumberOutOfRange(
+                f"number out of range: {value[:64]} (a JSON number must fit in a 64-bit float,"
+                " at most about 1.8e308)",
+                field=path or None,
+            )
         if isinstance(value, str):
             _check_surrogates(value, "a string", path)
         elif isinstance(value, dict):
@@ -153,6 +172,17 @@ def reject_lone_surrogates(raw: bytes) -> None:
                 stack.append((item, f"{path}.{key}" if path else key))
         elif isinstance(value, list):
             stack.extend((v, f"{path}[{i}]") for i, v in enumerate(value))
+
+
+class _OutOfRange(str):
+    """The literal of a number beyond a 64-bit float, as :func:`_float_or_literal` kept it."""
+
+    __slots__ = ()
+
+
+def _float_or_literal(literal: str) -> float | _OutOfRange:
+    number = float(literal)
+    return _OutOfRange(literal) if math.isinf(number) else number
 
 
 def _check_surrogates(text: str, what: str, path: str) -> None:
