@@ -125,7 +125,14 @@ async def test_malformed_json_is_a_400_not_a_500(api: Api, raw: bytes) -> None:
         ("/v1/tasks", rb'{"kind":"x","payload":{"s":"\ud800"}}', "payload.s"),
         ("/v1/tasks", rb'{"kind":"x","payload":{"s":"ab\ud800cd"}}', "payload.s"),
         ("/v1/tasks", rb'{"kind":"x","payload":["ok","\udc00"]}', "payload[1]"),
-        ("/v1/tasks", rb'{"kind":"x","payload":{"\ud800":1}}', "payload"),  # in a key
+        # in a key: the key's own path, the surrogate shown as its escape
+        ("/v1/tasks", rb'{"kind":"x","payload":{"\ud800":1}}', "payload.\\ud800"),
+        ("/v1/tasks", rb'{"kind":"x","payload":{"o":{"k\udc00":{"s":1}}}}', "payload.o.k\\udc00"),
+        (
+            "/v1/jobs",
+            rb'{"tasks":[{"name":"a","kind":"x"}],"metadata":{"ok":1,"\ud800x":2}}',
+            "metadata.\\ud800x",
+        ),
         (
             "/v1/jobs",
             rb'{"tasks":[{"name":"a","kind":"x","payload":"\ud800"}]}',

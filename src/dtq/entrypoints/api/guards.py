@@ -146,7 +146,8 @@ def reject_undecodable_values(raw: bytes) -> None:
     message.
 
     Raises:
-        LoneSurrogate: naming the string's path (the object's, when the key holds it).
+        LoneSurrogate: naming the string's path; a key holding one is named by its own path,
+            the surrogate written as its escape (``payload.k\\ud800``).
         NumberOutOfRange: naming the number's path, e.g. ``tasks[0].payload.x``.
     """
     try:
@@ -168,8 +169,9 @@ def reject_undecodable_values(raw: bytes) -> None:
             _check_surrogates(value, "a string", path)
         elif isinstance(value, dict):
             for key, item in value.items():
-                _check_surrogates(key, "a key", path)
-                stack.append((item, f"{path}.{key}" if path else key))
+                key_path = f"{path}.{key}" if path else key
+                _check_surrogates(key, "a key", key_path)
+                stack.append((item, key_path))
         elif isinstance(value, list):
             stack.extend((v, f"{path}[{i}]") for i, v in enumerate(value))
 
@@ -186,11 +188,13 @@ def _float_or_literal(literal: str) -> float | _OutOfRange:
 
 
 def _check_surrogates(text: str, what: str, path: str) -> None:
+    """Raise :class:`LoneSurrogate` naming ``path`` (surrogates in it shown as ``\\udXXX``,
+    so that the error body can be encoded) when ``text`` holds a lone surrogate."""
     if found := _SURROGATE.search(text):
         raise LoneSurrogate(
             f"request body is not valid JSON: {what} holds a lone UTF-16 surrogate escape"
             f" \\u{ord(found[0]):04x} (a surrogate must be half of a pair)",
-            field=path or None,
+            field=path.encode("utf-8", "backslashreplace").decode("utf-8") or None,
         )
 
 
