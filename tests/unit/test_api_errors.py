@@ -246,6 +246,92 @@ async def test_missing_fields_are_a_400_naming_the_field(
     assert "missing" in error["message"]
 
 
+@pytest.mark.parametrize(
+    ("path", "body", "field", "message"),
+    [
+        ("/v1/tasks", {"kind": ""}, "kind", "must be a non-empty string"),
+        ("/v1/jobs", {"tasks": [task("")]}, "tasks[0].name", "must be a non-empty string"),
+        ("/v1/tasks", {"kind": "k" * 201}, "kind", "must be at most 200 characters long"),
+        (
+            "/v1/tasks",
+            {"kind": "k", "delay": "1" * 65},
+            "delay",
+            "must be at most 64 characters long",
+        ),
+        ("/v1/jobs", {"tasks": []}, "tasks", "must be a non-empty array"),
+        ("/v1/tasks", {"kind": "k", "max_attempts": 0}, "max_attempts", "must be at least 1"),
+        ("/v1/tasks", {"kind": "k", "max_attempts": 101}, "max_attempts", "must be at most 100"),
+        (
+            "/v1/tasks",
+            {"kind": "k", "max_attempts": "3"},
+            "max_attempts",
+            "must be an integer, got a string",
+        ),
+        (
+            "/v1/tasks",
+            {"kind": "k", "retry": {"jitter": 1}},
+            "retry.jitter",
+            "must be a boolean, got an integer",
+        ),
+        ("/v1/tasks", ["k"], None, "the request body must be an object, got an array"),
+        (
+            "/v1/tasks",
+            {"kind": "k", "priority": "HIGH"},
+            "priority",
+            "must be a string with 1 to 32 characters of a-z, 0-9, '_' or '-'",
+        ),
+        (
+            "/v1/tasks",
+            {"kind": "k", "retry": {"backoff": "linear"}},
+            "retry.backoff",
+            "must be 'exponential' or 'fixed', got 'linear'",
+        ),
+        (
+            "/v1/jobs",
+            {"tasks": [{**task("a"), "retry": {"backoff": "linear"}}]},
+            "tasks[0].retry.backoff",
+            "must be 'exponential' or 'fixed', got 'linear'",
+        ),
+        ("/v1/tasks", {"payload": 1}, "kind", "required field 'kind' is missing"),
+        (
+            "/v1/tasks",
+            {"kind": "k", "retry": {"delay": "1s", "jiter": True}},
+            "retry.jiter",
+            "unknown field 'jiter'; accepted: backoff, delay, max_delay, jitter",
+        ),
+        (
+            "/v1/tasks/cancel",
+            {"status": 5},
+            "status",
+            "must be a string, an array or null, got an integer",
+        ),
+        ("/v1/tasks/cancel", {"dry_run": 1}, "dry_run", "must be a boolean, got an integer"),
+    ],
+)
+async def test_decoding_errors_are_in_the_apis_words(
+    api: Api, path: str, body: Any, field: str | None, message: str
+) -> None:
+    error = error_of(await api.client.post(path, json=body), 400)
+
+    assert (error["code"], error["field"], error["message"]) == (
+        "validation_error",
+        field,
+        message,
+    )
+    assert api.sample("orchestrator_jobs_submitted_total") == 0
+
+
+async def test_a_header_out_of_range_is_in_the_apis_words(api: Api) -> None:
+    headers = {**JSON, "Idempotency-Key": "k" * 256}
+
+    error = error_of(await api.client.post("/v1/tasks", json={"kind": "k"}, headers=headers), 400)
+
+    assert (error["field"], error["message"]) == (
+        "Idempotency-Key",
+        "must be at most 255 characters long",
+    )
+
+
 async def test_unknown_fields_are_refused_so_typos_do_not_drop_dependencies(api: Api) -> None:
     body = {"tasks": [task("a"), {"name": "b", "kind": "k", "depend_on": ["a"]}]}
 

@@ -49,7 +49,8 @@ from dtq.domain.errors import (
     ValidationError,
 )
 from dtq.domain.tokens import Forbidden, Unauthenticated
-from dtq.entrypoints.api.schemas import PATTERN_HINTS, ErrorBody, ErrorDetail
+from dtq.entrypoints.api import refusals
+from dtq.entrypoints.api.schemas import ErrorBody, ErrorDetail
 
 logger = logging.getLogger("dtq.api")
 
@@ -116,11 +117,6 @@ PARAMETER_FIELDS: Mapping[str, str] = {
     "idempotency_key": "Idempotency-Key",
     "x_worker_id": "X-Worker-Id",
 }
-
-_REGEX = re.compile(r"matching regex '(?P<pattern>.*)'", re.DOTALL)
-_AT_PATH = re.compile(r"^(?P<message>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.DOTALL)
-_BODY_ROOT = re.compile(r"^\.data(?=$|[.\[])")
-_NAMED_FIELD = re.compile(r"^Object (?:missing required|contains unknown) field `(?P<name>[^`]+)`")
 
 
 def error_response(
@@ -212,54 +208,40 @@ def _challenge(exc: DtqError) -> Mapping[str, str] | None:
     return None
 
 
-def _field_path(path: str, message: str) -> str | None:
-    """``.data.tasks[0]`` + "Object missing required field `kind`" -> ``tasks[0].kind``."""
-    path = _BODY_ROOT.sub("", path).lstrip(".")
-    if named := _NAMED_FIELD.match(message):
-        name = named["name"]
-        path = f"{path}.{name}" if path else name
-    return path or None
+class BodyRefused(ValidationException):
+    """A request body that its Struct refused (msgspec's error is the ``__cause__``).
+
+    Args:
+        model: the Struct, so that the 400 can list the accepted fields or values.
+    """
+
+    def __init__(self, model: type[Any], detail: str) -> None:
+        super().__init__(detail=detail)
+        self.model = model
 
 
 def handle_validation_exception(
     request: Request[Any, Any, Any], exc: ValidationException
 ) -> Response[ErrorBody]:
-    """Translate Litestar's decode/validation failure into a 400 naming the field.
+    """Translate Litestar's decode/validation failure into a 400 naming the field, in the API's
+    words (:mod:`dtq.entrypoints.api.refusals`).
 
-    msgspec reports ``"<reason> - at `$.data.tasks[0].kind`"``; the path is taken from there
-    (``$.data`` is Litestar's name for the body). Errors about a parameter (header, query)
-    carry its name in ``extra`` instead.
+    The path of an error msgspec raised is in its message; errors about a parameter (header,
+    query) that Litestar raised carry its name in ``extra`` instead.
     """
     cause = exc.__cause__
+    field: str | None
     if isinstance(cause, msgspec.ValidationError):
-        parts = _AT_PATH.match(str(cause))
-        assert parts is not None  # the pattern matches any text
-        message, field = parts["message"], _field_path(parts["path"] or "", parts["message"])
-        message = _readable(message)
-        if field == "data":
-            message, field = "a JSON request body is required", None
+        model = exc.model if isinstance(exc, BodyRefused) else None
+        message, field = refusals.describe(cause, model)
     else:
         extra = exc.extra[0] if isinstance(exc.extra, list) and exc.extra else {}
-        message = str(extra.get("message") or exc.detail)
+        message = refusals.reason(str(extra.get("message") or exc.detail))
         field = str(extra["key"]) if extra.get("key") else None
     if field is not None:
         field = PARAMETER_FIELDS.get(field, field)
     _log(request, 400, exc, "validation_error")
     return error_response(400, "validation_error", message, field)
-
-
-def _readable(message: str) -> str:
-    r"""msgspec's ``Expected `str` matching regex '<pattern>'`` in words (``PATTERN_HINTS``);
-    an unknown pattern is shown without the ``(?!\n)`` guard every pattern ends with.
-    msgspec quotes the pattern as Python's ``repr`` does, backslashes doubled."""
-    found = _REGEX.search(message)
-    if found is None:
-        return message
-    pattern = found["pattern"].replace("\\\\", "\\")
-    hint = PATTERN_HINTS.get(pattern)
-    if hint is None:
-        return message.replace("(?!\\\\n)", "")
-    return f"expected a string with {hint}{message[found.end() :]}"
 
 
 def handle_http_exception(

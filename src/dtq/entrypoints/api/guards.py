@@ -34,10 +34,10 @@ from typing import Any
 
 import msgspec
 from litestar import Request
-from litestar.exceptions import ClientException, SerializationException, ValidationException
+from litestar.exceptions import ClientException, SerializationException
 
 from dtq.domain.errors import ValidationError
-from dtq.entrypoints.api.errors import UnsupportedMediaType
+from dtq.entrypoints.api.errors import BodyRefused, UnsupportedMediaType
 
 BeforeRequest = Callable[[Request[Any, Any, Any]], Awaitable[None]]
 
@@ -85,7 +85,7 @@ def json_body(model: type[msgspec.Struct]) -> BeforeRequest:
         try:
             msgspec.convert(document, type=model, strict=True)
         except msgspec.ValidationError as exc:
-            raise ValidationException(detail=str(exc)) from exc
+            raise BodyRefused(model, str(exc)) from exc
         reject_duplicate_keys(await request.body())
 
     return guard
