@@ -67,19 +67,19 @@ async def test_duplicate_task_names_are_a_400_naming_the_second_task(api: Api) -
     assert (error["code"], error["field"]) == ("duplicate_task_name", "tasks[2].name")
 
 
-async def test_unknown_dependency_is_a_400_naming_the_task(api: Api) -> None:
-    body = {"tasks": [task("a"), task("b", "zz")]}
+async def test_unknown_dependency_is_a_400_naming_the_entry(api: Api) -> None:
+    body = {"tasks": [task("a"), task("b", "a", "zz")]}
 
     error = error_of(await api.client.post("/v1/jobs", json=body), 400)
 
-    assert (error["code"], error["field"]) == ("unknown_dependency", "tasks[1].depends_on")
+    assert (error["code"], error["field"]) == ("unknown_dependency", "tasks[1].depends_on[1]")
     assert "'zz'" in error["message"]
 
 
-async def test_self_dependency_is_a_400(api: Api) -> None:
+async def test_self_dependency_is_a_400_naming_the_entry(api: Api) -> None:
     error = error_of(await api.client.post("/v1/jobs", json={"tasks": [task("a", "a")]}), 400)
 
-    assert (error["code"], error["field"]) == ("self_dependency", "tasks[0].depends_on")
+    assert (error["code"], error["field"]) == ("self_dependency", "tasks[0].depends_on[0]")
 
 
 async def test_duplicate_dependency_is_a_400_naming_the_field_and_the_id(api: Api) -> None:
@@ -87,7 +87,7 @@ async def test_duplicate_dependency_is_a_400_naming_the_field_and_the_id(api: Ap
 
     error = error_of(await api.client.post("/v1/jobs", json=body), 400)
 
-    assert (error["code"], error["field"]) == ("duplicate_dependency", "tasks[1].depends_on")
+    assert (error["code"], error["field"]) == ("duplicate_dependency", "tasks[1].depends_on[1]")
     assert "'a'" in error["message"]
     assert api.sample("orchestrator_jobs_submitted_total") == 0
 

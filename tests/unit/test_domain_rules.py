@@ -46,22 +46,22 @@ def test_duplicate_names_are_refused_naming_both_tasks() -> None:
 
 def test_unknown_dependency_is_refused() -> None:
     with pytest.raises(UnknownDependency) as err:
-        validate_dag(nodes(a=(), b=("zzz",)))
+        validate_dag(nodes(a=(), b=("a", "zzz")))
     assert "'zzz'" in err.value.detail and "'b'" in err.value.detail
-    assert err.value.field == "tasks[1].depends_on"
+    assert err.value.field == "tasks[1].depends_on[1]"
 
 
 def test_self_dependency_is_refused() -> None:
     with pytest.raises(SelfDependency) as err:
-        validate_dag(nodes(a=("a",)))
-    assert err.value.field == "tasks[0].depends_on"
+        validate_dag(nodes(a=(), b=("a", "b")))
+    assert err.value.field == "tasks[1].depends_on[1]"
 
 
 def test_duplicate_dependency_is_refused_naming_the_id() -> None:
     with pytest.raises(DuplicateDependency) as err:
         validate_dag(nodes(a=(), b=(), c=("b", "a", "b")))
     assert "'b'" in err.value.detail and "'c'" in err.value.detail
-    assert err.value.field == "tasks[2].depends_on"
+    assert err.value.field == "tasks[2].depends_on[2]"  # the second 'b'
 
 
 def test_cycle_is_refused_with_its_path() -> None:

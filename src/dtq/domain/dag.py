@@ -40,9 +40,11 @@ def validate_dag(nodes: Sequence[TaskNode]) -> list[str]:
 
     Raises:
         DuplicateTaskName: two tasks share a name (``field`` = ``tasks[i].name``).
-        SelfDependency: a task lists itself (``field`` = ``tasks[i].depends_on``).
-        DuplicateDependency: a task lists one name twice (``field`` = ``tasks[i].depends_on``).
-        UnknownDependency: a task lists a name that is not in the job.
+        SelfDependency: a task lists itself (``field`` = ``tasks[i].depends_on[j]``, the entry).
+        DuplicateDependency: a task lists one name twice (``field`` = ``tasks[i].depends_on[j]``,
+            the second entry).
+        UnknownDependency: a task lists a name that is not in the job (``field`` =
+            ``tasks[i].depends_on[j]``, the entry).
         DependencyCycle: the graph has a cycle; ``path`` names it in ``depends_on``'s direction,
             each task depending on the next: ``["a", "b", "a"]`` when a depends on b and b on a.
     """
@@ -56,21 +58,19 @@ def validate_dag(nodes: Sequence[TaskNode]) -> list[str]:
         index[node.name] = i
     for i, node in enumerate(nodes):
         listed: set[str] = set()
-        for dep in node.depends_on:
+        for j, dep in enumerate(node.depends_on):
+            entry = f"tasks[{i}].depends_on[{j}]"
             if dep in listed:
                 raise DuplicateDependency(
-                    f"task {node.name!r} lists {dep!r} twice in depends_on",
-                    field=f"tasks[{i}].depends_on",
+                    f"task {node.name!r} lists {dep!r} twice in depends_on", field=entry
                 )
             listed.add(dep)
             if dep == node.name:
-                raise SelfDependency(
-                    f"task {node.name!r} depends on itself", field=f"tasks[{i}].depends_on"
-                )
+                raise SelfDependency(f"task {node.name!r} depends on itself", field=entry)
             if dep not in index:
                 raise UnknownDependency(
                     f"task {node.name!r} depends on {dep!r}, which is not a task of this job",
-                    field=f"tasks[{i}].depends_on",
+                    field=entry,
                 )
     return _topological_order(nodes)
 

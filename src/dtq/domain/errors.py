@@ -1,7 +1,8 @@
 """Domain errors: one root, business facts as subclasses, infrastructure as a separate branch.
 
 Every error carries a ``detail`` that is safe to show to an API client and, where the error is
-about one input field, the ``field`` it concerns (a dotted path such as ``tasks[2].depends_on``).
+about one input field, the ``field`` it concerns (a dotted path such as
+``tasks[2].depends_on[0]``).
 """
 
 from __future__ import annotations
