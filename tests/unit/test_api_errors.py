@@ -436,12 +436,23 @@ async def test_unstorable_job_payload_names_the_task(api: Api, payload: Any, fie
     assert (error["code"], error["field"]) == ("invalid_payload", field)
 
 
-async def test_nul_in_job_metadata_is_a_400(api: Api) -> None:
-    body = {"tasks": [task("a")], "metadata": {"owner": "x\u0000"}}
+@pytest.mark.parametrize(
+    ("metadata", "field"),
+    [
+        ({"owner": "x\u0000"}, "metadata.owner"),
+        ({"n": [2**63]}, "metadata.n[0]"),
+        ({"k\u0000": 1}, "metadata"),
+    ],
+)
+async def test_unstorable_job_metadata_is_invalid_metadata(
+    api: Api, metadata: dict[str, Any], field: str
+) -> None:
+    body = {"tasks": [task("a")], "metadata": metadata}
 
     error = error_of(await api.client.post("/v1/jobs", json=body), 400)
 
-    assert (error["code"], error["field"]) == ("invalid_payload", "metadata.owner")
+    assert (error["code"], error["field"]) == ("invalid_metadata", field)
+    assert api.sample("orchestrator_jobs_submitted_total") == 0
 
 
 async def test_escaped_nul_in_raw_json_is_refused_too(api: Api) -> None:
@@ -504,7 +515,7 @@ async def test_oversized_metadata_is_a_400(api: Api) -> None:
 
     error = error_of(await api.client.post("/v1/jobs", json=body), 400)
 
-    assert error["field"] == "metadata"
+    assert (error["code"], error["field"]) == ("invalid_metadata", "metadata")
 
 
 # --- limits on the request as a whole ---------------------------------------------------------

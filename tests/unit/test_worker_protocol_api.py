@@ -413,7 +413,8 @@ async def test_registry_metadata_that_cannot_be_stored_is_a_400(api: Api) -> Non
         await api.services.api.remote.register("w1", None, {"k": "x" * 70_000})
 
     assert (nul.status_code, nul.json()["error"]["field"]) == (400, "metadata.k")
-    assert big.value.field == "metadata"
+    assert nul.json()["error"]["code"] == "invalid_metadata"
+    assert (big.value.code, big.value.field) == ("invalid_metadata", "metadata")
     assert (await api.client.get("/v1/workers")).json()["workers"] == []
 
 

@@ -24,8 +24,14 @@ from dtq.application.execution import ExecutionService, FailOutcome
 from dtq.application.ports import Clock, LeaseState, Queue, Store, Transaction
 from dtq.application.registry import WorkerRegistryService
 from dtq.domain.entities import Task, TaskRun
-from dtq.domain.errors import BackendUnavailable, Conflict, InvalidPayload, NotFound
-from dtq.domain.payload import check_progress, check_result, check_storable
+from dtq.domain.errors import (
+    BackendUnavailable,
+    Conflict,
+    InvalidMetadata,
+    InvalidPayload,
+    NotFound,
+)
+from dtq.domain.payload import check_metadata, check_progress, check_result
 from dtq.domain.status import RunStatus, TaskStatus
 
 #: Reason written to a run handed back because its claim response had no one to go to.
@@ -214,13 +220,13 @@ class RemoteWorkerService:
         """Upsert the worker's registry row (``WorkerRegistryService.heartbeat``).
 
         Raises:
-            InvalidPayload: ``metadata`` cannot be stored (NUL, too deep, over
+            InvalidMetadata: ``metadata`` cannot be stored (NUL, too deep, over
                 ``MAX_METADATA_BYTES``; field below ``metadata``).
             BackendUnavailable: the database failed.
         """
-        check_storable(metadata, field="metadata")
+        check_metadata(metadata)
         if len(json.dumps(metadata, separators=(",", ":")).encode()) > MAX_METADATA_BYTES:
-            raise InvalidPayload(
+            raise InvalidMetadata(
                 f"metadata is over {MAX_METADATA_BYTES} bytes as JSON", field="metadata"
             )
         await self._registry.heartbeat(worker_id, hostname, metadata)

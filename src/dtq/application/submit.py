@@ -20,7 +20,7 @@ from dtq.domain.errors import (
     ValidationError,
 )
 from dtq.domain.ids import job_task_ids
-from dtq.domain.payload import check_storable
+from dtq.domain.payload import check_metadata, check_storable
 from dtq.domain.status import JobStatus, TaskStatus
 
 #: Most submissions one group transaction writes (issue 17 item 3).
@@ -174,8 +174,9 @@ class SubmitService:
             The job id and a name -> task id map.
 
         Raises:
-            ValidationError: no tasks, bad ``max_attempts``, or a payload the database cannot
-                store (``InvalidPayload``); DAG errors (``DagError`` subclasses) name the tasks.
+            ValidationError: no tasks, bad ``max_attempts``, a payload the database cannot
+                store (``InvalidPayload``) or such metadata (``InvalidMetadata``); DAG errors
+                (``DagError`` subclasses) name the tasks.
             IdempotencyConflict: the key was used before with a different request.
             BackendUnavailable: the database failed.
         """
@@ -361,7 +362,7 @@ def _validate(cmd: SubmitJob) -> None:
         if not spec.kind:
             raise ValidationError("kind must not be empty", field=f"tasks[{i}].kind")
         check_storable(spec.payload, field=f"tasks[{i}].payload")
-    check_storable(cmd.metadata, field="metadata")
+    check_metadata(cmd.metadata)
     validate_dag([TaskNode(spec.name, tuple(spec.depends_on)) for spec in cmd.tasks])
 
 

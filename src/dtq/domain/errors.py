@@ -122,9 +122,17 @@ class DependencyCycle(DagError):
 
 
 class InvalidPayload(ValidationError):
-    """A payload or metadata value cannot be stored (NUL character, number out of range)."""
+    """A payload (or result, progress) value cannot be stored (NUL character, number out of
+    range)."""
 
     code = "invalid_payload"
+
+
+class InvalidMetadata(InvalidPayload):
+    """A job's or worker's metadata cannot be stored (NUL character, number out of range, too
+    large)."""
+
+    code = "invalid_metadata"
 
 
 # --- conflicts (409) --------------------------------------------------------------------------

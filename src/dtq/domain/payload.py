@@ -11,7 +11,7 @@ import json
 import math
 from typing import Any
 
-from dtq.domain.errors import InvalidPayload
+from dtq.domain.errors import InvalidMetadata, InvalidPayload
 
 #: Largest and smallest integers accepted in a payload (signed 64-bit).
 INT_MAX = 2**63 - 1
@@ -70,6 +70,19 @@ def _check_scalar(item: object, path: str) -> None:
             raise InvalidPayload("string contains a NUL character (\\u0000)", field=path)
     else:
         raise InvalidPayload(f"not a JSON value: {type(item).__name__}", field=path)
+
+
+def check_metadata(value: Any) -> None:
+    """Raise ``InvalidMetadata`` unless ``value`` can be stored as a job's or worker's metadata:
+    the rules of :func:`check_storable`, below ``metadata``.
+
+    Raises:
+        InvalidMetadata: ``field`` is the path below ``metadata`` of the offending value.
+    """
+    try:
+        check_storable(value, field="metadata")
+    except InvalidPayload as exc:
+        raise InvalidMetadata(exc.detail, field=exc.field) from None
 
 
 #: Where a result too large for the task row should go instead (issue 13 item 4).

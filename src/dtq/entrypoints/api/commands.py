@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 import msgspec
 
 from dtq.application.commands import SubmitJob, TaskSpec
-from dtq.domain.errors import InvalidPayload, ValidationError
+from dtq.domain.errors import InvalidMetadata, InvalidPayload, ValidationError
 from dtq.entrypoints.api.schemas import (
     RetryRequest,
     SubmitJobRequest,
@@ -55,9 +55,10 @@ def request_hash(route: str, body: msgspec.Struct) -> str:
 def _check_size(value: object, *, field: str, settings: Settings) -> None:
     size = len(_encoder.encode(value))
     if size > settings.api_max_payload_bytes:
-        what = "metadata" if field == "metadata" else "payload"
-        raise InvalidPayload(
-            f"{what} is {size} bytes encoded; the limit is {settings.api_max_payload_bytes}",
+        metadata = field == "metadata"
+        raise (InvalidMetadata if metadata else InvalidPayload)(
+            f"{'metadata' if metadata else 'payload'} is {size} bytes encoded; the limit is"
+            f" {settings.api_max_payload_bytes}",
             field=field,
         )
 
@@ -143,7 +144,8 @@ def submit_job(
     Raises:
         ValidationError: more than ``api_max_tasks_per_job`` tasks (field ``tasks``).
         InvalidPayload: an encoded payload exceeds ``api_max_payload_bytes`` (field
-            ``tasks[i].payload``) or the metadata does (field ``metadata``).
+            ``tasks[i].payload``).
+        InvalidMetadata: the encoded metadata does (field ``metadata``).
     """
     if len(body.tasks) > settings.api_max_tasks_per_job:
         raise ValidationError(
