@@ -389,6 +389,28 @@ async def test_job_name_refuses_control_characters(api: Api) -> None:
     assert error["field"] == "name"
 
 
+@pytest.mark.parametrize("name", [" ", "   ", "\u00a0", " \u3000 "])
+async def test_a_blank_job_name_is_refused(api: Api, name: str) -> None:
+    body = {"name": name, "tasks": [task("a")]}
+
+    error = error_of(await api.client.post("/v1/jobs", json=body), 400)
+
+    assert (error["code"], error["field"]) == ("validation_error", "name")
+    assert "blank" in error["message"]
+    assert api.sample("orchestrator_jobs_submitted_total") == 0
+
+
+@pytest.mark.parametrize("name", ["", "nightly report", " padded "])
+async def test_an_empty_or_spaced_job_name_is_accepted(api: Api, name: str) -> None:
+    body = {"name": name, "tasks": [task("a")]}
+
+    response = await api.client.post("/v1/jobs", json=body)
+
+    assert response.status_code == 201, response.text
+    job = (await api.client.get(f"/v1/jobs/{response.json()['job_id']}")).json()
+    assert job["name"] == name
+
+
 # --- payloads: NUL, int64, nesting, size ------------------------------------------------------
 
 

@@ -10,7 +10,8 @@ Identifier rules (kept strict on purpose; documented in the OpenAPI schema):
 * ``kind`` and task ``name``: 1..200 characters of ``A-Z a-z 0-9 . _ : -`` (no spaces), so they
   are safe in logs, metric labels, URLs and Redis keys.
 * ``priority``: 1..32 characters of ``a-z 0-9 _ -`` (it names a Redis list, spec §5).
-* job ``name``: up to 200 characters, no control characters (``\\u0000`` cannot be stored).
+* job ``name``: up to 200 characters, no control characters (``\\u0000`` cannot be stored), not
+  blank: empty (the default) is a job without a name, whitespace alone is refused.
 
 Request bodies are decoded in msgspec's strict mode (:mod:`dtq.entrypoints.api.guards`): a value
 must have the JSON type the field declares, so ``"max_attempts": "3"``, ``3.0``, ``"three"``,
@@ -34,7 +35,7 @@ from dtq.domain.status import JobStatus, RunStatus, TaskStatus
 
 NAME_PATTERN = r"^[A-Za-z0-9._:-]+(?!\n)$"
 PRIORITY_PATTERN = r"^[a-z0-9_-]{1,32}(?!\n)$"
-JOB_NAME_PATTERN = r"^[^\x00-\x1f\x7f]*(?!\n)$"
+JOB_NAME_PATTERN = r"^(?!\s+$)[^\x00-\x1f\x7f]*(?!\n)$"
 #: Worker ids of the HTTP worker protocol (``worker_protocol.WORKER_ID_PATTERN``).
 WORKER_ID_PATTERN = r"^[\x21-\x7e]{1,200}(?!\n)$"
 #: Printable ASCII only: what an HTTP header can carry without encoding games.
@@ -44,7 +45,7 @@ IDEMPOTENCY_KEY_MAX = 255
 PATTERN_HINTS: dict[str, str] = {
     NAME_PATTERN: "letters, digits, '.', '_', ':' or '-' only",
     PRIORITY_PATTERN: "1 to 32 characters of a-z, 0-9, '_' or '-'",
-    JOB_NAME_PATTERN: "no control characters",
+    JOB_NAME_PATTERN: "no control characters, and not blank (leave it empty for no name)",
     WORKER_ID_PATTERN: "1 to 200 printable ASCII characters, no spaces",
     IDEMPOTENCY_KEY_PATTERN: "printable ASCII characters only (0x20-0x7E)",
 }
@@ -85,7 +86,10 @@ JobName = Annotated[
     msgspec.Meta(
         max_length=200,
         pattern=JOB_NAME_PATTERN,
-        description="Free-form job name, up to 200 characters, no control characters",
+        description=(
+            "Free-form job name, up to 200 characters, no control characters, not blank;"
+            " empty (the default): a job without a name"
+        ),
     ),
 ]
 Payload = Annotated[
