@@ -5,6 +5,7 @@ real uvicorn server; their output (table, ``--json``), exit statuses and one-lin
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -130,7 +131,7 @@ NO_JOB = "00000000-0000-4000-8000-000000000000"
             ["watch", NO_JOB, "--interval", "x"],
             "dtq: --interval: not a duration",
         ),
-        (["job", "submit", "/nonexistent/job.json"], "dtq: FILE: cannot read"),
+        (["job", "submit", "/nonexistent/job.json"], "dtq: /nonexistent/job.json: cannot read"),
     ],
 )
 async def test_bad_input_is_one_line_and_exit_2(
@@ -189,14 +190,37 @@ async def test_input_the_api_would_refuse_is_refused_by_the_cli_in_one_line(
     assert json.loads(capsys.readouterr().out) == []
 
 
-async def test_a_job_file_that_is_not_an_object_is_refused(
-    server: Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"[1, 2]", "must hold a JSON object"),
+        (b"{bad", "not JSON"),
+        (b"\xff{}", "cannot read: not UTF-8"),
+    ],
+)
+async def test_a_bad_job_file_is_named_by_its_path(
+    server: Server,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    content: bytes,
+    message: str,
 ) -> None:
     path = tmp_path / "job.json"
-    path.write_text("[1, 2]")
+    path.write_bytes(content)
 
     assert await dtq("job", "submit", str(path)) == 2
-    assert "must hold a JSON object" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith(f"dtq: {path}: {message}"), err
+    assert err.count("\n") == 1
+
+
+async def test_a_bad_job_on_stdin_is_named_stdin(
+    server: Server, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"{bad")))
+
+    assert await dtq("job", "submit", "-") == 2
+    assert capsys.readouterr().err.startswith("dtq: stdin: not JSON")
 
 
 async def test_an_unreachable_orchestrator_is_one_line_and_exit_1(

@@ -79,43 +79,71 @@ def api_command(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.N
 
 
 def json_argument(text: str, *, option: str) -> Any:
-    """``--payload``-style input: JSON text, or ``@path`` for a file holding UTF-8 JSON. Strict
-    JSON only, refused as the API refuses it (so that what is sent is what was given): ``NaN``,
-    ``Infinity`` and a number beyond a float's range (encoded they would become ``null``), a key
-    repeated in one object (decoding would keep the last), a lone UTF-16 surrogate escape (it
-    cannot be encoded), nesting deeper than Python's recursion limit.
+    """``--payload``-style input: JSON text, or ``@path`` for a file holding UTF-8 JSON, read by
+    :func:`json_text`.
 
     Raises:
-        UsageError: the file cannot be read (or is not UTF-8) or the text is not such JSON.
+        UsageError: the file cannot be read (or is not UTF-8) or the text is not such JSON
+            (naming ``option``).
     """
     source = text
     if text.startswith("@"):
+        source = _read_utf8(text[1:], subject=option, shown=f" {text[1:]!r}")
+    return json_text(source, subject=option)
+
+
+def json_file(path: str) -> Any:
+    """The JSON held by a UTF-8 file, ``-`` for standard input, read by :func:`json_text`.
+
+    Raises:
+        UsageError: the file cannot be read (or is not UTF-8) or does not hold such JSON, naming
+            the path as given (``stdin`` for ``-``).
+    """
+    if path == "-":
         try:
-            source = Path(text[1:]).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise UsageError(option, f"cannot read {text[1:]!r}: {exc.strerror}") from None
+            source = sys.stdin.buffer.read().decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise UsageError(
-                option, f"cannot read {text[1:]!r}: not UTF-8 ({exc.reason})"
-            ) from None
+            raise UsageError("stdin", f"cannot read: not UTF-8 ({exc.reason})") from None
+        return json_text(source, subject="stdin")
+    return json_text(_read_utf8(path, subject=path, shown=""), subject=path)
+
+
+def _read_utf8(path: str, *, subject: str, shown: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(subject, f"cannot read{shown}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(subject, f"cannot read{shown}: not UTF-8 ({exc.reason})") from None
+
+
+def json_text(source: str, *, subject: str) -> Any:
+    """Strict JSON only, refused as the API refuses it (so that what is sent is what was
+    given): ``NaN``, ``Infinity`` and a number beyond a float's range (encoded they would become
+    ``null``), a key repeated in one object (decoding would keep the last), a lone UTF-16
+    surrogate escape (it cannot be encoded), nesting deeper than Python's recursion limit.
+
+    Raises:
+        UsageError: the text is not such JSON (naming ``subject``).
+    """
     try:
         value = json.loads(
             source, parse_constant=_not_json, parse_float=_finite, object_pairs_hook=_unique_keys
         )
     except json.JSONDecodeError as exc:
-        raise UsageError(option, f"not JSON: {exc.msg} at line {exc.lineno}") from None
+        raise UsageError(subject, f"not JSON: {exc.msg} at line {exc.lineno}") from None
     except ValueError as exc:
-        raise UsageError(option, f"not JSON: {exc}") from None
+        raise UsageError(subject, f"not JSON: {exc}") from None
     except RecursionError:
-        raise UsageError(option, "not JSON: nested too deeply") from None
+        raise UsageError(subject, "not JSON: nested too deeply") from None
     try:
         msgspec.json.encode(value)
     except UnicodeEncodeError:
         raise UsageError(
-            option, "not JSON: a lone UTF-16 surrogate escape (a surrogate must be half of a pair)"
+            subject, "not JSON: a lone UTF-16 surrogate escape (a surrogate must be half of a pair)"
         ) from None
     except (OverflowError, RecursionError) as exc:
-        raise UsageError(option, f"not JSON the API takes: {exc}") from None
+        raise UsageError(subject, f"not JSON the API takes: {exc}") from None
     return value
 
 

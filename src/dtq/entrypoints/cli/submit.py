@@ -15,6 +15,7 @@ from dtq.entrypoints.cli.remote import (
     emit_json,
     idempotency_key,
     json_argument,
+    json_file,
     open_client,
     positive_duration,
     table,
@@ -83,10 +84,13 @@ def cmd_submit(args: argparse.Namespace) -> int:
 @api_command
 def cmd_job_submit(args: argparse.Namespace) -> int:
     """Submit the job file; print the job id and task ids by name."""
-    body = json_argument("@/dev/stdin" if args.file == "-" else f"@{args.file}", option="FILE")
+    body = json_file(args.file)
     timeout = positive_duration(args.timeout, option="--timeout")
     if not isinstance(body, dict):
-        raise UsageError("FILE", "the job file must hold a JSON object (the POST /v1/jobs body)")
+        raise UsageError(
+            "stdin" if args.file == "-" else args.file,
+            "must hold a JSON object (the POST /v1/jobs body)",
+        )
     with open_client(args) as client:
         created = client.submit_job(body, idempotency_key=idempotency_key(args.idempotency_key))
         if not args.wait:
