@@ -190,6 +190,35 @@ async def test_input_the_api_would_refuse_is_refused_by_the_cli_in_one_line(
     assert json.loads(capsys.readouterr().out) == []
 
 
+@pytest.mark.parametrize("delay", [["--delay", "-1s"], ["--delay=-1s"]])
+async def test_a_negative_delay_is_refused_in_one_line_however_it_is_spelt(
+    server: Server, capsys: pytest.CaptureFixture[str], delay: list[str]
+) -> None:
+    status = await dtq("submit", "echo", *delay)
+    err = capsys.readouterr().err
+
+    assert (status, err) == (
+        2,
+        "dtq: validation_error: must be between 0s and 8784h, got '-1s' (field delay)\n",
+    )
+    assert await dtq("tasks", "list", "--json") == 0
+    assert json.loads(capsys.readouterr().out) == []
+
+
+async def test_option_values_starting_with_a_minus_and_a_digit_are_values(
+    server: Server, capsys: pytest.CaptureFixture[str]
+) -> None:
+    timeout = await dtq("submit", "echo", "--wait", "--timeout", "-5m")
+    refused = capsys.readouterr().err
+    submitted = await dtq("submit", "echo", "--payload", "-1.5e3", "--json")
+    created = json.loads(capsys.readouterr().out)
+
+    assert (timeout, refused) == (2, "dtq: --timeout: must be more than 0, got '-5m'\n")
+    assert submitted == 0
+    task = await server.services.api.queries.get_task(UUID(created["task_id"]))
+    assert task.task.payload == -1500.0
+
+
 @pytest.mark.parametrize(
     ("content", "message"),
     [

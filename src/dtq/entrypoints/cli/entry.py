@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from dtq.domain.errors import BackendUnavailable
 from dtq.entrypoints.cli import (
@@ -75,12 +77,26 @@ def worker_main() -> int:
     return main(["worker", *sys.argv[1:]])
 
 
+class Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` for which a word starting with ``-`` and a digit (``-1s``,
+    ``-1.5e3``, ``-.5``) is a value, never an option: ``--delay -1s`` gives ``--delay`` the
+    value ``-1s``, as ``--delay=-1s`` does.
+
+    argparse takes only ``-1`` and ``-1.5`` for negative numbers and reports ``--delay -1s``
+    as "expected one argument"; this is the rule later Pythons' argparse applies (its
+    ``_negative_number_matcher``). No ``dtq`` option looks like a negative number, so none is
+    shadowed. Subparsers are of this class too (``add_subparsers`` uses the parent's class).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = re.compile(r"-\.?\d")
+
+
 def parser() -> argparse.ArgumentParser:
     """The ``dtq`` argument parser with every command group registered."""
     env_help = "dotenv file read under the real environment (default: .env; missing is fine)"
-    top = argparse.ArgumentParser(
-        prog=PROG, description="dtq: distributed task orchestrator (CockroachDB + Redis)."
-    )
+    top = Parser(prog=PROG, description="dtq: distributed task orchestrator (CockroachDB + Redis).")
     top.add_argument("--env-file", default=".env", metavar="PATH", help=env_help)
     # Accepted after the command too (``dtq-worker --env-file x``); SUPPRESS keeps the default
     # above when it is not given there.
