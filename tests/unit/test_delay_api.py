@@ -70,6 +70,12 @@ async def test_run_at_with_an_offset_on_post_jobs(api: Api) -> None:
         ({"delay": "5"}, "delay"),
         ({"delay": "-5s"}, "delay"),
         ({"delay": "9000h"}, "delay"),
+        # beyond 8784h by less than a microsecond: the bound is exact, not a float's
+        ({"delay": "8784h1ns"}, "delay"),
+        ({"delay": "8784h0.0000001s"}, "delay"),
+        ({"delay": "527040m0.5us"}, "delay"),
+        ({"delay": "-1ns"}, "delay"),
+        ({"delay": "-0.0000001s"}, "delay"),
         ({"delay": "1d"}, "delay"),
         ({"delay": " 5s"}, "delay"),  # parse_duration strips (for configuration); a body may not
         ({"delay": "5s\n"}, "delay"),
@@ -104,6 +110,13 @@ async def test_bad_timing_is_a_400_naming_the_field(
     )
     assert error_field(response) == f"tasks[1].{field}"
     assert api.store._tables.jobs == {}
+
+
+@pytest.mark.parametrize("delay", ["8784h", "8783h59m59.999999999s", "0s", "-0s", "0"])
+async def test_a_delay_at_its_bounds_is_accepted(api: Api, delay: str) -> None:
+    response = await api.client.post("/v1/tasks", json={"kind": "echo", "delay": delay})
+
+    assert response.status_code == 201, response.text
 
 
 async def test_a_run_at_before_2000_is_a_400_that_states_the_bound(api: Api) -> None:

@@ -7,6 +7,7 @@ exit 2. :mod:`dtq.entrypoints.config` re-exports all of this.
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 from urllib.parse import urlsplit
 
 import durationpy
@@ -18,6 +19,18 @@ import durationpy
 _GO_DURATION = re.compile(
     r"[-+]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:ns|us|µs|μs|ms|s|m|h))+|[-+]?0"
 )
+#: One number-and-unit term of a Go duration, and each unit's length in seconds.
+_TERM = re.compile(r"(?P<number>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?P<unit>ns|us|µs|μs|ms|s|m|h)")
+_UNIT_SECONDS = {
+    "ns": Fraction(1, 10**9),
+    "us": Fraction(1, 10**6),
+    "µs": Fraction(1, 10**6),
+    "μs": Fraction(1, 10**6),
+    "ms": Fraction(1, 10**3),
+    "s": Fraction(1),
+    "m": Fraction(60),
+    "h": Fraction(3600),
+}
 #: A decimal integer as dtq accepts one: optional sign, ASCII digits (no "_", no Unicode digits).
 _ASCII_INTEGER = re.compile(r"[-+]?[0-9]+")
 _MAX_PORT = 65535
@@ -51,6 +64,24 @@ def ascii_int(text: str) -> int:
     if not _ASCII_INTEGER.fullmatch(text):
         raise ValueError(f"not an ASCII decimal integer: {text!r}")
     return int(text)
+
+
+def exact_duration(value: str, *, variable: str) -> Fraction:
+    """The exact length in seconds of a Go duration (``1h0.5us``), for comparing it with a bound:
+    :func:`parse_duration` gives a float through a ``timedelta``, whose microseconds drop a
+    smaller excess (``8784h1ns`` would equal ``8784h``).
+
+    Raises:
+        ConfigError: the text is not a Go duration.
+    """
+    text = value.strip()
+    if not _GO_DURATION.fullmatch(text):
+        raise ConfigError(variable, f"not a duration: {value!r} (use e.g. 500ms, 30s, 2m, 1h30m)")
+    total = sum(
+        (Fraction(t["number"]) * _UNIT_SECONDS[t["unit"]] for t in _TERM.finditer(text)),
+        Fraction(0),
+    )
+    return -total if text.startswith("-") else total
 
 
 def listen_address(value: str, *, variable: str = "ORCHESTRATOR_LISTEN") -> tuple[str, int]:

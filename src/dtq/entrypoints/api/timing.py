@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta
+from fractions import Fraction
 
 from dtq.domain.errors import ValidationError
 from dtq.domain.policy import RetryPolicy
 from dtq.entrypoints.api.schemas import RetryRequest
-from dtq.entrypoints.config_values import ConfigError, parse_duration
+from dtq.entrypoints.config_values import ConfigError, exact_duration, parse_duration
 
 #: The longest ``delay`` accepted: one year.
 MAX_DELAY = timedelta(days=366)
@@ -89,7 +90,11 @@ def _not_rfc_3339(text: str, field: str) -> ValidationError:
 
 
 def parse_delay(text: str, *, field: str, maximum: timedelta = MAX_DELAY) -> timedelta:
-    """Parse a Go duration (``500ms``, ``30s``, ``1h30m``) in ``0 .. maximum``.
+    """Parse a Go duration (``500ms``, ``30s``, ``1h30m``) in ``0 .. maximum``, both bounds
+    exact (``8784h1ns`` is beyond ``8784h``, ``-1ns`` below ``0s``).
+
+    Returns:
+        The duration, to the microsecond.
 
     Raises:
         ValidationError: not a Go duration (surrounding whitespace included), negative, or
@@ -97,14 +102,15 @@ def parse_delay(text: str, *, field: str, maximum: timedelta = MAX_DELAY) -> tim
     """
     try:
         # parse_duration forgives surrounding whitespace in configuration; a body may not have it
-        seconds = parse_duration(text, variable=field) if text == text.strip() else None
+        if text != text.strip():
+            raise ConfigError(field, "surrounding whitespace")
+        seconds = parse_duration(text, variable=field)
+        exact = exact_duration(text, variable=field)
     except ConfigError:
-        seconds = None
-    if seconds is None:
         raise ValidationError(
             f"not a duration: {text[:64]!r} (use e.g. 500ms, 30s, 2m, 1h30m)", field=field
-        )
-    if seconds < 0 or seconds > maximum.total_seconds():
+        ) from None
+    if exact < 0 or exact > Fraction(maximum // timedelta(microseconds=1), 10**6):
         raise ValidationError(
             f"must be between 0s and {_show(maximum)}, got {text[:64]!r}", field=field
         )
