@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from dtq.adapters.cockroach.arrays import Int8Array, TextArray, TimestamptzArray, UuidArray
 from dtq.adapters.cockroach.txconn import fast_literal
 from dtq.domain.dag import TaskNode, validate_dag
 from dtq.domain.entities import Task
@@ -141,3 +142,30 @@ def test_literals_of_a_lone_claims_task_update(benchmark: Any) -> None:
     text = benchmark(render)
     assert text.count("::timestamptz") == 3
     assert "'2026-12-02 16:40:01.123456+00:00'" in text
+
+
+def test_literals_of_a_group_of_nine_single_submits(benchmark: Any) -> None:
+    """The ``EXECUTE`` argument text of the jobs insert of a group of nine ``POST /v1/tasks``
+    (txconn.fast_literal per typed array: one array per column, nine rows)."""
+    at = datetime(2026, 12, 3, 8, 0, 1, 123456, tzinfo=UTC)
+    rows = 9
+    params = (
+        UuidArray([uuid.uuid4() for _ in range(rows)]),
+        TextArray(["count"] * rows),
+        TextArray(["pending"] * rows),
+        TextArray(["{}"] * rows),
+        TextArray([None] * rows),
+        TextArray([None] * rows),
+        Int8Array([0] * rows),
+        TimestamptzArray([at] * rows),
+        TimestamptzArray([at] * rows),
+        TextArray([None] * rows),
+    )
+
+    def render() -> str:
+        return ", ".join(str(fast_literal(p)) for p in params)
+
+    text = benchmark(render)
+    assert text.count("::timestamptz[]") == 2
+    assert "None" not in text
+    assert '\'{"{}","{}",' in text

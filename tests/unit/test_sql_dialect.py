@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import random
 import re
 from datetime import UTC, datetime, timedelta, timezone
 from types import ModuleType
@@ -13,6 +14,7 @@ from psycopg.adapt import Transformer
 from psycopg.types.numeric import Int8
 
 from dtq.adapters.cockroach import sessions, sql, txconn
+from dtq.adapters.cockroach.arrays import Int8Array, TextArray, TimestamptzArray, UuidArray
 from dtq.domain.status import TaskStatus
 
 #: Constructs that are absent from, or mean something else on, one of the two databases.
@@ -105,6 +107,21 @@ _LITERAL_CASES = [
     TaskStatus.QUEUED,  # a str subclass: psycopg's dumper
     1.5,
     [UUID("6c0c4964-6b7b-4088-a7da-3195d840d734")],
+    UuidArray([UUID("6c0c4964-6b7b-4088-a7da-3195d840d734"), None]),
+    UuidArray([]),
+    UuidArray([None]),
+    Int8Array([0, -1, None, 2**63 - 1]),
+    Int8Array([Int8(7)]),
+    Int8Array([True]),  # a bool: psycopg's dumper
+    TimestamptzArray([datetime(2026, 12, 2, 10, 22, 23, 98930, tzinfo=UTC), None]),
+    TimestamptzArray([datetime(2026, 1, 1, tzinfo=timezone(timedelta(hours=-3, minutes=-30)))]),
+    TimestamptzArray([None, None]),
+    TimestamptzArray([datetime(2026, 1, 1)]),  # naive: psycopg's dumper
+    TextArray(["pending", None, "", "NULL", "null", "it's", "a b", "{x}", 'q"t', "b\\s"]),
+    TextArray(['{"k": [1, 2]}', "tab\tnew\nline", "\u2000lead", "naïve ✓", "\u3000"]),
+    TextArray([]),
+    TextArray(["x" * 70 + " a \"{,}\\ '", "y" * 65]),  # past the cached length
+    TextArray([TaskStatus.QUEUED]),  # a str subclass: psycopg's dumper
 ]
 
 
@@ -115,6 +132,34 @@ def test_a_fast_literal_is_the_text_psycopgs_dumper_writes(value: object) -> Non
     assert fast in (None, expected)
 
 
+_ARRAY_ALPHABET = (
+    "ab ,{}\"\\'\t\n\r\x0b\x0cN ULnul\u1680\u2000\u200a\u2028\u202f\u205f\u3000é\u00a0"
+)
+
+
+def test_a_text_array_literal_is_the_text_psycopg_writes_for_any_strings() -> None:
+    """Random strings over the characters that array syntax and SQL quoting treat specially."""
+    rng = random.Random(17)
+    for _ in range(2000):
+        value = TextArray(
+            "".join(rng.choice(_ARRAY_ALPHABET) for _ in range(rng.randrange(6)))
+            for _ in range(rng.randrange(1, 5))
+        )
+        assert txconn.fast_literal(value) == Transformer().as_literal(value).decode(), value
+
+
 def test_the_common_types_of_a_state_change_take_the_fast_path() -> None:
-    common = [None, True, 3, Int8(3), "running", UUID(int=1), datetime(2026, 1, 1, tzinfo=UTC)]
+    common = [
+        None,
+        True,
+        3,
+        Int8(3),
+        "running",
+        UUID(int=1),
+        datetime(2026, 1, 1, tzinfo=UTC),
+        UuidArray([UUID(int=1)]),
+        TextArray(["a", None]),
+        Int8Array([1]),
+        TimestamptzArray([datetime(2026, 1, 1, tzinfo=UTC)]),
+    ]
     assert [txconn.fast_literal(v) is not None for v in common] == [True] * len(common)

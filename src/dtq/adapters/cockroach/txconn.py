@@ -21,6 +21,7 @@ that carried it raises ``ConcurrentUpdate`` and no COMMIT after it runs.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import re
@@ -37,6 +38,7 @@ from psycopg.rows import TupleRow
 from psycopg.types.numeric import Int8
 
 from dtq.adapters.cockroach import sql
+from dtq.adapters.cockroach.arrays import Int8Array, TextArray, TimestamptzArray, UuidArray
 from dtq.domain.errors import ConcurrentUpdate
 
 
@@ -143,7 +145,94 @@ def _none_literal(value: None) -> str | None:
     return "NULL"
 
 
+#: An array element psycopg writes in double quotes: empty, the word NULL in any case, a
+#: character with a meaning in the array syntax, ASCII white space, or a Unicode space that
+#: CockroachDB strips from unquoted elements (``psycopg.types.array``'s own rule).
+_ELEMENT_NEEDS_QUOTES = re.compile(
+    r'^$|["{},\\ \t\n\r\x0b\x0c\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]|^null$',
+    re.IGNORECASE,
+)
+_ELEMENT_ESCAPE = re.compile(r'(["\\])')
+
+
+def _text_element(value: str) -> str:
+    if _ELEMENT_NEEDS_QUOTES.search(value) is None:
+        return value
+    return '"' + _ELEMENT_ESCAPE.sub(r"\\\1", value) + '"'
+
+
+#: :func:`_text_element` remembered for short strings (kinds, statuses, priorities and ``{}``
+#: recur in every batch); a payload's text is not kept.
+_short_text_element = functools.lru_cache(maxsize=1024)(_text_element)
+_SHORT_TEXT = 64
+
+
+def _array_literal(body: str, cast: str) -> str:
+    """``{body}`` quoted as libpq's ``PQescapeLiteral`` does (``'`` doubled; with a backslash,
+    ` E'...'` and every backslash doubled), then ``cast`` when some element is not NULL."""
+    text = "{" + body + "}"
+    if "'" in text:
+        text = text.replace("'", "''")
+    if "\\" in text:
+        return f" E'{text.replace(chr(92), chr(92) * 2)}'{cast}"
+    return f"'{text}'{cast}"
+
+
+def _typed_array_literal(
+    values: list[Any], element: Callable[[Any], str | None], cast: str
+) -> str | None:
+    parts: list[str] = []
+    previous: Any = None
+    text = "NULL"
+    for value in values:
+        if value is not previous:  # a batch's rows share one timestamp object
+            rendered = "NULL" if value is None else element(value)
+            if rendered is None:
+                return None
+            previous, text = value, rendered
+        parts.append(text)
+    typed = any(value is not None for value in values)
+    return _array_literal(",".join(parts), cast if typed else "")
+
+
+def _uuid_array_literal(values: UuidArray) -> str | None:
+    return _typed_array_literal(values, lambda v: v.hex if type(v) is UUID else None, "::uuid[]")
+
+
+def _timestamptz_array_literal(values: TimestamptzArray) -> str | None:
+    # aware datetimes only (a naive one makes psycopg choose the timestamp dumper)
+    return _typed_array_literal(
+        values,
+        lambda v: f'"{v.isoformat(" ")}"' if type(v) is datetime and v.tzinfo else None,
+        "::timestamptz[]",
+    )
+
+
+def _int8_array_literal(values: Int8Array) -> str | None:
+    return _typed_array_literal(
+        values, lambda v: str(v) if type(v) in (int, Int8) else None, "::int8[]"
+    )
+
+
+def _text_array_literal(values: TextArray) -> str | None:
+    parts = []
+    for value in values:
+        if value is None:
+            parts.append("NULL")
+        elif type(value) is not str or "\x00" in value:
+            return None  # a str subclass or a NUL (refused by the server): psycopg decides
+        elif len(value) <= _SHORT_TEXT:
+            parts.append(_short_text_element(value))
+        else:
+            parts.append(_text_element(value))
+    return _array_literal(",".join(parts), "")
+
+
 _FAST_LITERALS: dict[type, Callable[[Any], str | None]] = {
+    UuidArray: _uuid_array_literal,
+    TimestamptzArray: _timestamptz_array_literal,
+    Int8Array: _int8_array_literal,
+    TextArray: _text_array_literal,
     UUID: _uuid_literal,
     datetime: _datetime_literal,
     str: _str_literal,
@@ -157,7 +246,8 @@ _FAST_LITERALS: dict[type, Callable[[Any], str | None]] = {
 def fast_literal(value: Any) -> str | None:
     """``value`` as the SQL literal psycopg's text dumper writes for it, for a value of
     exactly one of the types of a state change (uuid, aware datetime, plain str,
-    non-negative int, bool, None); None for anything else (the caller asks psycopg).
+    non-negative int, bool, None) or one of the typed arrays of ``arrays.py`` holding such
+    values; None for anything else (the caller asks psycopg).
 
     The same text, without the transformer's dumper lookup per value: the literals of an
     ``EXECUTE`` are on the claim's and the submit's path (benchmarks/PROFILE.md, tenth pass).
