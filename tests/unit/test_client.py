@@ -6,9 +6,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import re
 import subprocess
 import sys
+import uuid
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -31,6 +34,7 @@ from dtq.client import (
 )
 from dtq.client.config import ClientConfig
 from dtq.client.errors import ApiError, InvalidRequest, error_for
+from dtq.client.jobs import go_duration
 from dtq.domain.tokens import Scope
 from tests.unit.api_harness import SETTINGS
 from tests.unit.http_server import Server, serving
@@ -453,3 +457,55 @@ def test_a_request_that_cannot_be_sent_as_given_is_refused_before_sending(
     # port 9 refuses: an attempt to send would be a TransportError after the retries
     with Client("http://127.0.0.1:9") as client, pytest.raises(InvalidRequest):
         client.submit_task("echo", payload, idempotency_key=key)
+
+
+@pytest.mark.parametrize(
+    ("payload", "path"),
+    [
+        ({"x": float("nan")}, "payload.x"),
+        ({"x": [1, float("inf")]}, "payload.x[1]"),
+        ({"x": -float("inf")}, "payload.x"),
+        ({"s": {1, 2}}, "payload.s"),
+        ({"b": b"ab"}, "payload.b"),
+        ({"o": {1: "a"}}, "payload.o"),
+        ({"at": datetime(2026, 1, 1, tzinfo=UTC)}, "payload.at"),
+        ({"u": uuid.UUID(int=1)}, "payload.u"),
+    ],
+)
+def test_a_payload_msgspec_would_convert_is_refused_naming_its_path(
+    payload: object, path: str
+) -> None:
+    """NaN would arrive as null, a set as an array, bytes as base64, an integer key as a
+    string: none of them comes back as given, so none is sent."""
+    sent = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(201, json={})
+
+    client = Client("http://dtq.test", transport=httpx.MockTransport(handler))
+    with client, pytest.raises(InvalidRequest, match=rf"^{re.escape(path)}: "):
+        client.submit_task("echo", payload)
+    assert sent == []
+
+
+def test_a_duration_that_is_not_a_timedelta_or_a_string_is_refused_by_name() -> None:
+    with (
+        Client("http://127.0.0.1:9") as client,
+        pytest.raises(InvalidRequest, match=r"^delay: a timedelta or a Go duration string"),
+    ):
+        client.submit_task("echo", delay=5)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (timedelta(seconds=1.5), "1500ms"),
+        (timedelta(microseconds=1500), "1500us"),
+        (timedelta(microseconds=1), "1us"),
+        (timedelta(0), "0ms"),
+        (timedelta(hours=8784), "31622400000ms"),
+    ],
+)
+def test_a_timedelta_is_sent_exactly(value: timedelta, text: str) -> None:
+    assert go_duration(value) == text

@@ -107,7 +107,7 @@ def results_page(
 
 
 def workers(active_since: str | timedelta | None = None) -> Call[WorkersBody]:
-    since = go_duration(active_since) if active_since is not None else None
+    since = go_duration(active_since, "active_since") if active_since is not None else None
     return Call("GET", "/v1/workers", _workers, params={"active_since": since})
 
 

@@ -8,6 +8,7 @@ Neither client does anything but send a ``Call`` with its own httpx client and a
 from __future__ import annotations
 
 import email.utils
+import math
 import random
 import uuid
 from collections.abc import Callable, Mapping
@@ -107,17 +108,57 @@ def encode_body(value: Any) -> bytes | None:
     """``value`` as a JSON request body (None: no body).
 
     Raises:
-        InvalidRequest: a string of it holds a lone UTF-16 surrogate, which JSON in UTF-8
-            cannot carry.
+        InvalidRequest: some part of it would not come back as given, naming its path
+            (``payload.x``): a value JSON has no form for (NaN or an infinity, a set, bytes,
+            a datetime or any other object), a key that is not a string, or a string holding
+            a lone UTF-16 surrogate, which JSON in UTF-8 cannot carry.
     """
     if value is None:
         return None
+    check_json(value)
     try:
         return msgspec.json.encode(value)
     except UnicodeEncodeError:
         raise InvalidRequest(
             "a lone UTF-16 surrogate escape (a surrogate must be half of a pair)"
         ) from None
+
+
+#: The Python types a JSON body is made of; msgspec would also encode others by converting
+#: them (a set as an array, bytes as base64, NaN as null), which changes what was given.
+_SCALARS = (str, int, bool, type(None))
+
+
+def check_json(value: Any) -> None:
+    """Check that ``value`` is made only of dicts with string keys, lists, tuples, strings,
+    integers, finite floats, booleans and None.
+
+    Raises:
+        InvalidRequest: naming the path of the first part that is not (``payload.x[2]``).
+    """
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, _SCALARS):
+            continue
+        if isinstance(item, float):
+            if math.isfinite(item):
+                continue
+            _refuse(path, f"{item!r} is not a JSON number")
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                if not isinstance(key, str):
+                    _refuse(path, f"a key must be a string, got {type(key).__name__} {key!r}")
+                stack.append((child, f"{path}.{key}" if path else key))
+        elif isinstance(item, (list, tuple)):
+            stack.extend((child, f"{path}[{i}]") for i, child in enumerate(item))
+        else:
+            _refuse(path, f"{type(item).__name__} is not a JSON type")
+
+
+def _refuse(path: str, reason: str) -> None:
+    where = f"{path}: " if path else ""
+    raise InvalidRequest(f"{where}{reason} (it would not be sent as given)")
 
 
 def outcome(call: Call[T], status: int, content: bytes) -> T:

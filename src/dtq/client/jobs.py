@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from dtq.client.errors import InvalidRequest
+
 __all__ = ["JobBuilder", "TaskRef", "task_options"]
 
 
@@ -110,11 +112,12 @@ def task_options(
     retry: Mapping[str, Any] | None = None,
     timeout: str | timedelta | None = None,
 ) -> dict[str, Any]:
-    """The optional fields of a task in request form; a ``timedelta`` becomes a Go duration in
-    milliseconds (``"1500ms"``) and an aware ``datetime`` an RFC 3339 string.
+    """The optional fields of a task in request form; a ``timedelta`` becomes a Go duration
+    (:func:`go_duration`) and an aware ``datetime`` an RFC 3339 string.
 
     Raises:
         ValueError: ``run_at`` is naive, or both ``delay`` and ``run_at`` are given.
+        InvalidRequest: ``delay`` or ``timeout`` is neither a string nor a ``timedelta``.
     """
     if delay is not None and run_at is not None:
         raise ValueError("give delay or run_at, not both")
@@ -124,23 +127,36 @@ def task_options(
     if max_attempts is not None:
         out["max_attempts"] = max_attempts
     if delay is not None:
-        out["delay"] = go_duration(delay)
+        out["delay"] = go_duration(delay, "delay")
     if run_at is not None:
         if run_at.tzinfo is None:
             raise ValueError("run_at must be timezone-aware")
         out["run_at"] = run_at.isoformat()
     if retry is not None:
         out["retry"] = {
-            k: go_duration(v) if isinstance(v, timedelta) else v for k, v in retry.items()
+            k: go_duration(v, f"retry.{k}") if isinstance(v, timedelta) else v
+            for k, v in retry.items()
         }
     if timeout is not None:
-        out["timeout"] = go_duration(timeout)
+        out["timeout"] = go_duration(timeout, "timeout")
     return out
 
 
-def go_duration(value: str | timedelta) -> str:
+def go_duration(value: str | timedelta, name: str = "a duration") -> str:
     """``value`` as the API's Go duration text: a string is passed through unchanged, a
-    ``timedelta`` becomes whole milliseconds (``timedelta(seconds=1.5)`` -> ``"1500ms"``)."""
+    ``timedelta`` becomes whole milliseconds when it is one (``timedelta(seconds=1.5)`` ->
+    ``"1500ms"``), else microseconds (``"1500us"``), so nothing is rounded.
+
+    Raises:
+        InvalidRequest: ``value`` is neither (e.g. a number: is ``5`` seconds or
+            milliseconds?); nothing was sent.
+    """
     if isinstance(value, str):
         return value
-    return f"{round(value.total_seconds() * 1000)}ms"
+    if not isinstance(value, timedelta):
+        raise InvalidRequest(
+            f"{name}: a timedelta or a Go duration string such as '5s', got"
+            f" {type(value).__name__} {value!r}"
+        )
+    micros = value // timedelta(microseconds=1)
+    return f"{micros // 1000}ms" if micros % 1000 == 0 else f"{micros}us"
