@@ -138,6 +138,8 @@ async def test_malformed_json_is_a_400_not_a_500(api: Api, raw: bytes) -> None:
             rb'{"tasks":[{"name":"a","kind":"x","payload":"\ud800"}]}',
             "tasks[0].payload",
         ),
+        # a repeated key does not hide the string
+        ("/v1/tasks", rb'{"kind":"x","payload":{"a":"\ud800","a":1}}', "payload.a"),
     ],
 )
 async def test_a_lone_surrogate_escape_is_named_not_called_truncated(
@@ -163,6 +165,10 @@ async def test_a_lone_surrogate_escape_is_named_not_called_truncated(
             "tasks[0].payload.x[1]",
         ),
         ("/v1/jobs", b'{"tasks":[{"name":"a","kind":"x"}],"metadata":{"m":1e999}}', "metadata.m"),
+        # a repeated key must not hide the value, and the first value at fault is named
+        ("/v1/tasks", b'{"kind":"x","payload":{"x":1e999,"x":1}}', "payload.x"),
+        ("/v1/tasks", b'{"kind":"x","payload":{"a":1e999,"b":NaN}}', "payload.a"),
+        ("/v1/tasks", b'{"kind":"x","payload":{"a":1,"b":[2,1e999],"c":1e999}}', "payload.b[1]"),
     ],
 )
 async def test_a_number_beyond_a_float_is_named_and_called_out_of_range(

@@ -152,28 +152,48 @@ def reject_undecodable_values(raw: bytes) -> None:
     """
     try:
         document = json.loads(
-            raw.decode("utf-8"), parse_constant=_refuse_constant, parse_float=_float_or_literal
+            raw.decode("utf-8"),
+            parse_constant=_Constant,
+            parse_float=_float_or_literal,
+            object_pairs_hook=_Pairs,  # a repeated key must not hide a value
         )
     except (ValueError, RecursionError):
         return
-    stack: list[tuple[Any, str]] = [(document, "")]
+    # in document order, a key just before its value: the first part at fault is named
+    stack: list[tuple[Any, str, bool]] = [(document, "", False)]
     while stack:
-        value, path = stack.pop()
-        if isinstance(value, _OutOfRange):
+        value, path, is_key = stack.pop()
+        if is_key:
+            _check_surrogates(value, "a key", path)
+        elif isinstance(value, _Constant):
+            return  # NaN or Infinity came first: not JSON at all, msgspec's message says so
+        elif isinstance(value, _OutOfRange):
             raise NumberOutOfRange(
                 f"number out of range: {value[:64]} (a JSON number must fit in a 64-bit float,"
                 " at most about 1.8e308)",
                 field=path or None,
             )
-        if isinstance(value, str):
+        elif isinstance(value, str):
             _check_surrogates(value, "a string", path)
-        elif isinstance(value, dict):
-            for key, item in value.items():
+        elif isinstance(value, _Pairs):
+            for key, item in reversed(value):
                 key_path = f"{path}.{key}" if path else key
-                _check_surrogates(key, "a key", key_path)
-                stack.append((item, key_path))
+                stack.append((item, key_path, False))
+                stack.append((key, key_path, True))
         elif isinstance(value, list):
-            stack.extend((v, f"{path}[{i}]") for i, v in enumerate(value))
+            stack.extend((v, f"{path}[{i}]", False) for i, v in reversed(list(enumerate(value))))
+
+
+class _Pairs(list[tuple[str, Any]]):
+    """A JSON object as its (key, value) pairs, repeated keys kept."""
+
+    __slots__ = ()
+
+
+class _Constant(str):
+    """``NaN``, ``Infinity`` or ``-Infinity`` as Python's parser found it (not JSON)."""
+
+    __slots__ = ()
 
 
 class _OutOfRange(str):
@@ -196,11 +216,6 @@ def _check_surrogates(text: str, what: str, path: str) -> None:
             f" \\u{ord(found[0]):04x} (a surrogate must be half of a pair)",
             field=path.encode("utf-8", "backslashreplace").decode("utf-8") or None,
         )
-
-
-def _refuse_constant(name: str) -> None:
-    """``NaN``/``Infinity`` are not JSON: leave such a body to msgspec's message."""
-    raise ValueError(name)
 
 
 class _Repeated(dict[str, Any]):
