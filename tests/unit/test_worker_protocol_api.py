@@ -449,3 +449,28 @@ async def test_a_claimed_task_carries_its_jobs_trace_context_to_the_http_worker(
     assert by_id[untraced]["traceparent"] is None
     rebuilt = claim_from_wire(by_id[str(traced.task_ids["t"])], "w1")
     assert rebuilt.trace_context == traceparent
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field", "words"),
+    [
+        ("/v1/worker/registry", {"worker_id": "w1", "hostname": "h\u0000"}, "hostname", "control"),
+        ("/v1/worker/registry", {"worker_id": "w1", "hostname": "box\n"}, "hostname", "control"),
+        ("/v1/worker/runs/{run}/failure", {"error": "a\u0000"}, "error", "NUL"),
+        ("/v1/worker/runs/{run}/release", {"reason": "a\u0000"}, "reason", "NUL"),
+    ],
+)
+async def test_a_refused_text_field_is_explained_in_words(
+    api: Api, path: str, body: dict[str, Any], field: str, words: str
+) -> None:
+    """A pattern's refusal says what the field may hold (not the regex), and a final newline
+    is refused where control characters are (``$`` alone matches before it)."""
+    response = await api.client.post(
+        path.format(run=uuid4()), json=body, headers={"X-Worker-Id": "w1"}
+    )
+
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["field"] == field
+    assert words in error["message"]
+    assert "^" not in error["message"]

@@ -40,6 +40,10 @@ JOB_NAME_PATTERN = r"^(?!\s+$)[^\x00-\x1f\x7f]*(?!\n)$"
 WORKER_ID_PATTERN = r"^[\x21-\x7e]{1,200}(?!\n)$"
 #: Printable ASCII only: what an HTTP header can carry without encoding games.
 IDEMPOTENCY_KEY_PATTERN = r"^[\x20-\x7e]+(?!\n)$"
+#: Free text PostgreSQL can store: anything but NUL (a worker's error, a release reason).
+NO_NUL_PATTERN = r"^[^\x00]*$"
+#: One line of text: no control character, a final newline included (a worker's hostname).
+NO_CONTROL_PATTERN = r"^[^\x00-\x1f\x7f]*(?!\n)$"
 IDEMPOTENCY_KEY_MAX = 255
 #: What each pattern means, in the words a 400 uses instead of the regex.
 PATTERN_HINTS: dict[str, str] = {
@@ -48,6 +52,8 @@ PATTERN_HINTS: dict[str, str] = {
     JOB_NAME_PATTERN: "no control characters, and not blank (leave it empty for no name)",
     WORKER_ID_PATTERN: "1 to 200 printable ASCII characters, no spaces",
     IDEMPOTENCY_KEY_PATTERN: "printable ASCII characters only (0x20-0x7E)",
+    NO_NUL_PATTERN: "no NUL character (\\u0000)",
+    NO_CONTROL_PATTERN: "no control characters (U+0000-U+001F, U+007F)",
 }
 
 Kind = Annotated[

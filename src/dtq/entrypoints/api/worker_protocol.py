@@ -26,7 +26,14 @@ from dtq.application.remote import RemoteWorkerService
 from dtq.domain.entities import DEFAULT_PRIORITY
 from dtq.domain.errors import InvalidPayload, ValidationError
 from dtq.entrypoints.api import guards, responses
-from dtq.entrypoints.api.schemas import WORKER_ID_PATTERN, Kind, Payload, Priority
+from dtq.entrypoints.api.schemas import (
+    NO_CONTROL_PATTERN,
+    NO_NUL_PATTERN,
+    WORKER_ID_PATTERN,
+    Kind,
+    Payload,
+    Priority,
+)
 from dtq.entrypoints.api.timing import format_duration
 from dtq.entrypoints.config import ConfigError, parse_duration
 
@@ -138,7 +145,7 @@ class FailureRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
         msgspec.Meta(
             min_length=1,
             max_length=MAX_ERROR_CHARS,
-            pattern=r"^[^\x00]*$",
+            pattern=NO_NUL_PATTERN,
             description="What went wrong, 1..10000 characters, no \\u0000",
         ),
     ]
@@ -150,7 +157,7 @@ class ReleaseRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """``POST /v1/worker/runs/{run_id}/release``: hand the task back unfinished (shutdown)."""
 
     reason: Annotated[
-        str, msgspec.Meta(min_length=1, max_length=MAX_ERROR_CHARS, pattern=r"^[^\x00]*$")
+        str, msgspec.Meta(min_length=1, max_length=MAX_ERROR_CHARS, pattern=NO_NUL_PATTERN)
     ] = "worker shutting down"
     progress: FinalProgress = None
 
@@ -159,7 +166,7 @@ class RegistryRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """``POST /v1/worker/registry``: the worker is alive (its ``workers`` row, spec §4)."""
 
     worker_id: WorkerId
-    hostname: Annotated[str, msgspec.Meta(max_length=255, pattern=r"^[^\x00-\x1f\x7f]*$")] = ""
+    hostname: Annotated[str, msgspec.Meta(max_length=255, pattern=NO_CONTROL_PATTERN)] = ""
     metadata: dict[str, Payload] = msgspec.field(default_factory=dict)
 
 
