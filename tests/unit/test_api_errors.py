@@ -193,10 +193,41 @@ async def test_a_surrogate_pair_escape_is_accepted(api: Api) -> None:
     assert status == 201, answer
 
 
-async def test_empty_body_is_a_400(api: Api) -> None:
-    error = error_of(await api.client.post("/v1/tasks", content=b"", headers=JSON), 400)
+@pytest.mark.parametrize("body", [b"", b"  \r\n"])
+async def test_empty_body_is_a_400_that_asks_for_one(api: Api, body: bytes) -> None:
+    error = error_of(await api.client.post("/v1/tasks", content=body, headers=JSON), 400)
 
     assert error["field"] is None
+    assert error["message"] == "a JSON request body is required (the body is empty)"
+
+
+async def test_a_byte_order_mark_is_named(api: Api) -> None:
+    raw = b'\xef\xbb\xbf{"kind":"echo"}'
+    error = error_of(await api.client.post("/v1/tasks", content=raw, headers=JSON), 400)
+
+    assert (error["code"], error["field"]) == ("invalid_json", None)
+    assert "byte order mark" in error["message"]
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field", "message"),
+    [
+        (
+            "/v1/worker/results",
+            {"reports": [{"run_id": "x"}]},
+            "reports[0].run_id",
+            "must be a UUID",
+        ),
+        ("/v1/tasks", {"kind": "echo", "run_at": 5}, "run_at", "must be a string, got an integer"),
+    ],
+)
+async def test_a_uuid_or_time_field_is_explained_in_words(
+    api: Api, path: str, body: dict[str, Any], field: str, message: str
+) -> None:
+    response = await api.client.post(path, json=body, headers={"X-Worker-Id": "w1"})
+
+    error = error_of(response, 400)
+    assert (error["field"], error["message"]) == (field, message)
 
 
 @pytest.mark.parametrize(
@@ -651,13 +682,19 @@ async def test_unknown_route_is_a_404_in_the_error_shape(api: Api) -> None:
     error = error_of(await api.client.get("/v2/tasks"), 404)
 
     assert error["code"] == "route_not_found"
+    assert error["message"] == "no route GET /v2/tasks"
 
 
 async def test_wrong_method_is_a_405_with_allow(api: Api) -> None:
-    response = await api.client.delete(f"/v1/tasks/{uuid4()}")
+    task_id = uuid4()
+    response = await api.client.delete(f"/v1/tasks/{task_id}")
 
-    assert error_of(response, 405)["code"] == "method_not_allowed"
+    error = error_of(response, 405)
+    assert error["code"] == "method_not_allowed"
     assert "GET" in response.headers["allow"]
+    assert error["message"] == (
+        f"DELETE is not allowed on /v1/tasks/{task_id} (allowed: {response.headers['allow']})"
+    )
 
 
 # --- server-side failures ---------------------------------------------------------------------

@@ -257,6 +257,13 @@ def handle_http_exception(
             (c for cls, c in CODE_BY_HTTP_ERROR.items() if isinstance(exc, cls)), "http_error"
         )
         message = exc.detail
+        if isinstance(exc, NotFoundException) and code == "route_not_found":
+            message = f"no route {request.method} {request.url.path}"
+        elif isinstance(exc, MethodNotAllowedException):
+            allowed = (exc.headers or {}).get("Allow") or (exc.headers or {}).get("allow")
+            message = f"{request.method} is not allowed on {request.url.path}" + (
+                f" (allowed: {allowed})" if allowed else ""
+            )
     _log(request, exc.status_code, exc, code)
     return error_response(exc.status_code, code, message, headers=exc.headers)
 

@@ -54,6 +54,16 @@ class LoneSurrogate(ValidationError):
     code = "invalid_json"
 
 
+class ByteOrderMark(ValidationError):
+    """The body starts with a UTF-8 byte order mark (RFC 8259 §8.1: JSON text must not)."""
+
+    code = "invalid_json"
+
+
+#: The UTF-8 byte order mark.
+_BOM = b"\xef\xbb\xbf"
+
+
 class NumberOutOfRange(ValidationError):
     """A number of the body is beyond what a 64-bit float holds (``1e999``)."""
 
@@ -77,10 +87,18 @@ def json_body(model: type[msgspec.Struct]) -> BeforeRequest:
 
     async def guard(request: Request[Any, Any, Any]) -> None:
         require_json_content_type(request)
+        raw = await request.body()
+        if not raw.strip():
+            raise ValidationError("a JSON request body is required (the body is empty)")
         try:
             document = await request.json()
         except SerializationException as exc:  # what Litestar raises for a handler's `data`
-            reject_undecodable_values(await request.body())
+            if raw.startswith(_BOM):
+                raise ByteOrderMark(
+                    "request body is not valid JSON: it starts with a UTF-8 byte order mark"
+                    " (EF BB BF), which JSON text must not"
+                ) from None
+            reject_undecodable_values(raw)
             raise ClientException(str(exc)) from exc
         try:
             msgspec.convert(document, type=model, strict=True)

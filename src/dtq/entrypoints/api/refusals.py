@@ -17,6 +17,7 @@ Expected `str` matching regex '<pattern>'  must be a string with <its PATTERN_HI
 Invalid enum value 'linear'                must be 'exponential' or 'fixed', got 'linear'
 Object missing required field `kind`       required field 'kind' is missing
 Object contains unknown field `jiter`      unknown field 'jiter'; accepted: backoff, delay, ...
+Invalid UUID                               must be a UUID
 =========================================  ======================================================
 
 An error about the body itself (no field) starts with "the request body". A reason not in this
@@ -180,6 +181,8 @@ _REASONS: list[tuple[re.Pattern[str], Callable[[re.Match[str], mi.Type | None], 
     (re.compile(r"Expected `str` matching regex '(?P<pattern>.*)'", re.DOTALL), _pattern),
     (re.compile(r"Invalid (?:enum )?value (?P<value>.+)", re.DOTALL), _choice),
     (re.compile(r"Object missing required field `(?P<name>[^`]+)`"), _missing),
+    (re.compile(r"Invalid UUID"), lambda _, __: "must be a UUID"),
+    (re.compile(r"Invalid RFC3339 encoded datetime"), lambda _, __: "must be an RFC 3339 time"),
     (re.compile(r"Object contains unknown field `(?P<name>[^`]+)`", re.DOTALL), _unknown),
 ]
 
