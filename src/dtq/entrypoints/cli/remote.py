@@ -13,12 +13,15 @@ from collections.abc import Callable, Iterable, Sequence
 from functools import wraps
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+import httpx
 import msgspec
 from rich.console import Console
 from rich.table import Table
 
 from dtq.client import ApiError, Client, TransportError
+from dtq.client.config import DEFAULT_URL
 from dtq.entrypoints.cli.common import EXIT_FAILURE, EXIT_USAGE, UsageError, fail
 from dtq.entrypoints.config import load_dotenv_file
 from dtq.entrypoints.config_values import parse_duration
@@ -41,38 +44,74 @@ def client_options(url_option: str = "--url") -> argparse.ArgumentParser:
     )
     parent.add_argument("--token", metavar="TOKEN", help="API token (default: DTQ_TOKEN)")
     parent.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parent.set_defaults(url_option=url_option)
     return parent
 
 
-def open_client(args: argparse.Namespace) -> Client:
-    """The client for ``args`` (``--url``/``--token``, else ``DTQ_URL``/``DTQ_TOKEN`` from the
-    environment over ``--env-file``).
+def resolve_connection(args: argparse.Namespace) -> None:
+    """Set ``args.url`` and ``args.token`` to what the client uses: the option, else
+    ``DTQ_URL``/``DTQ_TOKEN`` from the environment over ``--env-file`` (an empty variable counts
+    as unset, as every dtq variable), else :data:`~dtq.client.config.DEFAULT_URL` and no token.
 
     Raises:
-        UsageError: the URL is not http(s).
+        UsageError: an empty ``--url``, or a URL the client cannot connect to (not http(s), no
+            host, a port outside 1..65535, not parseable), naming ``--url/DTQ_URL``.
     """
     environ = load_dotenv_file(args.env_file, environ=os.environ)
-    url = args.url or environ.get("DTQ_URL")
-    token = args.token or environ.get("DTQ_TOKEN")
+    subject = f"{args.url_option}/DTQ_URL"
+    if args.url == "":
+        raise UsageError(subject, "must not be empty")
+    url = args.url or environ.get("DTQ_URL") or DEFAULT_URL
+    problem = _url_problem(url)
+    if problem is not None:
+        raise UsageError(subject, f"{problem}, got {url!r}")
+    args.url = url.rstrip("/")
+    args.token = args.token or environ.get("DTQ_TOKEN") or None
+
+
+def _url_problem(url: str) -> str | None:
+    if not url.startswith(("http://", "https://")):
+        return "must start with http:// or https://"
     try:
-        return Client(url, token=token)
+        parts = urlsplit(url)
     except ValueError as exc:
-        raise UsageError("--url", str(exc)) from None
+        return f"not a URL ({exc})"
+    if not parts.hostname:
+        return "names no host"
+    try:
+        port = parts.port
+    except ValueError:  # not a number, or beyond 65535
+        port = 0
+    if port == 0:
+        return "the port must be a number in 1..65535"
+    try:
+        httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        return f"not a URL ({exc})"
+    return None
+
+
+def open_client(args: argparse.Namespace) -> Client:
+    """The client for ``args.url`` and ``args.token``, as :func:`api_command` resolved them."""
+    return Client(args.url, token=args.token)
 
 
 def api_command(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """Wrap a command so an API refusal is one line (``dtq: code: message (field f)``) with exit
-    2 for a 4xx and 1 for a 5xx, and an unreachable orchestrator one line with exit 1."""
+    """Wrap a command so its connection settings are resolved (:func:`resolve_connection`)
+    before it runs, an API refusal is one line (``dtq: code: message (field f)``) with exit 2
+    for a 4xx and 1 for a 5xx, and an unreachable orchestrator one line naming its URL with
+    exit 1."""
 
     @wraps(fn)
     def run(args: argparse.Namespace) -> int:
+        resolve_connection(args)
         try:
             return fn(args)
         except ApiError as exc:
             fail(str(exc))
             return EXIT_USAGE if exc.status < 500 else EXIT_FAILURE
         except TransportError as exc:
-            fail(f"cannot reach the orchestrator: {exc}")
+            fail(f"cannot reach the orchestrator at {args.url}: {exc}")
             return EXIT_FAILURE
 
     return run
