@@ -335,6 +335,44 @@ async def test_an_empty_url_option_is_refused_but_an_empty_dtq_url_counts_as_uns
     assert unreachable.startswith("dtq: cannot reach the orchestrator at http://127.0.0.1:8080: ")
 
 
+@pytest.mark.parametrize(
+    "secret", ["dtq_SECRET\nx", "dtq_SECRET\x01x", "dtq_SECRET\u00e9", "dtq_SECRET x"]
+)
+@pytest.mark.parametrize("given_as", ["--token", "DTQ_TOKEN"])
+async def test_a_token_http_cannot_carry_is_refused_locally_without_showing_it(
+    server: Server,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    secret: str,
+    given_as: str,
+) -> None:
+    if given_as == "DTQ_TOKEN":
+        monkeypatch.setenv("DTQ_TOKEN", secret)
+        status = await dtq("submit", "echo")
+    else:
+        status = await dtq("submit", "echo", "--token", secret)
+    err = capsys.readouterr().err
+    monkeypatch.delenv("DTQ_TOKEN", raising=False)
+
+    assert (status, err) == (
+        2,
+        "dtq: --token/DTQ_TOKEN: holds a character not allowed in a bearer token's HTTP header"
+        " (printable ASCII without spaces only)\n",
+    )
+    assert await dtq("tasks", "list", "--json") == 0
+    assert json.loads(capsys.readouterr().out) == []
+
+
+async def test_an_empty_token_option_is_refused(
+    server: Server, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status = await dtq("submit", "echo", "--token", "")
+
+    assert (status, capsys.readouterr().err) == (2, "dtq: --token/DTQ_TOKEN: must not be empty\n")
+    assert await dtq("tasks", "list", "--json") == 0
+    assert json.loads(capsys.readouterr().out) == []
+
+
 async def _first_queued(server: Server) -> UUID:
     """The first task submitted, taken off its ready list (waits up to 5 s for it)."""
     popped = await server.services.queue.pop_many(["default"], 5.0, 1)

@@ -55,7 +55,9 @@ def resolve_connection(args: argparse.Namespace) -> None:
 
     Raises:
         UsageError: an empty ``--url``, or a URL the client cannot connect to (not http(s), no
-            host, a port outside 1..65535, not parseable), naming ``--url/DTQ_URL``.
+            host, a port outside 1..65535, not parseable), naming ``--url/DTQ_URL``; an empty
+            ``--token``, or a token holding anything but printable ASCII without spaces, naming
+            ``--token/DTQ_TOKEN`` (never showing the token).
     """
     environ = load_dotenv_file(args.env_file, environ=os.environ)
     subject = f"{args.url_option}/DTQ_URL"
@@ -66,7 +68,16 @@ def resolve_connection(args: argparse.Namespace) -> None:
     if problem is not None:
         raise UsageError(subject, f"{problem}, got {url!r}")
     args.url = url.rstrip("/")
-    args.token = args.token or environ.get("DTQ_TOKEN") or None
+    if args.token == "":
+        raise UsageError("--token/DTQ_TOKEN", "must not be empty")
+    token = args.token or environ.get("DTQ_TOKEN") or None
+    if token is not None and not all("!" <= char <= "~" for char in token):
+        raise UsageError(
+            "--token/DTQ_TOKEN",
+            "holds a character not allowed in a bearer token's HTTP header"
+            " (printable ASCII without spaces only)",
+        )
+    args.token = token
 
 
 def _url_problem(url: str) -> str | None:
