@@ -107,3 +107,62 @@ async def test_unknown_ids_are_404_and_bad_ids_400_naming_the_field(api: Api, ro
     assert unknown.json()["error"]["code"] in {"task_not_found", "job_not_found"}
     assert bad.status_code == 400
     assert bad.json()["error"]["field"] == "id"
+
+
+async def _target(api: Api, route: str) -> tuple[str, str, str]:
+    """A task the route would change (failed for a retry, queued otherwise): its url, id and
+    status."""
+    created = await submit(api, max_attempts=1)
+    if route == "tasks/{id}/retry":
+        await fail_for_good(api, created["task_id"])
+    key = "job_id" if route.startswith("jobs/") else "task_id"
+    task = (await api.client.get(f"/v1/tasks/{created['task_id']}")).json()
+    return f"/v1/{route.format(id=created[key])}", created["task_id"], task["status"]
+
+
+@pytest.mark.parametrize("route", ["tasks/{id}/cancel", "tasks/{id}/retry", "jobs/{id}/cancel"])
+@pytest.mark.parametrize(
+    ("query", "field"), [("?dry_run=true", "dry_run"), ("?cascade=false&x=1", "cascade")]
+)
+async def test_a_query_parameter_is_400_naming_it_and_changes_nothing(
+    api: Api, route: str, query: str, field: str
+) -> None:
+    url, task_id, before = await _target(api, route)
+
+    response = await api.client.post(url + query)
+
+    assert response.status_code == 400
+    assert response.json()["error"] == {
+        "code": "validation_error",
+        "message": f"unknown query parameter {field!r}; this route takes none",
+        "field": field,
+    }
+    task = (await api.client.get(f"/v1/tasks/{task_id}")).json()
+    assert task["status"] == before
+
+
+@pytest.mark.parametrize("route", ["tasks/{id}/cancel", "tasks/{id}/retry", "jobs/{id}/cancel"])
+@pytest.mark.parametrize(
+    ("content", "headers"),
+    [
+        (b'{"cascade":false,"bogus":1e999}', {"Content-Type": "application/json"}),
+        (b"not json", {"Content-Type": "application/json"}),
+        (b"{}", {"Content-Type": "application/json"}),
+        (b"x=1", {"Content-Type": "application/x-www-form-urlencoded"}),
+    ],
+)
+async def test_a_body_is_400_and_changes_nothing(
+    api: Api, route: str, content: bytes, headers: dict[str, str]
+) -> None:
+    url, task_id, before = await _target(api, route)
+
+    response = await api.client.post(url, content=content, headers=headers)
+
+    assert response.status_code == 400
+    assert response.json()["error"] == {
+        "code": "validation_error",
+        "message": "this route takes no body; send the request without one",
+        "field": None,
+    }
+    task = (await api.client.get(f"/v1/tasks/{task_id}")).json()
+    assert task["status"] == before

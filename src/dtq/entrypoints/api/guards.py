@@ -22,6 +22,8 @@ Struct as ``data`` and calls no decoder itself. In order, the hook refuses:
 :func:`submission_body` is :func:`json_body` for ``POST /v1/tasks`` and ``POST /v1/jobs``, which
 first refuses an ``Idempotency-Key`` header given more than once (HTTP 400 ``validation_error``,
 ``field`` ``Idempotency-Key``): Litestar would take the first and drop the others silently.
+
+:func:`no_input` is the hook of a command that takes neither a query parameter nor a body.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from litestar.exceptions import ClientException, SerializationException
 
 from dtq.domain.errors import ValidationError
 from dtq.entrypoints.api.errors import BodyRefused, UnsupportedMediaType
+from dtq.entrypoints.api.filters import check_names
 
 BeforeRequest = Callable[[Request[Any, Any, Any]], Awaitable[None]]
 
@@ -124,6 +127,22 @@ def submission_body(model: type[msgspec.Struct]) -> BeforeRequest:
         await body(request)
 
     return guard
+
+
+async def no_input(request: Request[Any, Any, Any]) -> None:
+    """The ``before_request`` hook of a command that takes neither a query parameter nor a body
+    (cancel and retry of one task or job), so that an option the route does not have
+    (``?dry_run=true``, ``{"cascade": false}``) is refused rather than ignored while the command
+    runs.
+
+    Raises:
+        ValidationError: a query parameter (``field`` its name, as the reads'
+            :func:`~dtq.entrypoints.api.filters.check_names` refuses it), or a body of any type
+            and length above zero (no ``field``).
+    """
+    check_names((k for k, _ in request.query_params.multi_items()), frozenset())
+    if await request.body():
+        raise ValidationError("this route takes no body; send the request without one")
 
 
 def require_json_content_type(request: Request[Any, Any, Any]) -> None:

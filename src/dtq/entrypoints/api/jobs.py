@@ -182,6 +182,7 @@ class JobController(Controller):
     @post(
         "/{id:str}/cancel",
         status_code=200,
+        before_request=guards.no_input,
         summary="Cancel every unfinished task of a job (bounded batches, one call)",
         responses=responses.CANCEL,
     )
@@ -192,7 +193,7 @@ class JobController(Controller):
         transactions of at most 500 tasks; the job ends ``cancelled`` (``failed`` if a task of
         it failed). 200 with ``cancelled: 0`` for a job already cancelled; 409
         ``not_cancellable`` for a completed or failed job with nothing unfinished; 404 unknown,
-        400 not a UUID."""
+        400 not a UUID, any query parameter or a body (nothing changed)."""
         outcome = await control.cancel_job(parse_id(id))
         return JobCancelResponse(
             job_id=outcome.job_id, status=outcome.status, cancelled=outcome.cancelled

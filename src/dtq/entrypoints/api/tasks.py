@@ -115,6 +115,7 @@ class TaskController(Controller):
     @post(
         "/{id:str}/cancel",
         status_code=200,
+        before_request=guards.no_input,
         summary="Cancel a task (a running one stops at its worker's next lease heartbeat)",
         responses=responses.CANCEL,
     )
@@ -123,7 +124,8 @@ class TaskController(Controller):
     ) -> TaskCancelResponse:
         """``pending``/``queued``/``running`` -> ``cancelled``, with its pending dependents;
         200 also for a task already cancelled; 409 ``not_cancellable`` for a completed or
-        failed one; 404 unknown, 400 not a UUID."""
+        failed one; 404 unknown, 400 not a UUID, any query parameter or a body (nothing
+        changed)."""
         task_id = parse_id(id)
         status, cascaded = await control.cancel_task(task_id)
         return TaskCancelResponse(task_id=task_id, status=status, cascaded=cascaded)
@@ -131,6 +133,7 @@ class TaskController(Controller):
     @post(
         "/{id:str}/retry",
         status_code=200,
+        before_request=guards.no_input,
         summary="Retry a failed or cancelled task now, with a fresh attempt budget",
         responses=responses.RETRY,
     )
@@ -139,7 +142,8 @@ class TaskController(Controller):
     ) -> TaskRetryResponse:
         """``failed``/``cancelled`` -> ``queued`` (``pending`` while a dependency is
         unfinished), its cascade-ended dependents -> ``pending``, the job re-derived; 409
-        ``not_retryable`` otherwise; 404 unknown, 400 not a UUID."""
+        ``not_retryable`` otherwise; 404 unknown, 400 not a UUID, any query parameter or a body
+        (nothing changed)."""
         task_id = parse_id(id)
         status, reopened = await control.retry_task(task_id)
         return TaskRetryResponse(task_id=task_id, status=status, reopened=reopened)
