@@ -239,6 +239,40 @@ async def test_bad_claims_are_400_naming_the_field(
     assert response.json()["error"]["field"] == field
 
 
+@pytest.mark.parametrize(
+    ("wait", "message"),
+    [
+        ("30s1ns", "must be between 0s and 30s, got '30s1ns'"),
+        ("30.0000000001s", "must be between 0s and 30s, got '30.0000000001s'"),
+        ("-1ns", "must be between 0s and 30s, got '-1ns'"),
+        (" 1s", "not a duration: ' 1s' (use e.g. 500ms, 30s, 2m, 1h30m)"),
+        ("1s\n", "not a duration: '1s\\n' (use e.g. 500ms, 30s, 2m, 1h30m)"),
+    ],
+)
+async def test_a_claim_wait_is_checked_exactly_like_the_other_body_durations(
+    api: Api, wait: str, message: str
+) -> None:
+    task_id = await submit(api)
+
+    response = await claim(api, wait=wait)
+
+    assert response.status_code == 400, response.text
+    assert response.json()["error"] == {
+        "code": "validation_error",
+        "message": message,
+        "field": "wait",
+    }
+    assert (await task(api, task_id))["status"] == "queued"
+
+
+async def test_a_claim_wait_of_exactly_30s_is_taken(api: Api) -> None:
+    await submit(api)
+
+    response = await claim(api, wait="30s")
+
+    assert response.status_code == 200, response.text
+
+
 async def test_bad_run_requests_are_400_naming_the_field(api: Api) -> None:
     bad_id = await api.client.post("/v1/worker/runs/nope/result", json={}, headers=W1)
     no_worker = await api.client.post(f"/v1/worker/runs/{uuid4()}/result", json={})

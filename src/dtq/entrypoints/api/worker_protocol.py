@@ -12,7 +12,7 @@ listing ``GET /v1/workers`` (``workers.py``).
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
@@ -34,11 +34,10 @@ from dtq.entrypoints.api.schemas import (
     Payload,
     Priority,
 )
-from dtq.entrypoints.api.timing import format_duration
-from dtq.entrypoints.config import ConfigError, parse_duration
+from dtq.entrypoints.api.timing import format_duration, parse_delay
 
-#: Longest ``wait`` of a claim, in seconds: past it a 400 (a proxy would cut a longer hold).
-MAX_CLAIM_WAIT = 30.0
+#: Longest ``wait`` of a claim: past it a 400 (a proxy would cut a longer hold).
+MAX_CLAIM_WAIT = timedelta(seconds=30)
 #: ``wait`` of a claim that gives none.
 DEFAULT_CLAIM_WAIT = "20s"
 #: Longest failure ``error`` text, in characters.
@@ -236,19 +235,13 @@ def require_worker(value: str | None) -> str:
 
 
 def parse_wait(value: str) -> float:
-    """Parse a claim's ``wait``: a Go duration from 0s to ``MAX_CLAIM_WAIT``.
+    """Parse a claim's ``wait``: a Go duration from 0s to ``MAX_CLAIM_WAIT``, both bounds exact
+    and no surrounding whitespace, as every body duration (:func:`~.timing.parse_delay`).
 
     Raises:
         ValidationError: anything else (field ``wait``).
     """
-    message = f"wait must be a Go duration from 0s to {MAX_CLAIM_WAIT:g}s, got {value!r}"
-    try:
-        seconds = parse_duration(value, variable="wait")
-    except ConfigError:
-        raise ValidationError(message, field="wait") from None
-    if not 0 <= seconds <= MAX_CLAIM_WAIT:
-        raise ValidationError(message, field="wait")
-    return seconds
+    return parse_delay(value, field="wait", maximum=MAX_CLAIM_WAIT).total_seconds()
 
 
 def claimed_task_body(claim: Claim, remote: RemoteWorkerService) -> ClaimedTaskBody:
