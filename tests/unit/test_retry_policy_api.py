@@ -69,3 +69,66 @@ async def test_bad_retry_or_timeout_is_a_400_naming_the_field(
     assert response.status_code == 400, response.text
     assert response.json()["error"]["field"] == f"tasks[0].{field}"
     assert api.store._tables.jobs == {}
+
+
+@pytest.mark.parametrize(
+    ("extra", "field", "message"),
+    [
+        # below 1ms by less than a microsecond: was 201, stored as 1ms
+        ({"timeout": "999999ns"}, "timeout", "must be between 1ms and 8784h, got '999999ns'"),
+        (
+            {"timeout": "0.0009999999999s"},
+            "timeout",
+            "must be between 1ms and 8784h, got '0.0009999999999s'",
+        ),
+        # the range named was 0s..8784h, though 0s is refused
+        ({"timeout": "-1s"}, "timeout", "must be between 1ms and 8784h, got '-1s'"),
+        ({"timeout": "8784h1ns"}, "timeout", "must be between 1ms and 8784h, got '8784h1ns'"),
+        ({"timeout": "0s"}, "timeout", "must be between 1ms and 8784h, got '0s'"),
+        # what storage cannot hold (milliseconds): was rounded (1.5ms -> 2ms, 1us -> 0s)
+        (
+            {"timeout": "1.5ms"},
+            "timeout",
+            "must be a whole number of milliseconds (what is stored), got '1.5ms'",
+        ),
+        (
+            {"retry": {"delay": "1us"}},
+            "retry.delay",
+            "must be a whole number of milliseconds (what is stored), got '1us'",
+        ),
+        (
+            {"retry": {"backoff": "exponential", "delay": "1000.4us", "max_delay": "1000us"}},
+            "retry.delay",
+            "must be a whole number of milliseconds (what is stored), got '1000.4us'",
+        ),
+        (
+            {"retry": {"backoff": "exponential", "delay": "1s", "max_delay": "1.0000001s"}},
+            "retry.max_delay",
+            "must be a whole number of milliseconds (what is stored), got '1.0000001s'",
+        ),
+    ],
+)
+async def test_a_duration_is_refused_unless_exactly_in_range_and_storable(
+    api: Api, extra: dict[str, Any], field: str, message: str
+) -> None:
+    response = await api.client.post("/v1/tasks", json={"kind": "echo", **extra})
+
+    assert response.status_code == 400, response.text
+    assert response.json()["error"] == {
+        "code": "validation_error",
+        "message": message,
+        "field": field,
+    }
+    assert api.store._tables.jobs == {}
+
+
+async def test_durations_of_whole_milliseconds_are_stored_as_given(api: Api) -> None:
+    retry = {"backoff": "exponential", "delay": "1000us", "max_delay": "0.001s", "jitter": False}
+    response = await api.client.post(
+        "/v1/tasks", json={"kind": "echo", "retry": retry, "timeout": "1000000ns"}
+    )
+
+    assert response.status_code == 201, response.text
+    task = (await api.client.get(f"/v1/tasks/{response.json()['task_id']}")).json()
+    assert task["retry"] == {**retry, "delay": "1ms", "max_delay": "1ms"}
+    assert task["timeout"] == "1ms"

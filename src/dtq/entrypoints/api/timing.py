@@ -78,7 +78,8 @@ def parse_run_at(text: str, *, field: str, now: datetime | None = None) -> datet
         )
     if utc is None or utc > now + MAX_DELAY:
         raise ValidationError(
-            f"run_at must be at most {_show(MAX_DELAY)} ahead, got {text[:64]!r}", field=field
+            f"run_at must be at most {format_duration(MAX_DELAY)} ahead, got {text[:64]!r}",
+            field=field,
         )
     return utc
 
@@ -89,53 +90,80 @@ def _not_rfc_3339(text: str, field: str) -> ValidationError:
     )
 
 
-def parse_delay(text: str, *, field: str, maximum: timedelta = MAX_DELAY) -> timedelta:
-    """Parse a Go duration (``500ms``, ``30s``, ``1h30m``) in ``0 .. maximum``, both bounds
+#: What a task's stored durations keep: its retry delays and timeout are stored in milliseconds.
+STORED_RESOLUTION = timedelta(milliseconds=1)
+#: The shortest handler ``timeout``.
+MIN_TIMEOUT = timedelta(milliseconds=1)
+
+
+def parse_delay(
+    text: str,
+    *,
+    field: str,
+    minimum: timedelta = timedelta(0),
+    maximum: timedelta = MAX_DELAY,
+    stored: bool = False,
+) -> timedelta:
+    """Parse a Go duration (``500ms``, ``30s``, ``1h30m``) in ``minimum .. maximum``, both bounds
     exact (``8784h1ns`` is beyond ``8784h``, ``-1ns`` below ``0s``).
 
+    Args:
+        text: the field's text.
+        field: the field named in errors.
+        minimum: the shortest duration accepted.
+        maximum: the longest duration accepted.
+        stored: the duration is kept on the task at :data:`STORED_RESOLUTION`, so it must be a
+            whole number of milliseconds (``1.5ms`` and ``1us`` would not be what is stored).
+
     Returns:
-        The duration, to the microsecond.
+        The duration, to the microsecond (exact when ``stored``).
 
     Raises:
-        ValidationError: not a Go duration (surrounding whitespace included), negative, or
-            longer than ``maximum``.
+        ValidationError: not a Go duration (surrounding whitespace included), outside
+            ``minimum .. maximum``, or (``stored``) not a whole number of milliseconds.
     """
     try:
         # parse_duration forgives surrounding whitespace in configuration; a body may not have it
         if text != text.strip():
             raise ConfigError(field, "surrounding whitespace")
-        seconds = parse_duration(text, variable=field)
+        parse_duration(text, variable=field)  # the grammar's own limits (hours past a float)
         exact = exact_duration(text, variable=field)
     except ConfigError:
         raise ValidationError(
             f"not a duration: {text[:64]!r} (use e.g. 500ms, 30s, 2m, 1h30m)", field=field
         ) from None
-    if exact < 0 or exact > Fraction(maximum // timedelta(microseconds=1), 10**6):
+    if not _seconds(minimum) <= exact <= _seconds(maximum):
         raise ValidationError(
-            f"must be between 0s and {_show(maximum)}, got {text[:64]!r}", field=field
+            f"must be between {format_duration(minimum)} and {format_duration(maximum)},"
+            f" got {text[:64]!r}",
+            field=field,
         )
-    return timedelta(seconds=seconds)
+    if stored and (exact / _seconds(STORED_RESOLUTION)).denominator != 1:
+        raise ValidationError(
+            f"must be a whole number of milliseconds (what is stored), got {text[:64]!r}",
+            field=field,
+        )
+    return timedelta(microseconds=round(exact * 10**6))
 
 
-def _show(value: timedelta) -> str:
-    hours = int(value.total_seconds() // 3600)
-    return f"{hours}h" if hours else f"{int(value.total_seconds())}s"
+def _seconds(value: timedelta) -> Fraction:
+    return Fraction(value // timedelta(microseconds=1), 10**6)
 
 
 def parse_retry(body: RetryRequest, *, field: str) -> RetryPolicy:
     """The domain policy of a submit's ``retry`` object (issue 14 item 3).
 
     Raises:
-        ValidationError: a duration malformed or beyond a year (``{field}.delay`` /
-            ``{field}.max_delay``), ``max_delay`` below ``delay``, or ``max_delay`` with fixed
-            backoff (it would do nothing).
+        ValidationError: a duration malformed, beyond a year or not a whole number of
+            milliseconds (``{field}.delay`` / ``{field}.max_delay``), ``max_delay`` below
+            ``delay``, or ``max_delay`` with fixed backoff (it would do nothing).
     """
     delay = None
     if isinstance(body.delay, str):
-        delay = parse_delay(body.delay, field=f"{field}.delay")
+        delay = parse_delay(body.delay, field=f"{field}.delay", stored=True)
     cap = None
     if isinstance(body.max_delay, str):
-        cap = parse_delay(body.max_delay, field=f"{field}.max_delay")
+        cap = parse_delay(body.max_delay, field=f"{field}.max_delay", stored=True)
         if body.backoff != "exponential":
             raise ValidationError(
                 "max_delay applies to exponential backoff only", field=f"{field}.max_delay"
@@ -149,15 +177,13 @@ def parse_retry(body: RetryRequest, *, field: str) -> RetryPolicy:
 
 
 def parse_timeout(text: str, *, field: str) -> timedelta:
-    """A handler timeout: a Go duration from 1ms to one year.
+    """A handler timeout: a Go duration from :data:`MIN_TIMEOUT` to one year, both bounds exact,
+    in whole milliseconds (:func:`parse_delay`).
 
     Raises:
-        ValidationError: malformed, zero, or beyond a year.
+        ValidationError: malformed, outside 1ms..8784h, or not a whole number of milliseconds.
     """
-    value = parse_delay(text, field=field)
-    if value < timedelta(milliseconds=1):
-        raise ValidationError(f"must be at least 1ms, got {text[:64]!r}", field=field)
-    return value
+    return parse_delay(text, field=field, minimum=MIN_TIMEOUT, stored=True)
 
 
 def format_duration(value: timedelta) -> str:
