@@ -43,6 +43,33 @@ async def test_submit_prints_the_ids_as_a_table_and_as_json(
     assert task.task.priority == "high"
 
 
+async def test_submit_prints_its_warnings_on_stderr_one_line_each_in_table_mode(
+    server: Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps({"tasks": [{"name": "a", "kind": "nc.nobody"}]}))
+
+    single = await dtq("submit", "nc.nobody")
+    single_out = capsys.readouterr()
+    from_file = await dtq("job", "submit", str(job))
+    file_out = capsys.readouterr()
+    as_json = await dtq("submit", "nc.nobody", "--json")
+    json_out = capsys.readouterr()
+
+    assert (single, from_file, as_json) == (0, 0, 0)
+    assert "task_id" in single_out.out and "job_id" in file_out.out
+    for err, task in ((single_out.err, "nc.nobody"), (file_out.err, "a")):
+        lines = err.splitlines()
+        assert lines and all(line.startswith("dtq: warning: no_worker_for_") for line in lines)
+        assert any(
+            line.startswith("dtq: warning: no_worker_for_kind: ") and f"task '{task}'" in line
+            for line in lines
+        ), err
+    # --json keeps them in the JSON it prints, and stderr quiet
+    assert json_out.err == ""
+    assert json.loads(json_out.out)["warnings"]
+
+
 async def test_submit_wait_follows_the_job_to_its_end(
     server: Server, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -62,7 +89,10 @@ async def test_submit_wait_gives_up_after_its_timeout_with_exit_124(
     status = await dtq("submit", "echo", "--wait", "--timeout", "300ms", "--json")
 
     assert status == 124
-    assert capsys.readouterr().err.startswith("dtq: job ")
+    # no worker serves echo here: the submit's warnings say why, before the wait gives up
+    *warnings, last = capsys.readouterr().err.splitlines()
+    assert last.startswith("dtq: job ")
+    assert warnings and all(line.startswith("dtq: warning: no_worker_for_") for line in warnings)
 
 
 async def test_job_submit_reads_the_body_from_a_file(

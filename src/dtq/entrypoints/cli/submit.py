@@ -7,7 +7,7 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from dtq.entrypoints.cli.common import UsageError, positive_int
+from dtq.entrypoints.cli.common import UsageError, fail, positive_int
 from dtq.entrypoints.cli.remote import (
     api_command,
     client_options,
@@ -78,6 +78,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         if not args.wait:
             _print_ids(args, created, [("task_id", created.task_id), ("job_id", created.job_id)])
             return 0
+        warn(created)
         return follow(client, str(created.job_id), as_json=args.json, interval=0.5, timeout=timeout)
 
 
@@ -97,11 +98,20 @@ def cmd_job_submit(args: argparse.Namespace) -> int:
             rows = [("job_id", created.job_id), *sorted(created.tasks.items())]
             _print_ids(args, created, rows)
             return 0
+        warn(created)
         return follow(client, str(created.job_id), as_json=args.json, interval=0.5, timeout=timeout)
 
 
 def _print_ids(args: argparse.Namespace, created: Any, rows: list[tuple[str, Any]]) -> None:
+    """The ids as JSON (``warnings`` in it), or as a table with each warning on stderr."""
     if args.json:
         emit_json(created)
-    else:
-        console().print(table(None, ["name", "id"], rows))
+        return
+    console().print(table(None, ["name", "id"], rows))
+    warn(created)
+
+
+def warn(created: Any) -> None:
+    """Each submit warning of ``created`` as one line on stderr: ``dtq: warning: code: message``."""
+    for warning in created.warnings or ():
+        fail(f"warning: {warning.code}: {warning.message}")
