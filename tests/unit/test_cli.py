@@ -119,6 +119,37 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert "must be at least 1" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (
+            ["submit", "echo", "--max-attempts", "0"],
+            "dtq submit: --max-attempts: must be at least 1, got 0",
+        ),
+        (
+            ["submit", "echo", "--max-attempts", "abc"],
+            "dtq submit: --max-attempts: not an integer: 'abc'",
+        ),
+        (
+            ["submit", "echo", "--max-attempts", "-1"],
+            "dtq submit: --max-attempts: must be at least 1, got -1",
+        ),
+        (["tasks", "list", "--limit", "0"], "dtq tasks list: --limit: must be at least 1, got 0"),
+        (["submit"], "dtq submit: the following arguments are required: KIND"),
+        (["submit", "echo", "--bogus"], "dtq: unrecognized arguments: --bogus"),
+        (["tasks", "lst"], "dtq tasks: COMMAND: invalid choice: 'lst' (choose from 'list')"),
+    ],
+)
+def test_an_argument_error_is_one_line_naming_the_command_and_option_and_exit_2(
+    capsys: pytest.CaptureFixture[str], argv: list[str], line: str
+) -> None:
+    with pytest.raises(SystemExit) as caught:
+        cli.main(argv)
+
+    assert caught.value.code == 2
+    assert capsys.readouterr().err == line + "\n"
+
+
 def test_a_worker_without_app_is_refused_instead_of_running_the_demo(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

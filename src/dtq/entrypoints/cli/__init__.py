@@ -20,7 +20,8 @@
 Configuration comes from the environment, with ``./.env`` (or ``--env-file``) underneath it
 (spec §8). A configuration error prints one line, ``dtq: VARIABLE: message``, and exits with
 status 2; so does an ``--app`` that cannot be loaded, and a database that cannot be reached at
-start. Exit status 1 means a backend failed while running.
+start, and an option or argument the parser refuses (``dtq submit: --max-attempts: must be
+at least 1, got 0``). Exit status 1 means a backend failed while running.
 
 One module per command group: :mod:`.orchestrator`, :mod:`.worker`, :mod:`.migrate`,
 :mod:`.token`, :mod:`.dev`; :mod:`.entry` builds the parser and holds the console entry points

@@ -6,7 +6,7 @@ import argparse
 import re
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from dtq.domain.errors import BackendUnavailable
 from dtq.entrypoints.cli import (
@@ -86,11 +86,22 @@ class Parser(argparse.ArgumentParser):
     as "expected one argument"; this is the rule later Pythons' argparse applies (its
     ``_negative_number_matcher``). No ``dtq`` option looks like a negative number, so none is
     shadowed. Subparsers are of this class too (``add_subparsers`` uses the parent's class).
+
+    An error is one line, ``<prog>: <message>`` (``dtq submit: --max-attempts: must be at least
+    1, got 0``), with exit status 2, instead of argparse's usage block (``--help`` shows it).
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._negative_number_matcher = re.compile(r"-\.?\d")
+
+    def error(self, message: str) -> NoReturn:
+        """Write ``<prog>: <message>`` on one line (argparse's ``argument X: ...`` as
+        ``X: ...``) to stderr and exit with status 2."""
+        subject, sep, rest = message.partition(": ")
+        if sep and subject.startswith("argument "):
+            message = f"{subject.removeprefix('argument ')}: {rest}"
+        self.exit(EXIT_USAGE, f"{self.prog}: {' '.join(message.split())}\n")
 
 
 def parser() -> argparse.ArgumentParser:
