@@ -821,3 +821,22 @@ async def test_an_unknown_query_parameter_lists_the_accepted_ones(api: Api) -> N
     assert error["field"] == "limt"
     assert error["message"].startswith("unknown query parameter 'limt'; accepted: ")
     assert "limit" in error["message"].split("accepted: ")[1].split(", ")
+
+
+@pytest.mark.parametrize(
+    ("method", "route"),
+    [
+        ("GET", "/v1/webhooks"),
+        ("GET", "/v1/webhooks/{id}/deliveries"),
+        ("DELETE", "/v1/webhooks/{id}"),
+        ("GET", "/v1/operations/{id}"),
+    ],
+)
+async def test_a_route_that_takes_no_query_parameter_refuses_one(
+    api: Api, method: str, route: str
+) -> None:
+    """As every read does: ``?x=1`` is a 400 naming it, before the id is looked up."""
+    response = await api.client.request(method, route.format(id=uuid4()) + "?x=1")
+
+    error = error_of(response, 400)
+    assert (error["code"], error["field"]) == ("validation_error", "x")

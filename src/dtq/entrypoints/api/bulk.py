@@ -140,7 +140,12 @@ class OperationController(Controller):
     path = "/v1/operations"
     tags = ["operations"]
 
-    @get("/{id:str}", summary="A bulk operation's progress", responses=responses.READ_BY_ID)
+    @get(
+        "/{id:str}",
+        summary="A bulk operation's progress",
+        responses=responses.READ_BY_ID,
+        before_request=guards.no_input,
+    )
     async def get_operation(
         self, id: ResourceId, bulk: NamedDependency[BulkService]
     ) -> OperationBody:

@@ -23,7 +23,7 @@ Struct as ``data`` and calls no decoder itself. In order, the hook refuses:
 first refuses an ``Idempotency-Key`` header given more than once (HTTP 400 ``validation_error``,
 ``field`` ``Idempotency-Key``): Litestar would take the first and drop the others silently.
 
-:func:`no_input` is the hook of a command that takes neither a query parameter nor a body.
+:func:`no_input` is the hook of a route that takes neither a query parameter nor a body.
 """
 
 from __future__ import annotations
@@ -130,8 +130,9 @@ def submission_body(model: type[msgspec.Struct]) -> BeforeRequest:
 
 
 async def no_input(request: Request[Any, Any, Any]) -> None:
-    """The ``before_request`` hook of a command that takes neither a query parameter nor a body
-    (cancel and retry of one task or job), so that an option the route does not have
+    """The ``before_request`` hook of a route that takes neither a query parameter nor a body
+    (cancel and retry of one task or job, a bulk operation's read, the webhook routes other
+    than the create), so that an option the route does not have
     (``?dry_run=true``, ``{"cascade": false}``) is refused rather than ignored while the command
     runs.
 

@@ -81,13 +81,22 @@ class WebhookController(Controller):
             webhook_body(hook), status_code=201, headers={"Location": f"/v1/webhooks/{hook.id}"}
         )
 
-    @get("/", summary="List the webhooks", responses=responses.COMMON)
+    @get(
+        "/",
+        summary="List the webhooks",
+        responses=responses.COMMON,
+        before_request=guards.no_input,
+    )
     async def list_webhooks(self, webhooks: NamedDependency[WebhookService]) -> WebhookList:
         """Every webhook, oldest first (a handful: no paging)."""
         return WebhookList(webhooks=[webhook_body(h) for h in await webhooks.list()])
 
     @delete(
-        "/{id:str}", status_code=204, summary="Delete a webhook", responses=responses.READ_BY_ID
+        "/{id:str}",
+        status_code=204,
+        summary="Delete a webhook",
+        responses=responses.READ_BY_ID,
+        before_request=guards.no_input,
     )
     async def delete_webhook(
         self, id: ResourceId, webhooks: NamedDependency[WebhookService]
@@ -100,6 +109,7 @@ class WebhookController(Controller):
         "/{id:str}/deliveries",
         summary="A webhook's delivery log",
         responses=responses.READ_BY_ID,
+        before_request=guards.no_input,
     )
     async def deliveries(
         self, id: ResourceId, webhooks: NamedDependency[WebhookService]
