@@ -466,6 +466,7 @@ def test_a_request_that_cannot_be_sent_as_given_is_refused_before_sending(
         ({"x": [1, float("inf")]}, "payload.x[1]"),
         ({"x": -float("inf")}, "payload.x"),
         ({"s": {1, 2}}, "payload.s"),
+        ({"t": [(1, 2)]}, "payload.t[0]"),
         ({"b": b"ab"}, "payload.b"),
         ({"o": {1: "a"}}, "payload.o"),
         ({"at": datetime(2026, 1, 1, tzinfo=UTC)}, "payload.at"),

@@ -109,8 +109,8 @@ def encode_body(value: Any) -> bytes | None:
 
     Raises:
         InvalidRequest: some part of it would not come back as given, naming its path
-            (``payload.x``): a value JSON has no form for (NaN or an infinity, a set, bytes,
-            a datetime or any other object), a key that is not a string, or a string holding
+            (``payload.x``): a value JSON has no form for (NaN or an infinity, a set, a tuple,
+            bytes, a datetime or any other object), a key that is not a string, or a string holding
             a lone UTF-16 surrogate, which JSON in UTF-8 cannot carry.
     """
     if value is None:
@@ -130,8 +130,9 @@ _SCALARS = (str, int, bool, type(None))
 
 
 def check_json(value: Any) -> None:
-    """Check that ``value`` is made only of dicts with string keys, lists, tuples, strings,
-    integers, finite floats, booleans and None.
+    """Check that ``value`` is made only of dicts with string keys, lists, strings, integers,
+    finite floats, booleans and None (a tuple would come back as a list: the same rule as a
+    handler's result, ``domain.payload.check_result``).
 
     Raises:
         InvalidRequest: naming the path of the first part that is not (``payload.x[2]``).
@@ -150,7 +151,7 @@ def check_json(value: Any) -> None:
                 if not isinstance(key, str):
                     _refuse(path, f"a key must be a string, got {type(key).__name__} {key!r}")
                 stack.append((child, f"{path}.{key}" if path else key))
-        elif isinstance(item, (list, tuple)):
+        elif isinstance(item, list):
             stack.extend((child, f"{path}[{i}]") for i, child in enumerate(item))
         else:
             _refuse(path, f"{type(item).__name__} is not a JSON type")
