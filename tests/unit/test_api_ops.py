@@ -170,7 +170,11 @@ async def test_active_since_widens_or_narrows_the_window(
 
 
 @pytest.mark.parametrize(
-    "window", ["0s", "-5m", "abc", "", "5", "1d", "5m junk", "1e3s", "\uff15m", "1\u0665s"]
+    "window",
+    [
+        *("0s", "-5m", "abc", "", "5", "1d", "5m junk", "1e3s", "\uff15m", "1\u0665s"),
+        *(" 5m", "5m ", "-1ns", "2562047h47m16.5s", "2562047h47m17s"),  # exact, as in a body
+    ],
 )
 async def test_active_since_must_be_a_positive_duration(api: Api, window: str) -> None:
     response = await api.client.get("/v1/workers", params={"active_since": window})
@@ -180,7 +184,7 @@ async def test_active_since_must_be_a_positive_duration(api: Api, window: str) -
     assert (error["code"], error["field"]) == ("validation_error", "active_since")
 
 
-@pytest.mark.parametrize("window", ["1h30m", "1.5h", "300ms", "2562047h"])
+@pytest.mark.parametrize("window", ["1h30m", "1.5h", "300ms", "2562047h", "1ns", "2562047h47m16s"])
 async def test_active_since_accepts_go_durations(api: Api, window: str) -> None:
     response = await api.client.get("/v1/workers", params={"active_since": window})
 

@@ -11,7 +11,7 @@ from litestar.params import HeaderParameter, PathParameter
 
 from dtq.domain.errors import ValidationError
 from dtq.entrypoints.api.schemas import IDEMPOTENCY_KEY_MAX, IDEMPOTENCY_KEY_PATTERN
-from dtq.entrypoints.config import ConfigError, parse_duration
+from dtq.entrypoints.config_values import ConfigError, exact_duration, parse_duration
 
 #: ``{id}`` of ``/v1/tasks/{id}`` and ``/v1/jobs/{id}``. Taken as text and parsed by
 #: :func:`parse_id`, so a malformed id is our 400 naming ``id`` (spec §7) rather than a
@@ -55,9 +55,9 @@ IdempotencyKey = Annotated[
 
 #: ``GET /v1/workers`` window when ``active_since`` is absent (spec §7).
 DEFAULT_ACTIVE_SINCE = "2m"
-#: The longest ``active_since`` window, in seconds: Go's longest duration
-#: (``2562047h47m16.854775807s``, the grammar's own bound, about 292 years).
-MAX_ACTIVE_SINCE = 9_223_372_036.854775807
+#: The longest ``active_since`` window, in seconds: Go's longest duration in whole seconds
+#: (``2562047h47m16s``, about 292 years), as the error message states it.
+MAX_ACTIVE_SINCE = 9_223_372_036
 
 
 def parse_id(value: str) -> UUID:
@@ -88,12 +88,15 @@ def parse_active_since(value: str) -> float:
         f"(e.g. 30s, 5m, 1h30m), got {value!r}"
     )
     try:
-        seconds = parse_duration(value, variable="active_since")
+        if value != value.strip():  # as in a body: the configuration grammar forgives it
+            raise ConfigError("active_since", "surrounding whitespace")
+        parse_duration(value, variable="active_since")  # the grammar's own limits
+        exact = exact_duration(value, variable="active_since")
     except ConfigError:  # not the grammar, or a number of hours past what a float holds
         raise ValidationError(message, field="active_since") from None
-    if not 0 < seconds <= MAX_ACTIVE_SINCE:
+    if not 0 < exact <= MAX_ACTIVE_SINCE:  # exact: 1ns is positive, 16.5s past the bound
         raise ValidationError(message, field="active_since")
-    return seconds
+    return float(exact)
 
 
 #: ``GET /v1/jobs/{id}/results`` page size when ``limit`` is absent, and its largest value.
