@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 import psycopg
@@ -436,7 +436,12 @@ def _incomplete(d: Drain, what: str) -> str:
     return f"{what} INCOMPLETE: {d.tasks} done in {d.finished - d.started:.0f}s (rate is partial)"
 
 
-More = Callable[[], bool]
+class More(Protocol):
+    """Asked before each repeat of a scenario: may it run once more within its time budget?
+    ``next_cost``: the seconds the repeat is expected to take, when the caller knows better
+    than the average of what it has spent (the drain's first round includes its sweep)."""
+
+    def __call__(self, next_cost: float | None = None) -> bool: ...
 
 
 # --- 1. drain ----------------------------------------------------------------------------------
@@ -485,24 +490,27 @@ def bench_drain(
     runs: int,
     logs: Path,
     more: More,
-    between: Callable[[int], None] | None = None,
+    between: Callable[[int], float] | None = None,
 ) -> Result:
     """10,000 queued no-op tasks, 2 workers, the documented defaults at the recommended
     ``WORKER_CONCURRENCY``: the figure is the median of ``runs`` drains (fewer if the time
-    budget says so). ``between(run)`` is called after each of them (the peers' runs, so that
-    drift hits dtq and the peers alike). Before them a sweep drains ``sweep_tasks`` per
-    concurrency and tuned variant, the variants round-robin ``sweep_rounds`` times (so drift
-    hits them alike); ``defaults_vs_tuned`` is the recommended defaults' median over the best
-    median (target: >= 0.8)."""
+    budget says so; a repeat is expected to take as long as the last drain plus what
+    ``between`` said its next call takes). ``between(run)`` is called after each of them (the
+    peers' runs, so that drift hits dtq and the peers alike). Before them a sweep drains
+    ``sweep_tasks`` per concurrency and tuned variant, the variants round-robin
+    ``sweep_rounds`` times (so drift hits them alike); ``defaults_vs_tuned`` is the
+    recommended defaults' median over the best median (target: >= 0.8)."""
     result = Result("drain")
     n = sizes.drain_tasks
     recommended = f"c{RECOMMENDED_CONCURRENCY}"
     with cluster("drain", logs) as c:
         sweep = _sweep(c, sizes, result)
+        next_cost: float | None = None
         for run in range(runs):
-            if run > 0 and not more():
+            if run > 0 and not more(next_cost):
                 result.notes.append(f"{run} of {runs} runs (time budget)")
                 break
+            started = time.monotonic()
             d = _drain(c, flat_job(n), RECOMMENDED_CONCURRENCY, sizes.drain_timeout)
             result.add_run("tasks_per_s", d.rate)
             for part, us in d.cpu.items():
@@ -518,8 +526,9 @@ def bench_drain(
             if not d.complete:
                 result.notes.append(_incomplete(d, "drain"))
                 break
+            next_cost = time.monotonic() - started
             if between is not None:
-                between(run)
+                next_cost += between(run)
     result.settle()
     best = max(sweep, key=lambda k: sweep[k])
     result.figures["concurrency"] = RECOMMENDED_CONCURRENCY
