@@ -184,14 +184,15 @@ def _typed_array_literal(
     parts: list[str] = []
     previous: Any = None
     text = "NULL"
+    typed = False  # some element is not NULL: psycopg casts only then
     for value in values:
         if value is not previous:  # a batch's rows share one timestamp object
             rendered = "NULL" if value is None else element(value)
             if rendered is None:
                 return None
             previous, text = value, rendered
+            typed = typed or value is not None
         parts.append(text)
-    typed = any(value is not None for value in values)
     return _array_literal(",".join(parts), cast if typed else "")
 
 

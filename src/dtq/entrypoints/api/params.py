@@ -11,7 +11,7 @@ from litestar.params import HeaderParameter, PathParameter
 
 from dtq.domain.errors import ValidationError
 from dtq.entrypoints.api.schemas import IDEMPOTENCY_KEY_MAX, IDEMPOTENCY_KEY_PATTERN
-from dtq.entrypoints.config_values import ConfigError, exact_duration, parse_duration
+from dtq.entrypoints.api.timing import exact_request_duration
 
 #: ``{id}`` of ``/v1/tasks/{id}`` and ``/v1/jobs/{id}``. Taken as text and parsed by
 #: :func:`parse_id`, so a malformed id is our 400 naming ``id`` (spec §7) rather than a
@@ -88,11 +88,8 @@ def parse_active_since(value: str) -> float:
         f"(e.g. 30s, 5m, 1h30m), got {value!r}"
     )
     try:
-        if value != value.strip():  # as in a body: the configuration grammar forgives it
-            raise ConfigError("active_since", "surrounding whitespace")
-        parse_duration(value, variable="active_since")  # the grammar's own limits
-        exact = exact_duration(value, variable="active_since")
-    except ConfigError:  # not the grammar, or a number of hours past what a float holds
+        exact = exact_request_duration(value, field="active_since")
+    except ValidationError:
         raise ValidationError(message, field="active_since") from None
     if not 0 < exact <= MAX_ACTIVE_SINCE:  # exact: 1ns is positive, 16.5s past the bound
         raise ValidationError(message, field="active_since")

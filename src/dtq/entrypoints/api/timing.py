@@ -96,6 +96,25 @@ STORED_RESOLUTION = timedelta(milliseconds=1)
 MIN_TIMEOUT = timedelta(milliseconds=1)
 
 
+def exact_request_duration(text: str, *, field: str) -> Fraction:
+    """The exact length in seconds of a Go duration a client sent (a body field or a query
+    parameter): the configuration grammar, without the surrounding whitespace it forgives.
+
+    Raises:
+        ValidationError: not a Go duration (``field`` named).
+    """
+    try:
+        # parse_duration forgives surrounding whitespace in configuration; a request may not
+        if text != text.strip():
+            raise ConfigError(field, "surrounding whitespace")
+        parse_duration(text, variable=field)  # the grammar's own limits (hours past a float)
+        return exact_duration(text, variable=field)
+    except ConfigError:
+        raise ValidationError(
+            f"not a duration: {text[:64]!r} (use e.g. 500ms, 30s, 2m, 1h30m)", field=field
+        ) from None
+
+
 def parse_delay(
     text: str,
     *,
@@ -122,16 +141,7 @@ def parse_delay(
         ValidationError: not a Go duration (surrounding whitespace included), outside
             ``minimum .. maximum``, or (``stored``) not a whole number of milliseconds.
     """
-    try:
-        # parse_duration forgives surrounding whitespace in configuration; a body may not have it
-        if text != text.strip():
-            raise ConfigError(field, "surrounding whitespace")
-        parse_duration(text, variable=field)  # the grammar's own limits (hours past a float)
-        exact = exact_duration(text, variable=field)
-    except ConfigError:
-        raise ValidationError(
-            f"not a duration: {text[:64]!r} (use e.g. 500ms, 30s, 2m, 1h30m)", field=field
-        ) from None
+    exact = exact_request_duration(text, field=field)
     if not _seconds(minimum) <= exact <= _seconds(maximum):
         raise ValidationError(
             f"must be between {format_duration(minimum)} and {format_duration(maximum)},"
