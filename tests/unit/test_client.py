@@ -510,3 +510,21 @@ def test_a_duration_that_is_not_a_timedelta_or_a_string_is_refused_by_name() -> 
 )
 def test_a_timedelta_is_sent_exactly(value: timedelta, text: str) -> None:
     assert go_duration(value) == text
+
+
+@pytest.mark.parametrize(
+    ("url", "token", "words"),
+    [
+        ("http://127.0.0.1:abc", None, "DTQ_URL the port must be a number in 1..65535"),
+        ("http://", None, "DTQ_URL names no host"),
+        ("http://127.0.0.1:8080", "dtq_secret\nx", "DTQ_TOKEN holds a character not allowed"),
+    ],
+)
+def test_a_url_or_token_the_client_cannot_use_is_refused_when_it_is_made(
+    url: str, token: str | None, words: str
+) -> None:
+    """The same rules as the CLI's (which names its options): checked once, in the client's
+    config, never showing the token."""
+    with pytest.raises(ValueError, match=re.escape(words)) as refused:
+        Client(url, token=token)
+    assert "secret" not in str(refused.value)

@@ -5,8 +5,11 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
-__all__ = ["DEFAULT_URL", "ClientConfig"]
+import httpx
+
+__all__ = ["DEFAULT_URL", "ClientConfig", "token_problem", "url_problem"]
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 
@@ -36,15 +39,20 @@ class ClientConfig:
         """Arguments win over the environment.
 
         Raises:
-            ValueError: the URL is not http(s), or ``retries`` is negative.
+            ValueError: the URL is one the client cannot connect to (:func:`url_problem`), the
+                token cannot be sent in a header (:func:`token_problem`; it is not shown), or
+                ``retries`` is negative.
         """
         env = os.environ if environ is None else environ
-        base = (url or env.get("DTQ_URL") or DEFAULT_URL).rstrip("/")
-        if not base.startswith(("http://", "https://")):
-            raise ValueError(f"DTQ_URL must start with http:// or https://, got {base!r}")
+        base = url or env.get("DTQ_URL") or DEFAULT_URL
+        if (problem := url_problem(base)) is not None:
+            raise ValueError(f"DTQ_URL {problem}, got {base!r}")
+        chosen = token or env.get("DTQ_TOKEN") or None
+        if chosen is not None and (problem := token_problem(chosen)) is not None:
+            raise ValueError(f"DTQ_TOKEN {problem}")
         if retries < 0:
             raise ValueError("retries must be >= 0")
-        return cls(url=base, token=token or env.get("DTQ_TOKEN") or None, retries=retries)
+        return cls(url=base.rstrip("/"), token=chosen, retries=retries)
 
     def headers(self) -> dict[str, str]:
         """Headers sent with every request."""
@@ -52,3 +60,36 @@ class ClientConfig:
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
         return headers
+
+
+def url_problem(url: str) -> str | None:
+    """What keeps the client from connecting to ``url`` (``"names no host"``), or None."""
+    if not url.startswith(("http://", "https://")):
+        return "must start with http:// or https://"
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # e.g. an unclosed IPv6 bracket
+        return f"not a URL ({exc})"
+    if not parts.hostname:
+        return "names no host"
+    try:
+        port = parts.port
+    except ValueError:  # not a number, or beyond 65535
+        port = 0
+    if port == 0:
+        return "the port must be a number in 1..65535"
+    try:
+        httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        return f"not a URL ({exc})"
+    return None
+
+
+def token_problem(token: str) -> str | None:
+    """Why ``token`` cannot be sent as a bearer token's header (it is never quoted), or None."""
+    if all("!" <= char <= "~" for char in token):
+        return None
+    return (
+        "holds a character not allowed in a bearer token's HTTP header"
+        " (printable ASCII without spaces only)"
+    )

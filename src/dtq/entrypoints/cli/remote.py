@@ -13,15 +13,13 @@ from collections.abc import Callable, Iterable, Sequence
 from functools import wraps
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
-import httpx
 import msgspec
 from rich.console import Console
 from rich.table import Table
 
 from dtq.client import ApiError, Client, TransportError
-from dtq.client.config import DEFAULT_URL
+from dtq.client.config import DEFAULT_URL, token_problem, url_problem
 from dtq.entrypoints.cli.common import EXIT_FAILURE, EXIT_USAGE, UsageError, fail
 from dtq.entrypoints.config import load_dotenv_file
 from dtq.entrypoints.config_values import parse_duration
@@ -64,42 +62,16 @@ def resolve_connection(args: argparse.Namespace) -> None:
     if args.url == "":
         raise UsageError(subject, "must not be empty")
     url = args.url or environ.get("DTQ_URL") or DEFAULT_URL
-    problem = _url_problem(url)
+    problem = url_problem(url)
     if problem is not None:
         raise UsageError(subject, f"{problem}, got {url!r}")
     args.url = url.rstrip("/")
     if args.token == "":
         raise UsageError("--token/DTQ_TOKEN", "must not be empty")
     token = args.token or environ.get("DTQ_TOKEN") or None
-    if token is not None and not all("!" <= char <= "~" for char in token):
-        raise UsageError(
-            "--token/DTQ_TOKEN",
-            "holds a character not allowed in a bearer token's HTTP header"
-            " (printable ASCII without spaces only)",
-        )
+    if token is not None and (problem := token_problem(token)) is not None:
+        raise UsageError("--token/DTQ_TOKEN", problem)
     args.token = token
-
-
-def _url_problem(url: str) -> str | None:
-    if not url.startswith(("http://", "https://")):
-        return "must start with http:// or https://"
-    try:
-        parts = urlsplit(url)
-    except ValueError as exc:
-        return f"not a URL ({exc})"
-    if not parts.hostname:
-        return "names no host"
-    try:
-        port = parts.port
-    except ValueError:  # not a number, or beyond 65535
-        port = 0
-    if port == 0:
-        return "the port must be a number in 1..65535"
-    try:
-        httpx.URL(url)
-    except httpx.InvalidURL as exc:
-        return f"not a URL ({exc})"
-    return None
 
 
 def open_client(args: argparse.Namespace) -> Client:
