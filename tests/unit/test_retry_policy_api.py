@@ -16,15 +16,32 @@ async def api() -> AsyncIterator[Api]:
         yield running
 
 
-async def test_retry_and_timeout_are_shown_by_get_task(api: Api) -> None:
-    retry = {"backoff": "exponential", "delay": "500ms", "max_delay": "10m", "jitter": True}
+_SHOWN = {"backoff": "exponential", "delay": "500ms", "max_delay": "10m", "jitter": True}
+_WHOLE_MS = {"backoff": "exponential", "delay": "1000us", "max_delay": "0.001s", "jitter": False}
+
+
+@pytest.mark.parametrize(
+    ("retry", "timeout", "shown_retry", "shown_timeout"),
+    [
+        (_SHOWN, "1m30s", _SHOWN, "1m30s"),
+        # durations of whole milliseconds are stored as given, shown in their shortest form
+        (_WHOLE_MS, "1000000ns", {**_WHOLE_MS, "delay": "1ms", "max_delay": "1ms"}, "1ms"),
+    ],
+)
+async def test_retry_and_timeout_are_shown_by_get_task(
+    api: Api,
+    retry: dict[str, Any],
+    timeout: str,
+    shown_retry: dict[str, Any],
+    shown_timeout: str,
+) -> None:
     response = await api.client.post(
-        "/v1/tasks", json={"kind": "echo", "retry": retry, "timeout": "1m30s"}
+        "/v1/tasks", json={"kind": "echo", "retry": retry, "timeout": timeout}
     )
     assert response.status_code == 201, response.text
     task = (await api.client.get(f"/v1/tasks/{response.json()['task_id']}")).json()
-    assert task["retry"] == retry
-    assert task["timeout"] == "1m30s"
+    assert task["retry"] == shown_retry
+    assert task["timeout"] == shown_timeout
 
 
 async def test_without_them_both_are_null(api: Api) -> None:
@@ -120,15 +137,3 @@ async def test_a_duration_is_refused_unless_exactly_in_range_and_storable(
         "field": field,
     }
     assert api.store._tables.jobs == {}
-
-
-async def test_durations_of_whole_milliseconds_are_stored_as_given(api: Api) -> None:
-    retry = {"backoff": "exponential", "delay": "1000us", "max_delay": "0.001s", "jitter": False}
-    response = await api.client.post(
-        "/v1/tasks", json={"kind": "echo", "retry": retry, "timeout": "1000000ns"}
-    )
-
-    assert response.status_code == 201, response.text
-    task = (await api.client.get(f"/v1/tasks/{response.json()['task_id']}")).json()
-    assert task["retry"] == {**retry, "delay": "1ms", "max_delay": "1ms"}
-    assert task["timeout"] == "1ms"
