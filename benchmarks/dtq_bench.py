@@ -51,8 +51,6 @@ class Sizes:
     """How much work each scenario does; ``quick()`` is the smoke-test variant."""
 
     drain_tasks: int = 10_000
-    sweep_tasks: int = 10_000  # tasks per variant tried before the measured runs (a drain's size)
-    sweep_rounds: int = 3  # the sweep's variants drained round-robin this often (medians)
     concurrencies: tuple[int, ...] = (64, 256, 512)
     submit_job_tasks: int = 10_000
     submit_single_tasks: int = 10_000
@@ -72,8 +70,6 @@ class Sizes:
     def quick(cls) -> Sizes:
         return cls(
             drain_tasks=2_000,
-            sweep_tasks=1_000,
-            sweep_rounds=1,
             concurrencies=(32, 256),
             submit_job_tasks=2_000,
             submit_single_tasks=1_000,
@@ -439,7 +435,7 @@ def _incomplete(d: Drain, what: str) -> str:
 class More(Protocol):
     """Asked before each repeat of a scenario: may it run once more within its time budget?
     ``next_cost``: the seconds the repeat is expected to take, when the caller knows better
-    than the average of what it has spent (the drain's first round includes its sweep)."""
+    than the average of what it has spent (the drain's rounds are followed by the peers' runs)."""
 
     def __call__(self, next_cost: float | None = None) -> bool: ...
 
@@ -450,39 +446,24 @@ class More(Protocol):
 #: ``WORKER_CONCURRENCY`` the README recommends for many short tasks: the drain's figure is
 #: measured there with every other setting at its default (issue 17 item 2).
 RECOMMENDED_CONCURRENCY = 256
-#: Tuned variants the sweep also tries (worker environment on top of the defaults).
+#: Tuned variants each drain round also tries (worker environment on top of the defaults).
 TUNED: dict[str, dict[str, str]] = {"claim_batch=128": {"BENCH_CLAIM_BATCH": "128"}}
 
 
-def _sweep(c: Cluster, sizes: Sizes, result: Result) -> dict[str, float]:
-    """The drain sweep of :func:`bench_drain`: per variant (each concurrency, the recommended
-    one if not among them, and each ``TUNED`` variant) the median tasks/s of ``sweep_rounds``
-    drains of ``sweep_tasks``, the variants round-robin."""
-    recommended = f"c{RECOMMENDED_CONCURRENCY}"
-    samples: dict[str, list[float]] = {}
+def _variants(sizes: Sizes) -> list[tuple[str, int, dict[str, str]]]:
+    """The drain's variants: label, ``WORKER_CONCURRENCY`` and worker environment of each of
+    ``sizes.concurrencies``, of the recommended one if not among them, and of each ``TUNED``
+    variant at the recommended concurrency."""
     variants: list[tuple[str, int, dict[str, str]]] = [
         (f"c{conc}", conc, {}) for conc in sizes.concurrencies
     ]
     if RECOMMENDED_CONCURRENCY not in sizes.concurrencies:
-        variants.append((recommended, RECOMMENDED_CONCURRENCY, {}))
+        variants.append((f"c{RECOMMENDED_CONCURRENCY}", RECOMMENDED_CONCURRENCY, {}))
     variants += [
         (f"c{RECOMMENDED_CONCURRENCY} {name}", RECOMMENDED_CONCURRENCY, env)
         for name, env in TUNED.items()
     ]
-    complete = True
-    for _ in range(sizes.sweep_rounds):
-        for label, conc, env in variants:
-            d = _drain(c, flat_job(sizes.sweep_tasks), conc, sizes.drain_timeout, **env)
-            samples.setdefault(label, []).append(d.rate)
-            result.add_run(f"sweep {label}", d.rate)
-            say(f"  drain sweep {label}: {d.rate:,.0f} tasks/s ({d.window:.2f}s)")
-            if not d.complete:
-                result.notes.append(_incomplete(d, f"sweep {label}"))
-                complete = False
-                break
-        if not complete:
-            break
-    return {label: median(rates) for label, rates in samples.items()}
+    return variants
 
 
 def bench_drain(
@@ -492,56 +473,71 @@ def bench_drain(
     more: More,
     between: Callable[[int], float] | None = None,
 ) -> Result:
-    """10,000 queued no-op tasks, 2 workers, the documented defaults at the recommended
-    ``WORKER_CONCURRENCY``: the figure is the median of ``runs`` drains (fewer if the time
-    budget says so; a repeat is expected to take as long as the last drain plus what
-    ``between`` said its next call takes). ``between(run)`` is called after each of them (the
-    peers' runs, so that drift hits dtq and the peers alike). Before them a sweep drains
-    ``sweep_tasks`` per concurrency and tuned variant, the variants round-robin
-    ``sweep_rounds`` times (so drift hits them alike); ``defaults_vs_tuned`` is the
-    recommended defaults' median over the best median (target: >= 0.8)."""
+    """``drain_tasks`` queued no-op tasks, 2 workers, drained in rounds: each round drains
+    every variant of :func:`_variants` once, in that order, then calls ``between(round)`` (the
+    peers' runs, so that drift hits dtq and the peers alike). The recommended defaults' drain
+    of each round is the measured run: ``tasks_per_s``, the CPU split and the transactions are
+    medians over the rounds, and ``defaults_vs_tuned`` is its median rate over the best
+    variant's (target: >= 0.8). Up to ``runs`` rounds; one more only while ``more`` says it
+    fits (a round is expected to take as long as the last one plus what ``between`` said its
+    next call takes). A drain that does not finish within ``drain_timeout`` ends the rounds."""
     result = Result("drain")
     n = sizes.drain_tasks
     recommended = f"c{RECOMMENDED_CONCURRENCY}"
+    variants = _variants(sizes)
+    samples: dict[str, list[float]] = {}
     with cluster("drain", logs) as c:
-        sweep = _sweep(c, sizes, result)
         next_cost: float | None = None
         for run in range(runs):
             if run > 0 and not more(next_cost):
-                result.notes.append(f"{run} of {runs} runs (time budget)")
+                result.notes.append(f"{run} of {runs} rounds (time budget)")
                 break
             started = time.monotonic()
-            d = _drain(c, flat_job(n), RECOMMENDED_CONCURRENCY, sizes.drain_timeout)
-            result.add_run("tasks_per_s", d.rate)
-            for part, us in d.cpu.items():
-                result.add_run(f"cpu_us_per_task_{part}", us)
-            for name, count in d.transactions.items():
-                result.add_run(f"transactions_{name}", count)
-            split = ", ".join(f"{part} {us:.0f}" for part, us in d.cpu.items())
-            xacts = ", ".join(f"{count:,} {name}" for name, count in d.transactions.items())
-            say(
-                f"  drain {recommended} defaults: {d.rate:,.0f} tasks/s ({d.window:.2f}s, "
-                f"wall {d.wall:.2f}s; CPU µs/task: {split or 'n/a'}; transactions: {xacts})"
-            )
-            if not d.complete:
-                result.notes.append(_incomplete(d, "drain"))
+            complete = True
+            for label, conc, env in variants:
+                d = _drain(c, flat_job(n), conc, sizes.drain_timeout, **env)
+                samples.setdefault(label, []).append(d.rate)
+                if label != recommended:
+                    result.add_run(f"sweep {label}", d.rate)
+                    say(f"  drain {label}: {d.rate:,.0f} tasks/s ({d.window:.2f}s)")
+                else:
+                    result.add_run("tasks_per_s", d.rate)
+                    for part, us in d.cpu.items():
+                        result.add_run(f"cpu_us_per_task_{part}", us)
+                    for name, count in d.transactions.items():
+                        result.add_run(f"transactions_{name}", count)
+                    split = ", ".join(f"{part} {us:.0f}" for part, us in d.cpu.items())
+                    xacts = ", ".join(f"{k:,} {name}" for name, k in d.transactions.items())
+                    say(
+                        f"  drain {label} defaults: {d.rate:,.0f} tasks/s ({d.window:.2f}s, "
+                        f"wall {d.wall:.2f}s; CPU µs/task: {split or 'n/a'}; "
+                        f"transactions: {xacts})"
+                    )
+                if not d.complete:
+                    result.notes.append(_incomplete(d, f"drain {label}"))
+                    complete = False
+                    break
+            if not complete:
                 break
             next_cost = time.monotonic() - started
             if between is not None:
                 next_cost += between(run)
     result.settle()
-    best = max(sweep, key=lambda k: sweep[k])
+    medians = {label: median(rates) for label, rates in samples.items() if rates}
     result.figures["concurrency"] = RECOMMENDED_CONCURRENCY
-    if recommended in sweep and sweep[best]:
-        result.figures["defaults_vs_tuned"] = sweep[recommended] / sweep[best]
-    result.notes.insert(
-        0,
-        f"{n} tasks, {WORKERS} workers, WORKER_CONCURRENCY={RECOMMENDED_CONCURRENCY}, every "
-        f"other setting at its default (sweep on {sizes.sweep_tasks}, medians of "
-        f"{sizes.sweep_rounds} round-robin: "
-        + ", ".join(f"{k} {v:,.0f}/s" for k, v in sweep.items())
-        + f"; best {best})",
-    )
+    if medians:
+        best = max(medians, key=lambda k: medians[k])
+        if recommended in medians and medians[best]:
+            result.figures["defaults_vs_tuned"] = medians[recommended] / medians[best]
+        rounds = len(samples[variants[0][0]])
+        result.notes.insert(
+            0,
+            f"{n} tasks, {WORKERS} workers, WORKER_CONCURRENCY={RECOMMENDED_CONCURRENCY}, every "
+            f"other setting at its default; {rounds} round(s) of every variant, the defaults' "
+            "drain of each round measured (medians: "
+            + ", ".join(f"{k} {v:,.0f}/s" for k, v in medians.items())
+            + f"; best {best})",
+        )
     return result
 
 

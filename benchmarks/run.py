@@ -157,8 +157,8 @@ def build_table(
         rows.append(
             (
                 "drain",
-                f"defaults / best tuned ({sizes.sweep_tasks:,}-task sweep: concurrency, "
-                f"claim_batch; medians of {sizes.sweep_rounds} round-robin)",
+                f"defaults / best tuned ({sizes.drain_tasks:,}-task drains: concurrency, "
+                f"claim_batch; medians of {len(drain.runs.get('tasks_per_s', []))} rounds)",
                 _num(tuned, "x", 2),
                 "defaults within 20 % of the best: "
                 + _verdict(None if tuned is None else tuned >= 0.8),
