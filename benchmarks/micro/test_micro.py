@@ -7,6 +7,7 @@ correctness, never time.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -14,11 +15,16 @@ from typing import Any
 import msgspec
 import pytest
 
+from dtq.adapters.clock import SystemClock
 from dtq.adapters.cockroach.arrays import Int8Array, TextArray, TimestamptzArray, UuidArray
 from dtq.adapters.cockroach.txconn import fast_literal
+from dtq.application.commands import TaskSpec
+from dtq.application.fleet import Fleet, FleetService, SubmitWarning, WarningCode
 from dtq.domain.dag import TaskNode, validate_dag
 from dtq.domain.entities import Task
 from dtq.domain.status import TaskStatus
+from dtq.entrypoints.api.middleware import HttpMetricsMiddleware
+from dtq.entrypoints.metrics import OrchestratorMetrics, new_registry
 
 pytestmark = pytest.mark.benchmark
 
@@ -169,3 +175,63 @@ def test_literals_of_a_group_of_nine_single_submits(benchmark: Any) -> None:
     assert text.count("::timestamptz[]") == 2
     assert "None" not in text
     assert '\'{"{}","{}",' in text
+
+
+def test_submit_warnings_of_100_single_tasks(benchmark: Any) -> None:
+    """``FleetService.submit_warnings`` of 100 ``POST /v1/tasks`` whose kind no live worker
+    serves (what every request of ``make bench``'s submit scenario gets), the fleet cached;
+    in one event loop turn, so the figure is the calls' (divide by 100)."""
+    fleet = FleetService(store=None, clock=SystemClock(), alive_within=30.0)  # type: ignore[arg-type]
+    fleet._cached = (SystemClock().now(), Fleet([], 30.0))
+    specs = [TaskSpec(name="noop", kind="noop")]
+    loop = asyncio.new_event_loop()
+
+    async def hundred() -> list[SubmitWarning]:
+        for _ in range(99):
+            await fleet.submit_warnings(specs)
+        return await fleet.submit_warnings(specs)
+
+    def warn() -> list[SubmitWarning]:
+        return loop.run_until_complete(hundred())
+
+    try:
+        warnings = benchmark(warn)
+    finally:
+        loop.close()
+    assert [w.code for w in warnings] == [
+        WarningCode.NO_WORKER_FOR_PRIORITY,
+        WarningCode.NO_WORKER_FOR_KIND,
+    ]
+    assert all(w.task == "noop" for w in warnings)
+
+
+def test_http_metrics_of_100_requests(benchmark: Any) -> None:
+    """``HttpMetricsMiddleware`` around an app that answers at once: 100 requests' counts and
+    durations (the labelled children's lookup included), in one event loop turn (divide by
+    100)."""
+    metrics = OrchestratorMetrics(new_registry())
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 201, "headers": []})
+
+    async def send(message: Any) -> None:
+        return None
+
+    middleware = HttpMetricsMiddleware(app, metrics)
+    scope = {"type": "http", "method": "POST", "path_template": "/v1/tasks"}
+    loop = asyncio.new_event_loop()
+
+    async def hundred() -> None:
+        for _ in range(100):
+            await middleware(scope, None, send)  # type: ignore[arg-type]
+
+    def request() -> None:
+        loop.run_until_complete(hundred())
+
+    try:
+        benchmark(request)
+    finally:
+        loop.close()
+    count = metrics.http_requests.labels("POST", "/v1/tasks", "201")._value.get()
+    assert count >= 100
+    assert count % 100 == 0

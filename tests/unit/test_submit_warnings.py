@@ -165,3 +165,23 @@ def test_what_a_registry_row_advertises(
 
 def test_the_live_window_is_the_default_window_of_get_workers() -> None:
     assert parse_active_since(DEFAULT_ACTIVE_SINCE) == FLEET_ALIVE_WITHIN
+
+
+async def test_single_task_warnings_are_remembered_per_kind_priority_and_name() -> None:
+    clock = FakeClock()
+    fleet = FleetService(store=InMemoryStore(clock), clock=clock, alive_within=120)
+
+    first = await fleet.submit_warnings([TaskSpec("a", "echo")])
+    first.clear()  # a caller's list is its own
+    again = await fleet.submit_warnings([TaskSpec("a", "echo")])
+    other_name = await fleet.submit_warnings([TaskSpec("b", "echo")])
+    other_kind = await fleet.submit_warnings([TaskSpec("a", "resize")])
+    other_priority = await fleet.submit_warnings([TaskSpec("a", "echo", priority="bulk")])
+
+    assert [(w.code, w.task) for w in again] == [
+        ("no_worker_for_priority", "a"),
+        ("no_worker_for_kind", "a"),
+    ]
+    assert {w.task for w in other_name} == {"b"}
+    assert "'resize'" in other_kind[1].message
+    assert "'bulk'" in other_priority[0].message

@@ -29,6 +29,10 @@ CACHE_FOR = 1.0
 #: Seconds a submit waits for a registry read before it answers without warnings.
 READ_TIMEOUT = 1.0
 
+#: Single-task submit warnings remembered per fleet read (distinct kind, priority and name);
+#: past that the memo starts over.
+MEMO_MAX = 1024
+
 
 class Missing(StrEnum):
     """What no live worker offers for a task."""
@@ -139,6 +143,10 @@ class FleetService:
         self._read_timeout = read_timeout
         self._lock = asyncio.Lock()
         self._cached: tuple[datetime, Fleet | None] | None = None
+        # single-task submits' warnings by (kind, priority, name), for the fleet read they
+        # were computed from
+        self._memo_fleet: Fleet | None = None
+        self._memo: dict[tuple[str, str, str], tuple[SubmitWarning, ...]] = {}
 
     async def read(self, tx: Transaction) -> Fleet:
         """The live workers by ``tx``'s database clock (inside the caller's transaction)."""
@@ -153,6 +161,9 @@ class FleetService:
             outcome is cached too, so an outage costs one read per ``cache_for``). Never raises
             for a backend failure: a submit must not fail because of it.
         """
+        cached = self._cached
+        if cached is not None and self._clock.now() - cached[0] < self._cache_for:
+            return cached[1]  # the common case, without the lock
         async with self._lock:
             now = self._clock.now()
             if self._cached is not None and now - self._cached[0] < self._cache_for:
@@ -175,6 +186,19 @@ class FleetService:
         fleet = await self.cached()
         if fleet is None:
             return []
+        if len(tasks) == 1:  # a single-task submit: the same few (kind, priority, name) repeat
+            spec = tasks[0]
+            key = (spec.kind, spec.priority, spec.name)
+            if self._memo_fleet is not fleet or len(self._memo) >= MEMO_MAX:
+                self._memo_fleet, self._memo = fleet, {}
+            known = self._memo.get(key)
+            if known is None:
+                known = self._memo[key] = tuple(self._warnings(fleet, tasks))
+            return list(known)
+        return self._warnings(fleet, tasks)
+
+    @staticmethod
+    def _warnings(fleet: Fleet, tasks: Sequence[TaskSpec]) -> list[SubmitWarning]:
         groups: dict[tuple[str, str], list[Any]] = {}  # (kind, priority) -> [first name, n]
         for spec in tasks:
             group = groups.get((spec.kind, spec.priority))

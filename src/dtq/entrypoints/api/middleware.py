@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from litestar.enums import ScopeType
+from prometheus_client import Counter, Histogram
 
 from dtq.application.commands import SubmitJob, SubmitResult
 from dtq.application.fleet import FleetService, SubmitWarning
@@ -81,6 +82,9 @@ class HttpMetricsMiddleware:
     def __init__(self, app: ASGIApp, metrics: OrchestratorMetrics) -> None:
         self._app = app
         self._metrics = metrics
+        # labelled children by (method, route, status): ``labels()`` validates and locks on
+        # every call; the label sets are bounded (route templates, statuses)
+        self._counted: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve the request and record it once the response has been handed off.
@@ -105,8 +109,16 @@ class HttpMetricsMiddleware:
         finally:
             elapsed = time.perf_counter() - started
             route = scope.get("path_template") or UNMATCHED
-            self._metrics.http_requests.labels(method, route, str(status)).inc()
-            self._metrics.http_duration.labels(method, route).observe(elapsed)
+            key = (method, route, status)
+            children = self._counted.get(key)
+            if children is None:
+                children = (
+                    self._metrics.http_requests.labels(method, route, str(status)),
+                    self._metrics.http_duration.labels(method, route),
+                )
+                self._counted[key] = children
+            children[0].inc()
+            children[1].observe(elapsed)
 
 
 class BodyGuard:
