@@ -178,6 +178,7 @@ def one_run(
         },
         "store_retries": retries,
         "groups": counts["groups"],
+        "gc": counts.get("gc", {"collections": [0, 0, 0], "seconds": 0.0}),
         "sql": counts["sql"],
         "redis": counts["redis"],
     }
@@ -238,12 +239,15 @@ def _line(r: dict[str, Any]) -> str:
     groups = {int(k): v for k, v in r["groups"].items()}
     written = sum(k * v for k, v in groups.items())
     mean_group = written / max(1, sum(groups.values()))
+    passes = "/".join(map(str, r["gc"]["collections"]))  # per generation, warm-up included
+    gc_ms = 1000 * r["gc"]["seconds"] / max(1, written)
     return (
         f"{r['variant']:>8}: {r['rate']:7,.0f}/s  cpu ms/req orch {cpu['orchestrator']:.3f} "
         f"client {cpu['client']:.3f} pg {cpu['postgres']:.3f} redis {cpu['redis']:.3f}  "
         f"tx/req {per['transactions']:.3f} failed {per['failed_tries']:.3f} "
         f"stmts/req {per['statements']:.2f} redis rt/req {per['redis_round_trips']:.3f} "
-        f"group mean {mean_group:.1f}  load {r['load1']:.2f}"
+        f"group mean {mean_group:.1f}  gc {gc_ms:.3f} ms/req ({passes})  "
+        f"load {r['load1']:.2f}"
     )
 
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from dtq.entrypoints import cli
+from dtq.domain.errors import BackendUnavailable
+from dtq.entrypoints import cli, gctuning
 from dtq.entrypoints.cli import common as cli_common
 from dtq.entrypoints.cli.orchestrator import serve
 from dtq.entrypoints.config import Settings
@@ -392,3 +393,17 @@ def test_a_port_in_use_is_one_line_saying_so(capsys: pytest.CaptureFixture[str])
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert last.startswith(f"dtq: the HTTP server could not start on 127.0.0.1:{port}: ")
     assert "in use" in last
+
+
+async def test_the_orchestrator_tunes_its_garbage_collector_once_its_app_is_built(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    tuned: list[bool] = []
+    monkeypatch.setattr(gctuning, "tune", lambda: tuned.append(True) or True)
+    with socket.create_server(("127.0.0.1", 0)) as taken:  # serve() then stops at the bind
+        port = taken.getsockname()[1]
+        settings = Settings(orchestrator_listen=f"127.0.0.1:{port}", api_auth="none")
+        with pytest.RaisesGroup(BackendUnavailable):
+            await serve(settings, backend="memory", runtime=None)
+
+    assert tuned == [True]

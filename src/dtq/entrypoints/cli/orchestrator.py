@@ -116,7 +116,8 @@ async def serve(settings: Settings, *, backend: Backend, runtime: Runtime | None
 
     Each loop gets its own bundle (API, reconciler, worker) from one container, so in ``dtq dev``
     all three share the memory store and queue. The worker's metrics are registered in the API's
-    registry, so ``dtq dev``'s ``/metrics`` carries the ``worker_*`` series too.
+    registry, so ``dtq dev``'s ``/metrics`` carries the ``worker_*`` series too. Once the app is
+    built the process's garbage collector is tuned (:func:`dtq.entrypoints.gctuning.tune`).
 
     Returns:
         ``EXIT_OK`` once everything stopped.
@@ -125,6 +126,7 @@ async def serve(settings: Settings, *, backend: Backend, runtime: Runtime | None
         ConfigError: the database cannot be reached at start.
         BackendUnavailable: the HTTP server could not start.
     """
+    from dtq.entrypoints import gctuning
     from dtq.entrypoints.api import create_app
     from dtq.entrypoints.container import open_services
     from dtq.entrypoints.metrics import OrchestratorMetrics, WorkerMetrics, new_registry
@@ -141,6 +143,7 @@ async def serve(settings: Settings, *, backend: Backend, runtime: Runtime | None
     async with open_services(settings, backend=backend, on_store_retry=count_retry) as services:
         app = create_app(services.api, settings, metrics, metrics.registry)
         server = _Server(http_config(app, settings))
+        gctuning.tune()  # the app, the pools and the imports are built: freeze them
         reconciler = Reconciler(
             services.reconciler.reconcile,
             interval=settings.reconcile_interval,

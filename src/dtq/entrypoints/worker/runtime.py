@@ -23,11 +23,10 @@ from prometheus_client import CollectorRegistry, start_http_server
 from structlog.typing import FilteringBoundLogger
 
 from dtq.domain.errors import DuplicateKind
-from dtq.entrypoints import eventloop, tracing
+from dtq.entrypoints import eventloop, gctuning, tracing
 from dtq.entrypoints.bundles import WorkerServices
 from dtq.entrypoints.config import Settings, listen_address, load_settings
 from dtq.entrypoints.metrics import WorkerMetrics, new_registry
-from dtq.entrypoints.worker import gctuning
 from dtq.entrypoints.worker.backend import WorkerBackend
 from dtq.entrypoints.worker.config import WorkerConfig
 from dtq.entrypoints.worker.session import Session
@@ -138,7 +137,7 @@ class Runtime:
         """Work until stopped, then shut down (hand unfinished tasks back, spec §6).
 
         The first run in a process also tunes its garbage collector for throughput
-        (:func:`dtq.entrypoints.worker.gctuning.tune`: a frozen start-up heap, rarer passes).
+        (:func:`dtq.entrypoints.gctuning.tune`: a frozen start-up heap, rarer passes).
 
         Args:
             services: the worker's bundle (execution, registry, queue).

@@ -1,4 +1,4 @@
-"""The worker's garbage-collector tuning (``dtq.entrypoints.worker.gctuning``)."""
+"""The garbage collector tuning of a worker or orchestrator (``dtq.entrypoints.gctuning``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from dtq.entrypoints.worker import gctuning
+from dtq.entrypoints import gctuning
 
 
 @pytest.fixture
@@ -25,7 +25,7 @@ def fresh_gc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def test_tune_freezes_the_heap_and_raises_the_young_threshold_once() -> None:
     assert gctuning.tune() is True
     assert gc.get_freeze_count() > 0
-    assert gc.get_threshold()[0] == gctuning.WORKER_GC_THRESHOLD0
+    assert gc.get_threshold()[0] == gctuning.GC_THRESHOLD0
     gc.set_threshold(900)
     assert gctuning.tune() is False  # once per process: a later call changes nothing
     assert gc.get_threshold()[0] == 900
