@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import logging
+import re
+import sys
+import unicodedata
 from collections.abc import AsyncIterator
 from typing import Any
 from uuid import UUID, uuid4
@@ -18,6 +21,7 @@ from dtq.application.commands import TaskView
 from dtq.application.queries import QueryService
 from dtq.domain.errors import ConcurrentUpdate, DuplicateKind, InvalidTransition
 from dtq.entrypoints.api.errors import status_for
+from dtq.entrypoints.api.schemas import FORMAT_CHARACTERS
 from tests.unit.api_harness import JSON, Api, asgi_post, running_api
 
 
@@ -432,7 +436,21 @@ async def test_job_name_refuses_control_characters(api: Api) -> None:
     assert error["field"] == "name"
 
 
-@pytest.mark.parametrize("name", [" ", "   ", "\u00a0", " \u3000 "])
+@pytest.mark.parametrize(
+    "name",
+    [
+        " ",
+        "   ",
+        "\u00a0",
+        " \u3000 ",
+        # invisible format characters (Unicode category Cf) are as blank as spaces
+        "\u200b",
+        "\u2060",
+        "\ufeff",
+        " \u200b\u00ad ",
+        "\U000e0041\U000e007f",
+    ],
+)
 async def test_a_blank_job_name_is_refused(api: Api, name: str) -> None:
     body = {"name": name, "tasks": [task("a")]}
 
@@ -443,7 +461,15 @@ async def test_a_blank_job_name_is_refused(api: Api, name: str) -> None:
     assert api.sample("orchestrator_jobs_submitted_total") == 0
 
 
-@pytest.mark.parametrize("name", ["", "nightly report", " padded "])
+def test_the_blank_rule_knows_every_format_character_of_this_python() -> None:
+    """The listed Cf characters are exactly this interpreter's (a newer Unicode adds some)."""
+    every = "".join(map(chr, range(sys.maxunicode + 1)))
+    listed = set(re.findall(f"[{FORMAT_CHARACTERS}]", every))
+
+    assert listed == {c for c in every if unicodedata.category(c) == "Cf"}
+
+
+@pytest.mark.parametrize("name", ["", "nightly report", " padded ", "a\u200bb", "\u200dx"])
 async def test_an_empty_or_spaced_job_name_is_accepted(api: Api, name: str) -> None:
     body = {"name": name, "tasks": [task("a")]}
 

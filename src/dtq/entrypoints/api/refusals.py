@@ -62,6 +62,8 @@ _BOUNDS = {">=": "at least", "<=": "at most", ">": "more than", "<": "less than"
 _NEWLINE_GUARD = "(?!\\n)"
 #: The longest part of the refused value a message quotes.
 _SHOWN = 64
+#: :data:`PATTERN_HINTS` by each pattern as msgspec quotes it (its ``repr`` between the quotes).
+_HINTS_BY_QUOTED = {repr(pattern)[1:-1]: hint for pattern, hint in PATTERN_HINTS.items()}
 
 
 def describe(
@@ -134,11 +136,12 @@ def _multiple(matched: re.Match[str], _: mi.Type | None) -> str:
 
 
 def _pattern(matched: re.Match[str], _: mi.Type | None) -> str:
-    r"""msgspec quotes the pattern as Python's ``repr`` does, backslashes doubled; an unknown
-    one is shown without the ``(?!\n)`` guard every pattern ends with."""
-    pattern = matched["pattern"].replace("\\\\", "\\")
-    hint = PATTERN_HINTS.get(pattern)
+    r"""msgspec quotes the pattern as Python's ``repr`` does (backslashes doubled, a character
+    that is not printable as its escape); an unknown one is shown without the ``(?!\n)`` guard
+    every pattern ends with."""
+    hint = _HINTS_BY_QUOTED.get(matched["pattern"])
     if hint is None:
+        pattern = matched["pattern"].replace("\\\\", "\\")
         return "must match " + pattern.replace(_NEWLINE_GUARD, "")
     return f"must be a string with {hint}"
 

@@ -11,7 +11,9 @@ Identifier rules (kept strict on purpose; documented in the OpenAPI schema):
   are safe in logs, metric labels, URLs and Redis keys.
 * ``priority``: 1..32 characters of ``a-z 0-9 _ -`` (it names a Redis list, spec §5).
 * job ``name``: up to 200 characters, no control characters (``\\u0000`` cannot be stored), not
-  blank: empty (the default) is a job without a name, whitespace alone is refused.
+  blank: empty (the default) is a job without a name, whitespace alone is refused, and so are
+  invisible format characters (Unicode category Cf: ``\\u200b``, ``\\u2060``, ``\\ufeff``...),
+  alone or among whitespace.
 
 Request bodies are decoded in msgspec's strict mode (:mod:`dtq.entrypoints.api.guards`): a value
 must have the JSON type the field declares, so ``"max_attempts": "3"``, ``3.0``, ``"three"``,
@@ -35,7 +37,17 @@ from dtq.domain.status import JobStatus, RunStatus, TaskStatus
 
 NAME_PATTERN = r"^[A-Za-z0-9._:-]+(?!\n)$"
 PRIORITY_PATTERN = r"^[a-z0-9_-]{1,32}(?!\n)$"
-JOB_NAME_PATTERN = r"^(?!\s+$)[^\x00-\x1f\x7f]*(?!\n)$"
+#: The format characters (Unicode category Cf, Unicode 14.0 of Python 3.11), as the inside of a
+#: character class: invisible, so a job name of them alone is as blank as one of spaces. Those
+#: of the BMP are ``\\uXXXX`` escapes, which Python and ECMA regex read alike; the others are
+#: the characters themselves (ECMA's ``u`` mode reads them; no escape is common to both).
+FORMAT_CHARACTERS = (
+    r"\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b-\u200f\u202a-\u202e"
+    r"\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb"
+    "\U000110bd\U000110cd\U00013430-\U00013438\U0001bca0-\U0001bca3\U0001d173-\U0001d17a"
+    "\U000e0001\U000e0020-\U000e007f"
+)
+JOB_NAME_PATTERN = rf"^(?![\s{FORMAT_CHARACTERS}]+$)[^\x00-\x1f\x7f]*(?!\n)$"
 #: Worker ids of the HTTP worker protocol (``worker_protocol.WORKER_ID_PATTERN``).
 WORKER_ID_PATTERN = r"^[\x21-\x7e]{1,200}(?!\n)$"
 #: Printable ASCII only: what an HTTP header can carry without encoding games.
@@ -49,7 +61,10 @@ IDEMPOTENCY_KEY_MAX = 255
 PATTERN_HINTS: dict[str, str] = {
     NAME_PATTERN: "letters, digits, '.', '_', ':' or '-' only",
     PRIORITY_PATTERN: "1 to 32 characters of a-z, 0-9, '_' or '-'",
-    JOB_NAME_PATTERN: "no control characters, and not blank (leave it empty for no name)",
+    JOB_NAME_PATTERN: (
+        "no control characters, and not blank: not only whitespace or invisible characters"
+        " (leave it empty for no name)"
+    ),
     WORKER_ID_PATTERN: "1 to 200 printable ASCII characters, no spaces",
     IDEMPOTENCY_KEY_PATTERN: "printable ASCII characters only (0x20-0x7E)",
     NO_NUL_PATTERN: "no NUL character (\\u0000)",
