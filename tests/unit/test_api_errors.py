@@ -487,7 +487,9 @@ async def test_an_empty_or_spaced_job_name_is_accepted(api: Api, name: str) -> N
     ("payload", "field"),
     [
         ({"msg": "hi\u0000"}, "payload.msg"),
-        ({"k\u0000ey": 1}, "payload"),
+        # in a key: the key's own path, the NUL shown as its escape
+        ({"k\u0000ey": 1}, "payload.k\\u0000ey"),
+        ({"o": {"\u0000": {"s": 1}}}, "payload.o.\\u0000"),
         (["ok", ["\u0000"]], "payload[1][0]"),
         (2**63, "payload"),
         ({"n": -(2**63) - 1}, "payload.n"),
@@ -515,7 +517,7 @@ async def test_int64_bounds_themselves_are_accepted(api: Api) -> None:
     ("payload", "field"),
     [
         ({"s": "\u0000"}, "tasks[1].payload.s"),
-        ({"\u0000": 1}, "tasks[1].payload"),
+        ({"\u0000": 1}, "tasks[1].payload.\\u0000"),
         (2**64, "tasks[1].payload"),
     ],
 )
@@ -532,7 +534,7 @@ async def test_unstorable_job_payload_names_the_task(api: Api, payload: Any, fie
     [
         ({"owner": "x\u0000"}, "metadata.owner"),
         ({"n": [2**63]}, "metadata.n[0]"),
-        ({"k\u0000": 1}, "metadata"),
+        ({"k\u0000": 1}, "metadata.k\\u0000"),
     ],
 )
 async def test_unstorable_job_metadata_is_invalid_metadata(

@@ -130,7 +130,7 @@ def test_job_status_derivation(facts: dict[str, bool], expected: JobStatus) -> N
     ("value", "field"),
     [
         ({"a": "x\x00y"}, "p.a"),
-        ({"k\x00": 1}, "p"),
+        ({"k\x00": 1}, "p.k\\u0000"),
         ([1, [2, 2**63]], "p[1][1]"),
         ({"f": float("nan")}, "p.f"),
         ({"f": float("inf")}, "p.f"),

@@ -35,6 +35,7 @@ async def claim_next(app: App, worker: str = "w1") -> Claim:
     ("value", "field", "why"),
     [
         ({"s": "a\x00b"}, "result.s", "NUL"),
+        ({"o": {"k\x00": 1}}, "result.o.k\\u0000", "NUL"),
         ([1.0, math.nan], "result[1]", "not finite"),
         ({"when": {1, 2}}, "result.when", "not a JSON value: set"),
         ({1: "x"}, "result", "keys must be strings"),

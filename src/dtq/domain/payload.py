@@ -31,7 +31,9 @@ def check_storable(value: Any, *, field: str, max_depth: int = 64) -> None:
         max_depth: maximum nesting of lists/objects.
 
     Raises:
-        InvalidPayload: with ``field`` set to the path of the offending value.
+        InvalidPayload: with ``field`` set to the path of the offending value; a key holding
+            NUL is named by its own path, the NUL written as its escape
+            (``tasks[3].payload.k\\u0000``), as the API names a key holding a lone surrogate.
     """
     stack: list[tuple[Any, str, int]] = [(value, field, 0)]
     while stack:
@@ -53,7 +55,10 @@ def _check_key(key: object, path: str) -> None:
     if not isinstance(key, str):
         raise InvalidPayload("object keys must be strings", field=path)
     if "\x00" in key:
-        raise InvalidPayload("object key contains a NUL character (\\u0000)", field=path)
+        shown = key.replace("\x00", "\\u0000")
+        raise InvalidPayload(
+            "object key contains a NUL character (\\u0000)", field=f"{path}.{shown}"
+        )
 
 
 def _check_scalar(item: object, path: str) -> None:
