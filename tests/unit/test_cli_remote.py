@@ -220,6 +220,21 @@ async def test_input_the_api_would_refuse_is_refused_by_the_cli_in_one_line(
     assert json.loads(capsys.readouterr().out) == []
 
 
+@pytest.mark.parametrize("command", [["submit", "echo"], ["job", "submit", "{job}"]])
+async def test_a_timeout_without_wait_is_refused_in_one_line_before_anything_is_sent(
+    server: Server, tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps({"tasks": [{"name": "a", "kind": "echo"}]}))
+
+    status = await dtq(*(arg.format(job=job) for arg in command), "--timeout", "5m")
+    err = capsys.readouterr().err
+
+    assert (status, err) == (2, "dtq: --timeout: needs --wait (it is how long to wait)\n")
+    assert await dtq("tasks", "list", "--json") == 0
+    assert json.loads(capsys.readouterr().out) == []
+
+
 @pytest.mark.parametrize("delay", [["--delay", "-1s"], ["--delay=-1s"]])
 async def test_a_negative_delay_is_refused_in_one_line_however_it_is_spelt(
     server: Server, capsys: pytest.CaptureFixture[str], delay: list[str]

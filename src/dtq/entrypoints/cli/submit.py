@@ -22,6 +22,9 @@ from dtq.entrypoints.cli.remote import (
 )
 from dtq.entrypoints.cli.watch import follow
 
+#: How long ``--wait`` follows the job when ``--timeout`` is not given.
+DEFAULT_WAIT_TIMEOUT = "1h"
+
 
 def add_parser(commands: Any, parents: Sequence[argparse.ArgumentParser]) -> None:
     """Register ``submit`` and ``job submit``."""
@@ -55,17 +58,28 @@ def _wait_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--timeout",
-        default="1h",
         metavar="DURATION",
-        help="with --wait: give up after this long, exit 124 (default 1h)",
+        help=f"with --wait: give up after this long, exit 124 (default {DEFAULT_WAIT_TIMEOUT})",
     )
+
+
+def _wait_timeout(args: argparse.Namespace) -> float:
+    """``--timeout`` in seconds (:data:`DEFAULT_WAIT_TIMEOUT` when not given).
+
+    Raises:
+        UsageError: ``--timeout`` without ``--wait`` (it would be ignored), or zero.
+        ConfigError: not a Go duration.
+    """
+    if args.timeout is not None and not args.wait:
+        raise UsageError("--timeout", "needs --wait (it is how long to wait)")
+    return positive_duration(args.timeout or DEFAULT_WAIT_TIMEOUT, option="--timeout")
 
 
 @api_command
 def cmd_submit(args: argparse.Namespace) -> int:
     """Submit the task; print its ids (and, with ``--wait``, follow its job)."""
     payload = None if args.payload is None else json_argument(args.payload, option="--payload")
-    timeout = positive_duration(args.timeout, option="--timeout")
+    timeout = _wait_timeout(args)
     with open_client(args) as client:
         created = client.submit_task(
             args.kind,
@@ -86,7 +100,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
 def cmd_job_submit(args: argparse.Namespace) -> int:
     """Submit the job file; print the job id and task ids by name."""
     body = json_file(args.file)
-    timeout = positive_duration(args.timeout, option="--timeout")
+    timeout = _wait_timeout(args)
     if not isinstance(body, dict):
         raise UsageError(
             "stdin" if args.file == "-" else args.file,
