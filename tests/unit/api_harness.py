@@ -103,11 +103,18 @@ def http_scope(
 
 
 async def asgi_post(
-    api: Api, path: str, headers: list[tuple[bytes, bytes]], body: bytes
+    api: Api,
+    path: str,
+    headers: list[tuple[bytes, bytes]],
+    body: bytes,
+    *,
+    content_length: bool = True,
 ) -> tuple[int, bytes]:
     """POST ``body`` to ``path`` with exactly ``headers`` (the test client would merge a
-    repeated header into one), straight into the app: the response status and body."""
-    scope = http_scope(path, [*headers, (b"content-length", str(len(body)).encode())])
+    repeated header into one) and a ``Content-Length`` unless told not to, straight into the
+    app: the response status and body."""
+    length = [(b"content-length", str(len(body)).encode())] if content_length else []
+    scope = http_scope(path, [*headers, *length])
     messages = [{"type": "http.request", "body": body, "more_body": False}]
     statuses: list[int] = []
     chunks: list[bytes] = []

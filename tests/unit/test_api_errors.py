@@ -629,12 +629,21 @@ async def test_a_job_without_tasks_is_a_400(api: Api) -> None:
     assert error["field"] == "tasks"
 
 
-async def test_body_larger_than_the_limit_is_a_413(api: Api) -> None:
+@pytest.mark.parametrize("content_length", [True, False])
+async def test_body_larger_than_the_limit_is_a_413_that_states_the_limit(
+    api: Api, content_length: bool
+) -> None:
     raw = b'{"kind":"k","payload":"' + b"x" * (64 * 1024) + b'"}'
+    json_type = [(b"content-type", b"application/json")]
 
-    error = error_of(await api.client.post("/v1/tasks", content=raw, headers=JSON), 413)
+    status, answer = await asgi_post(
+        api, "/v1/tasks", json_type, raw, content_length=content_length
+    )
 
+    assert status == 413
+    error = json.loads(answer)["error"]
     assert error["code"] == "request_too_large"
+    assert error["message"] == "request body larger than API_MAX_BODY_BYTES (65536 bytes)"
 
 
 # --- Idempotency-Key header -------------------------------------------------------------------

@@ -37,6 +37,7 @@ from litestar.exceptions import (
     ValidationException,
 )
 from litestar.exceptions.http_exceptions import RequestEntityTooLarge
+from litestar.handlers import HTTPRouteHandler
 from litestar.types import ExceptionHandlersMap
 
 from dtq.domain.errors import (
@@ -257,7 +258,9 @@ def handle_http_exception(
             (c for cls, c in CODE_BY_HTTP_ERROR.items() if isinstance(exc, cls)), "http_error"
         )
         message = exc.detail
-        if isinstance(exc, NotFoundException) and code == "route_not_found":
+        if isinstance(exc, RequestEntityTooLarge) and message == RequestEntityTooLarge.detail:
+            message = _body_too_large(request) or message
+        elif isinstance(exc, NotFoundException) and code == "route_not_found":
             message = f"no route {request.method} {request.url.path}"
         elif isinstance(exc, MethodNotAllowedException):
             allowed = (exc.headers or {}).get("Allow") or (exc.headers or {}).get("allow")
@@ -266,6 +269,19 @@ def handle_http_exception(
             )
     _log(request, exc.status_code, exc, code)
     return error_response(exc.status_code, code, message, headers=exc.headers)
+
+
+def _body_too_large(request: Request[Any, Any, Any]) -> str | None:
+    """The message of Litestar's own 413 (its words: "Request Entity Too Large"): the route's
+    limit, which is ``API_MAX_BODY_BYTES`` (the artifact upload, with its own limit, says so
+    itself); None when the route is unknown."""
+    handler = request.scope.get("route_handler")
+    if not isinstance(handler, HTTPRouteHandler):
+        return None
+    limit = handler.resolve_request_max_body_size()
+    if limit is None:
+        return None
+    return f"request body larger than API_MAX_BODY_BYTES ({limit} bytes)"
 
 
 def handle_recursion_error(
