@@ -193,6 +193,32 @@ async def test_a_value_msgspec_reports_vaguely_is_named(
     assert api.sample("orchestrator_jobs_submitted_total") == 0
 
 
+TRUNCATED = "request body is not valid JSON: it ends before the JSON value is complete"
+NOT_UTF8 = (
+    "request body is not valid JSON: a string holds bytes that are not UTF-8"
+    " (JSON text must be UTF-8)"
+)
+
+
+@pytest.mark.parametrize(
+    ("path", "raw", "message"),
+    [
+        ("/v1/tasks", b'{"kind":"echo","payl', TRUNCATED),
+        ("/v1/tasks", b'{"kind":"echo","payload":[1,', TRUNCATED),
+        ("/v1/jobs", b'{"tasks":[{"name":"a","kind":"echo"}', TRUNCATED),
+        ("/v1/tasks", b'{"kind":"ech\xff"}', NOT_UTF8),
+        ("/v1/tasks", b'{"kind":"echo","payload":{"k\xc3":1}}', NOT_UTF8),
+        ("/v1/jobs", b'{"tasks":[{"name":"a","kind":"echo","payload":"\xed\xa0\x80"}]}', NOT_UTF8),
+    ],
+)
+async def test_a_truncated_or_non_utf8_body_is_refused_in_the_apis_words(
+    api: Api, path: str, raw: bytes, message: str
+) -> None:
+    error = error_of(await api.client.post(path, content=raw, headers=JSON), 400)
+
+    assert (error["code"], error["field"], error["message"]) == ("invalid_json", None, message)
+
+
 async def test_a_surrogate_pair_escape_is_accepted(api: Api) -> None:
     raw = rb'{"kind":"x","payload":{"s":"\ud83d\ude00"}}'
 

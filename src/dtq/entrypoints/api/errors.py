@@ -252,7 +252,8 @@ def handle_http_exception(
     if exc.status_code >= 500:
         return handle_unexpected(request, exc)
     if isinstance(exc.__cause__, SerializationException):
-        code, message = "invalid_json", f"request body is not valid JSON: {exc.__cause__.detail}"
+        reason = refusals.reason(exc.__cause__.detail)
+        code, message = "invalid_json", f"request body is not valid JSON: {reason}"
     else:
         code = next(
             (c for cls, c in CODE_BY_HTTP_ERROR.items() if isinstance(exc, cls)), "http_error"

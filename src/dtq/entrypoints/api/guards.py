@@ -181,7 +181,7 @@ def reject_undecodable_values(raw: bytes) -> None:
     which sends the client looking for a cut-off body, and ``1e999`` as "Number out of range"
     at a path whose object keys it does not show (``$[...]``). Python's parser accepts both, so
     it finds the value; a body it refuses as well, or one without such a value, keeps msgspec's
-    message.
+    message (in the API's words: :func:`dtq.entrypoints.api.refusals.reason`).
 
     Raises:
         LoneSurrogate: naming the string's path; a key holding one is named by its own path,

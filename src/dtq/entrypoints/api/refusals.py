@@ -18,10 +18,14 @@ Invalid enum value 'linear'                must be 'exponential' or 'fixed', got
 Object missing required field `kind`       required field 'kind' is missing
 Object contains unknown field `jiter`      unknown field 'jiter'; accepted: backoff, delay, ...
 Invalid UUID                               must be a UUID
+Input data was truncated                   it ends before the JSON value is complete
+Invalid UTF-8 encoded string               a string holds bytes that are not UTF-8 (JSON text
+                                           must be UTF-8)
 =========================================  ======================================================
 
-An error about the body itself (no field) starts with "the request body". A reason not in this
-table is passed on as msgspec wrote it.
+An error about the body itself (no field) starts with "the request body"; one about its JSON
+(the last two rows) follows "request body is not valid JSON:". A reason not in this table is
+passed on as msgspec wrote it.
 """
 
 from __future__ import annotations
@@ -187,6 +191,14 @@ _REASONS: list[tuple[re.Pattern[str], Callable[[re.Match[str], mi.Type | None], 
     (re.compile(r"Invalid UUID"), lambda _, __: "must be a UUID"),
     (re.compile(r"Invalid RFC3339 encoded datetime"), lambda _, __: "must be an RFC 3339 time"),
     (re.compile(r"Object contains unknown field `(?P<name>[^`]+)`", re.DOTALL), _unknown),
+    (
+        re.compile(r"Input data was truncated"),
+        lambda _, __: "it ends before the JSON value is complete",
+    ),
+    (
+        re.compile(r"Invalid UTF-8 encoded string"),
+        lambda _, __: "a string holds bytes that are not UTF-8 (JSON text must be UTF-8)",
+    ),
 ]
 
 
