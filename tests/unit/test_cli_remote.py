@@ -288,6 +288,43 @@ async def test_a_bad_job_file_is_named_by_its_path(
     assert err.count("\n") == 1
 
 
+@pytest.mark.parametrize("source", ["file", "stdin"])
+async def test_a_job_the_api_refuses_is_named_by_its_file_in_one_line(
+    server: Server,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    source: str,
+) -> None:
+    content = json.dumps({"tasks": [{"name": "a", "kind": "no spaces"}]}).encode()
+    path = tmp_path / "job.json"
+    path.write_bytes(content)
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(content)))
+    named = str(path) if source == "file" else "stdin"
+
+    status = await dtq("job", "submit", str(path) if source == "file" else "-")
+    err = capsys.readouterr().err
+
+    assert status == 2
+    assert err.startswith(f"dtq: {named}: validation_error: "), err
+    assert err.endswith(" (field tasks[0].kind)\n") and err.count("\n") == 1
+
+
+async def test_a_refused_idempotency_key_of_a_job_file_is_not_blamed_on_the_file(
+    server: Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps({"tasks": [{"name": "a", "kind": "echo"}]}))
+
+    status = await dtq("job", "submit", str(path), "--idempotency-key", "k" * 256)
+    err = capsys.readouterr().err
+
+    assert (status, err) == (
+        2,
+        "dtq: validation_error: must be at most 255 characters long (field Idempotency-Key)\n",
+    )
+
+
 async def test_a_bad_job_on_stdin_is_named_stdin(
     server: Server, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

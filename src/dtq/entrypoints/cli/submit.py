@@ -7,6 +7,7 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
+from dtq.client import BadRequest
 from dtq.entrypoints.cli.common import UsageError, fail, positive_int
 from dtq.entrypoints.cli.remote import (
     api_command,
@@ -98,16 +99,26 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 @api_command
 def cmd_job_submit(args: argparse.Namespace) -> int:
-    """Submit the job file; print the job id and task ids by name."""
+    """Submit the job file; print the job id and task ids by name.
+
+    Raises:
+        UsageError: the file cannot be read, is not a JSON object, or the API refused the body
+            it holds (a 400, 413, 415 or 422 other than about ``--idempotency-key``:
+            ``<file>: <code>: <message> (field <path>)``), naming the file as given (``stdin``
+            for ``-``).
+    """
+    source = "stdin" if args.file == "-" else args.file
     body = json_file(args.file)
     timeout = _wait_timeout(args)
     if not isinstance(body, dict):
-        raise UsageError(
-            "stdin" if args.file == "-" else args.file,
-            "must hold a JSON object (the POST /v1/jobs body)",
-        )
+        raise UsageError(source, "must hold a JSON object (the POST /v1/jobs body)")
     with open_client(args) as client:
-        created = client.submit_job(body, idempotency_key=idempotency_key(args.idempotency_key))
+        try:
+            created = client.submit_job(body, idempotency_key=idempotency_key(args.idempotency_key))
+        except BadRequest as exc:
+            if exc.field == "Idempotency-Key":  # the option's fault, not the file's
+                raise
+            raise UsageError(source, str(exc)) from None
         if not args.wait:
             rows = [("job_id", created.job_id), *sorted(created.tasks.items())]
             _print_ids(args, created, rows)
