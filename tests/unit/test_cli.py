@@ -399,7 +399,12 @@ async def test_the_orchestrator_tunes_its_garbage_collector_once_its_app_is_buil
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     tuned: list[bool] = []
-    monkeypatch.setattr(gctuning, "tune", lambda: tuned.append(True) or True)
+
+    def tune() -> bool:
+        tuned.append(True)
+        return True
+
+    monkeypatch.setattr(gctuning, "tune", tune)
     with socket.create_server(("127.0.0.1", 0)) as taken:  # serve() then stops at the bind
         port = taken.getsockname()[1]
         settings = Settings(orchestrator_listen=f"127.0.0.1:{port}", api_auth="none")
