@@ -155,6 +155,7 @@ NO_JOB = "00000000-0000-4000-8000-000000000000"
         (["submit", "echo", "--payload", "@/nonexistent/p.json"], "dtq: --payload: cannot read"),
         (["submit", "echo", "--delay", "soon"], "dtq: validation_error: "),
         (["submit", "echo", "--wait", "--timeout", "0s"], "dtq: --timeout: must be more than 0"),
+        (["submit", "echo", "--wait", "--timeout", ""], "dtq: --timeout: not a duration"),
         (["watch", "not-a-uuid"], "dtq: validation_error: "),
         (["watch", NO_JOB], "dtq: job_not_found: "),
         (

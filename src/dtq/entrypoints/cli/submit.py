@@ -73,7 +73,8 @@ def _wait_timeout(args: argparse.Namespace) -> float:
     """
     if args.timeout is not None and not args.wait:
         raise UsageError("--timeout", "needs --wait (it is how long to wait)")
-    return positive_duration(args.timeout or DEFAULT_WAIT_TIMEOUT, option="--timeout")
+    given = DEFAULT_WAIT_TIMEOUT if args.timeout is None else args.timeout
+    return positive_duration(given, option="--timeout")
 
 
 @api_command
