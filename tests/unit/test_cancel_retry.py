@@ -10,7 +10,7 @@ from uuid import UUID, uuid4
 import pytest
 
 from dtq.application.commands import Claim, ReportOutcome, TaskSpec
-from dtq.application.control import ControlService
+from dtq.application.control import CANCEL_PAGE_SIZE, ControlService
 from dtq.application.ports import LeaseState
 from dtq.domain.entities import CANCELLED_ERROR
 from dtq.domain.errors import JobNotFound, NotCancellable, NotRetryable, TaskNotFound
@@ -397,3 +397,44 @@ async def test_cancel_cascades_through_a_diamond_once_per_task(app: App) -> None
     assert view.job.status is JobStatus.CANCELLED
     d = next(t for t in view.tasks if t.name == "d")
     assert d.version == 1  # written once
+
+
+async def test_cancel_job_pages_a_large_job_by_the_cancel_page_size(app: App) -> None:
+    specs = [TaskSpec(f"t{i}", "echo") for i in range(CANCEL_PAGE_SIZE * 2 + 50)]
+    result = await app.submit_tasks(*specs)
+    service = control(app)  # batch_size 500: the cancel's pages are still CANCEL_PAGE_SIZE
+    transactions = 0
+    real_run = app.store.run
+
+    async def counting_run(fn: Any) -> Any:
+        nonlocal transactions
+        transactions += 1
+        return await real_run(fn)
+
+    app.store.run = counting_run  # type: ignore[method-assign]
+
+    outcome = await service.cancel_job(result.job_id)
+
+    assert (outcome.status, outcome.cancelled) == (JobStatus.CANCELLED, len(specs))
+    assert transactions == 1 + 3 + 1  # probe, three pages, settle
+
+
+async def test_a_cancel_whose_job_finished_while_it_ran_is_not_cancellable(app: App) -> None:
+    result = await app.submit_tasks(TaskSpec("a", "echo"))
+    claim = await pop_claim(app)
+    real_run = app.store.run
+    calls = 0
+
+    async def finishing_after_the_probe(fn: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        out = await real_run(fn)
+        if calls == 1:  # the probe saw the task running; it completes before the first page
+            assert await complete_one(app.execution, claim) is ReportOutcome.RECORDED
+        return out
+
+    app.store.run = finishing_after_the_probe  # type: ignore[method-assign]
+
+    with pytest.raises(NotCancellable):
+        await control(app).cancel_job(result.job_id)
+    assert await job_status(app, result.job_id) is JobStatus.COMPLETED

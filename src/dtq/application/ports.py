@@ -147,8 +147,13 @@ class TaskRepository(Protocol):
         """The task, or None for an unknown id."""
         ...
 
-    async def get_many(self, task_ids: Sequence[UUID]) -> list[Task]:
-        """The known tasks among ``task_ids`` (unknown ids are left out), in no set order."""
+    async def get_many(self, task_ids: Sequence[UUID], *, for_update: bool = False) -> list[Task]:
+        """The known tasks among ``task_ids`` (unknown ids are left out), in no set order.
+
+        ``for_update``: lock the rows read until the transaction ends (``FOR UPDATE``), so the
+        transaction's writes to them cannot lose to a concurrent transition that commits after
+        the read (a cancel racing a fast drain); writers of those rows wait for it instead.
+        """
         ...
 
     async def get_many_with_jobs(self, task_ids: Sequence[UUID]) -> tuple[list[Task], list[Job]]:
@@ -204,10 +209,16 @@ class TaskRepository(Protocol):
         ...
 
     async def results_page(
-        self, job_id: UUID, *, after: tuple[int, UUID] | None, limit: int
+        self,
+        job_id: UUID,
+        *,
+        after: tuple[int, UUID] | None,
+        limit: int,
+        for_update: bool = False,
     ) -> list[Task]:
         """The job's tasks in submission order (``(position, id)``), strictly after the keyset
-        cursor ``after``; at most ``limit`` (an index range scan). Unknown job: empty."""
+        cursor ``after``; at most ``limit`` (an index range scan). Unknown job: empty.
+        ``for_update`` as for :meth:`get_many`."""
         ...
 
     async def dependencies_completed(self, task_id: UUID) -> bool:

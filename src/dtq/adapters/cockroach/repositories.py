@@ -557,11 +557,13 @@ class PgTaskRepository:
         self._versions.tasks[task.id] = task.version
         return task
 
-    async def get_many(self, task_ids: Sequence[UUID]) -> list[Task]:
-        """The known tasks among ``task_ids``, in no set order (one statement)."""
+    async def get_many(self, task_ids: Sequence[UUID], *, for_update: bool = False) -> list[Task]:
+        """The known tasks among ``task_ids``, in no set order (one statement; with
+        ``for_update`` the rows are locked, ``sql.GET_TASKS_FOR_UPDATE``)."""
         if not task_ids:
             return []
-        cur = await self._conn.execute(sql.GET_TASKS, (UuidArray(task_ids),))
+        statement = sql.GET_TASKS_FOR_UPDATE if for_update else sql.GET_TASKS
+        cur = await self._conn.execute(statement, (UuidArray(task_ids),))
         tasks = [task_from_row(row) for row in await cur.fetchall()]
         self._versions.read_tasks(tasks)
         return tasks
@@ -694,15 +696,21 @@ class PgTaskRepository:
         return found
 
     async def results_page(
-        self, job_id: UUID, *, after: tuple[int, UUID] | None, limit: int
+        self,
+        job_id: UUID,
+        *,
+        after: tuple[int, UUID] | None,
+        limit: int,
+        for_update: bool = False,
     ) -> list[Task]:
-        """The job's tasks ordered by ``(position, id)`` after the cursor; at most ``limit``."""
+        """The job's tasks ordered by ``(position, id)`` after the cursor; at most ``limit``
+        (with ``for_update`` the rows are locked: the ``*_FOR_UPDATE`` statements)."""
         if after is None:
-            cur = await self._conn.execute(sql.RESULTS_PAGE_FIRST, (job_id, Int8(limit)))
+            first = sql.RESULTS_PAGE_FIRST_FOR_UPDATE if for_update else sql.RESULTS_PAGE_FIRST
+            cur = await self._conn.execute(first, (job_id, Int8(limit)))
         else:
-            cur = await self._conn.execute(
-                sql.RESULTS_PAGE_AFTER, (job_id, Int8(after[0]), after[1], Int8(limit))
-            )
+            later = sql.RESULTS_PAGE_AFTER_FOR_UPDATE if for_update else sql.RESULTS_PAGE_AFTER
+            cur = await self._conn.execute(later, (job_id, Int8(after[0]), after[1], Int8(limit)))
         return [task_from_row(row) for row in await cur.fetchall()]
 
     async def dependencies_completed(self, task_id: UUID) -> bool:

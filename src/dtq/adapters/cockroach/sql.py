@@ -208,6 +208,9 @@ GET_TASKS: Final = (
     " progress::text, retry_policy::text, timeout_ms FROM tasks"
     " WHERE id = ANY(%b::uuid[])"
 )
+# GET_TASKS with the rows locked until the transaction ends (a cancel's read: its writes then
+# cannot lose to a transition that commits after it; the claim or completion waits instead)
+GET_TASKS_FOR_UPDATE: Final = GET_TASKS + " FOR UPDATE"
 
 # GET_TASKS with each task's job, for the claim of a lone id (issue 17 item 4: one round trip
 # fewer than GET_TASKS then GET_JOBS on an idle task's submit-to-start path): the task
@@ -256,6 +259,9 @@ RESULTS_PAGE_AFTER: Final = (
     " WHERE job_id = %s AND (job_position, id) > (%s::bigint, %s::uuid)"
     " ORDER BY job_position, id LIMIT %s"
 )
+# the two RESULTS_PAGE statements with the page's rows locked (a job cancel's page)
+RESULTS_PAGE_FIRST_FOR_UPDATE: Final = RESULTS_PAGE_FIRST + " FOR UPDATE"
+RESULTS_PAGE_AFTER_FOR_UPDATE: Final = RESULTS_PAGE_AFTER + " FOR UPDATE"
 
 # id, job_id, name, kind, payload and created_at never change after the insert; priority and
 # max_attempts are written anyway (cheap, and keeps save() the whole mutable state).

@@ -375,7 +375,8 @@ class _Tasks:
         task = self._tx.task(task_id)
         return replace(task) if task else None
 
-    async def get_many(self, task_ids: Sequence[UUID]) -> list[Task]:
+    async def get_many(self, task_ids: Sequence[UUID], *, for_update: bool = False) -> list[Task]:
+        # for_update: transactions run one at a time here, so every read is as good as locked
         found = (self._tx.task(i) for i in dict.fromkeys(task_ids))  # each row once, as SQL
         return [replace(t) for t in found if t is not None]
 
@@ -435,7 +436,12 @@ class _Tasks:
         return found
 
     async def results_page(
-        self, job_id: UUID, *, after: tuple[int, UUID] | None, limit: int
+        self,
+        job_id: UUID,
+        *,
+        after: tuple[int, UUID] | None,
+        limit: int,
+        for_update: bool = False,
     ) -> list[Task]:
         tasks = sorted(
             await self.get_many(self._job_task_ids(job_id)), key=lambda t: (t.position, t.id)
