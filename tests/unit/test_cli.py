@@ -16,6 +16,7 @@ import pytest
 
 from dtq.domain.errors import BackendUnavailable
 from dtq.entrypoints import cli, gctuning
+from dtq.entrypoints import config as dtq_config
 from dtq.entrypoints.cli import common as cli_common
 from dtq.entrypoints.cli.orchestrator import serve
 from dtq.entrypoints.config import Settings
@@ -136,6 +137,10 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
             "dtq submit: --max-attempts: must be at least 1, got -1",
         ),
         (["tasks", "list", "--limit", "0"], "dtq tasks list: --limit: must be at least 1, got 0"),
+        (
+            ["tasks", "list", "--limit", "9223372036854775808"],
+            "dtq tasks list: --limit: must be at most 9223372036854775807, got 9223372036854775808",
+        ),
         (["submit"], "dtq submit: the following arguments are required: KIND"),
         (["submit", "echo", "--bogus"], "dtq: unrecognized arguments: --bogus"),
         (["tasks", "lst"], "dtq tasks: COMMAND: invalid choice: 'lst' (choose from 'list')"),
@@ -412,3 +417,35 @@ async def test_the_orchestrator_tunes_its_garbage_collector_once_its_app_is_buil
             await serve(settings, backend="memory", runtime=None)
 
     assert tuned == [True]
+
+
+@pytest.mark.parametrize("command", [["migrate"], ["tasks", "list"]])
+def test_an_env_file_that_is_not_utf8_is_one_line_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    env_file = tmp_path / "bad.env"
+    env_file.write_bytes(b"\xff\xfe=1\n")
+
+    status = cli.main(["--env-file", str(env_file), *command])
+
+    assert status == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert line.startswith(f"dtq: {env_file}: not UTF-8 text")
+
+
+def test_an_env_file_that_cannot_be_read_is_one_line_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    env_file = tmp_path / "locked.env"
+    env_file.write_text("LOG_LEVEL=info\n")
+
+    def refuse(path: object, **_: object) -> dict[str, str | None]:
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(dtq_config, "dotenv_values", refuse)  # root reads any file here
+
+    status = cli.main(["--env-file", str(env_file), "migrate"])
+
+    assert status == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert line == f"dtq: {env_file}: cannot read: Permission denied"

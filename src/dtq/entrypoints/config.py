@@ -350,11 +350,22 @@ def load_dotenv_file(
 
     Returns:
         A new mapping suitable for :func:`load_settings`.
+
+    Raises:
+        ConfigError: the file cannot be read, or is not UTF-8 text (named by its path).
     """
     real = os.environ if environ is None else environ
     merged: dict[str, str] = {}
     if Path(path).is_file():
-        merged.update({k: v for k, v in dotenv_values(path).items() if v is not None})
+        try:
+            values = dotenv_values(path, encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise ConfigError(
+                str(path), f"not UTF-8 text (byte {exc.start}: {exc.object[exc.start]:#04x})"
+            ) from None
+        except OSError as exc:
+            raise ConfigError(str(path), f"cannot read: {exc.strerror or exc}") from None
+        merged.update({k: v for k, v in values.items() if v is not None})
     merged.update(real)
     return merged
 

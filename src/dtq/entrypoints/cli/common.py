@@ -49,13 +49,16 @@ def say(line: str) -> None:
 
 
 def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1 (ASCII digits)."""
+    """argparse type: an integer in 1..``sys.maxsize`` (ASCII digits; a count or a size that
+    Python's own sequences and slices can hold)."""
     try:
         value = ascii_int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    if value > sys.maxsize:
+        raise argparse.ArgumentTypeError(f"must be at most {sys.maxsize}, got {value}")
     return value
 
 
