@@ -169,6 +169,15 @@ async def test_malformed_json_is_a_400_not_a_500(api: Api, raw: bytes) -> None:
         # a repeated key must not hide the value, and the first value at fault is named
         ("/v1/tasks", b'{"kind":"x","payload":{"x":1e999,"x":1}}', "payload.x", "out of range"),
         ("/v1/tasks", b'{"kind":"x","payload":{"a":1e999,"b":NaN}}', "payload.a", "out of range"),
+        # NaN and the infinities are not JSON: named by their path, as 1e999 is
+        ("/v1/tasks", b'{"kind":"x","payload":{"x":NaN}}', "payload.x", "NaN is not a JSON"),
+        ("/v1/tasks", b'{"kind":"x","payload":[1,-Infinity]}', "payload[1]", "-Infinity is not"),
+        (
+            "/v1/jobs",
+            b'{"tasks":[{"name":"a","kind":"x","payload":{"p":Infinity}}]}',
+            "tasks[0].payload.p",
+            "Infinity is not a JSON",
+        ),
         (
             "/v1/tasks",
             b'{"kind":"x","payload":{"a":1,"b":[2,1e999],"c":1e999}}',

@@ -73,6 +73,12 @@ class NumberOutOfRange(ValidationError):
     code = "invalid_json"
 
 
+class NonFiniteNumber(ValidationError):
+    """The body holds ``NaN``, ``Infinity`` or ``-Infinity``, which JSON has no syntax for."""
+
+    code = "invalid_json"
+
+
 #: A code point that only a lone ``\uD800``-``\uDFFF`` escape can put into a decoded string.
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -175,7 +181,7 @@ def is_json_media_type(content_type: str) -> bool:
 
 def reject_undecodable_values(raw: bytes) -> None:
     """Name the value at fault in a body msgspec refused, when it is a string holding a lone
-    surrogate escape or a number beyond a 64-bit float.
+    surrogate escape, a number beyond a 64-bit float, or ``NaN``/``Infinity``/``-Infinity``.
 
     msgspec reports ``"\\ud800"`` not followed by a low surrogate as "Input data was truncated",
     which sends the client looking for a cut-off body, and ``1e999`` as "Number out of range"
@@ -187,6 +193,8 @@ def reject_undecodable_values(raw: bytes) -> None:
         LoneSurrogate: naming the string's path; a key holding one is named by its own path,
             the surrogate written as its escape (``payload.k\\ud800``).
         NumberOutOfRange: naming the number's path, e.g. ``tasks[0].payload.x``.
+        NonFiniteNumber: naming the path of ``NaN``, ``Infinity`` or ``-Infinity`` (msgspec
+            says "invalid character" at a byte offset).
     """
     try:
         document = json.loads(
@@ -204,7 +212,11 @@ def reject_undecodable_values(raw: bytes) -> None:
         if is_key:
             _check_surrogates(value, "a key", path)
         elif isinstance(value, _Constant):
-            return  # NaN or Infinity came first: not JSON at all, msgspec's message says so
+            raise NonFiniteNumber(
+                f"{value} is not a JSON value (JSON has no NaN or infinities: send null, a"
+                " string or a finite number)",
+                field=path or None,
+            )
         elif isinstance(value, _OutOfRange):
             raise NumberOutOfRange(
                 f"number out of range: {value[:64]} (a JSON number must fit in a 64-bit float,"
