@@ -11,12 +11,16 @@ import pytest
 import sqlparse
 from yoyo.connections import parse_uri
 
+from dtq.adapters.cockroach import open_pool
 from dtq.adapters.cockroach.migrate import (
     apply_migrations,
     default_migrations_dir,
     pending_migrations,
+    unapplied_migrations,
     yoyo_url,
 )
+from dtq.entrypoints.config import ConfigError, Settings
+from dtq.entrypoints.container import open_services
 
 OUR_TABLES = (
     "jobs",
@@ -403,3 +407,36 @@ def test_task_runs_accept_cancelled_and_still_refuse_an_unknown_status(pg_empty_
         conn.execute(insert, (task[0], "cancelled"))
         with pytest.raises(psycopg.errors.CheckViolation):
             conn.execute(insert, (task[0], "bogus"))
+
+
+async def test_a_process_on_a_database_short_of_migrations_refuses_to_start(
+    pg_empty_dsn: str,
+) -> None:
+    """An orchestrator or worker on a database ``dtq migrate`` never ran on (or one migration
+    short) stops at start with one line saying so; it used to start, answer ``/healthz`` and
+    answer every request with a 503 quoting "relation \\"jobs\\" does not exist"."""
+    settings = Settings(crdb_dsn=pg_empty_dsn, redis_addr="127.0.0.1:1")
+
+    with pytest.raises(ConfigError, match=r"lacks \d+ of this dtq's migrations .*dtq migrate"):
+        async with open_services(settings, backend="real"):
+            pass
+    assert await _unapplied(pg_empty_dsn) == [p.stem for p in migration_files()]
+
+    apply_migrations(pg_empty_dsn)
+    with psycopg.connect(pg_empty_dsn, autocommit=True) as conn:
+        last = migration_files()[-1].stem
+        conn.execute("DELETE FROM _yoyo_migration WHERE migration_id = %s", (last,))
+    with pytest.raises(ConfigError, match=f"lacks 1 of this dtq's migrations .*{last}"):
+        async with open_services(settings, backend="real"):
+            pass
+
+    apply_migrations(pg_empty_dsn)
+    assert await _unapplied(pg_empty_dsn) == []
+
+
+async def _unapplied(dsn: str) -> list[str] | None:
+    pool = await open_pool(dsn, min_size=1, max_size=1)
+    try:
+        return await unapplied_migrations(pool)
+    finally:
+        await pool.close()

@@ -64,15 +64,27 @@ async def _cockroach_store(
 
     Raises:
         ConfigError: ``CRDB_DSN`` names a database that cannot be reached now (one line with
-            host, port and reason: the CLI exits 2, as for any unusable setting).
+            host, port and reason: the CLI exits 2, as for any unusable setting), or one whose
+            schema lacks migrations this dtq ships (``dtq migrate`` applies them).
     """
-    from dtq.adapters.cockroach import CockroachStore, open_pool
+    from dtq.adapters.cockroach import CockroachStore, open_pool, unapplied_migrations
 
     try:
         pool = await open_pool(dsn, min_size=1, max_size=pool_size, acquire_timeout=acquire_timeout)
     except BackendUnavailable as exc:
         raise ConfigError("CRDB_DSN", exc.detail) from exc
     try:
+        missing = await unapplied_migrations(pool)
+        if missing:
+            raise ConfigError(
+                "CRDB_DSN",
+                f"the database's schema lacks {len(missing)} of this dtq's migrations (the"
+                f" first: {missing[0]}): run `dtq migrate`",
+            )
+        if missing is None:
+            structlog.get_logger("dtq.container").warning(
+                "could not read which migrations the database has applied; going on"
+            )
         yield CockroachStore(pool, on_retry=on_retry)
     finally:
         await pool.close()

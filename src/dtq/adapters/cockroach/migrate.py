@@ -31,6 +31,7 @@ from urllib.parse import urlencode
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
+from psycopg_pool import AsyncConnectionPool
 from yoyo import read_migrations
 from yoyo.backends.base import DatabaseBackend
 from yoyo.backends.core.postgresql import PostgresqlPsycopgBackend
@@ -160,3 +161,36 @@ def pending_migrations(dsn: str, *, directory: Path | str | None = None) -> list
             backend.connection.close()
     except psycopg.Error as exc:
         raise BackendUnavailable(f"cannot read migration state: {exc}") from exc
+
+
+#: What an unmigrated database answers when its tables are read.
+_UNDEFINED_TABLE = "42P01"
+
+
+async def unapplied_migrations(
+    pool: AsyncConnectionPool, *, directory: Path | str | None = None
+) -> list[str] | None:
+    """The shipped migrations the database has not applied (their ids, in file order), read
+    without writing anything: every id when yoyo's table is absent (a database never migrated).
+
+    Unlike :func:`pending_migrations` it creates no yoyo table, so a role that may only read
+    and write dtq's own tables can run it at start.
+
+    Returns:
+        The ids, empty when the schema is current (or newer), None when the state could not be
+        read (e.g. no privilege on yoyo's table): the caller goes on without the check.
+    """
+    directory = Path(directory or default_migrations_dir())
+    shipped = sorted(p.stem for p in directory.glob("[0-9][0-9][0-9][0-9]_*.sql"))
+    try:
+        async with pool.connection() as conn:
+            try:
+                cur = await conn.execute("SELECT migration_id FROM _yoyo_migration")
+                applied = {str(row[0]) for row in await cur.fetchall()}
+            finally:
+                await conn.rollback()
+    except psycopg.Error as exc:
+        if exc.sqlstate == _UNDEFINED_TABLE:
+            return shipped
+        return None
+    return [m for m in shipped if m not in applied]
