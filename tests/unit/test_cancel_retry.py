@@ -375,8 +375,25 @@ async def test_retry_tasks_counts_a_task_reopened_by_an_earlier_id_as_changed(ap
 
     assert outcome.changed == (ids["a"], ids["b"])
     assert outcome.skipped == (unknown,)
-    assert outcome.cascaded == 2
+    assert outcome.cascaded == 1  # q; b was retried by its own id, as a cancel counts it
     assert await status_of(app, ids["q"]) is TaskStatus.PENDING
+
+
+async def test_retry_tasks_counts_a_dependent_listed_before_its_parent_as_changed(
+    app: App,
+) -> None:
+    result = await app.submit_tasks(
+        TaskSpec("a", "echo", max_attempts=1), TaskSpec("b", "echo", depends_on=("a",))
+    )
+    ids = result.task_ids
+    await fail_for_good(app, await pop_claim(app))  # b failed with a
+
+    outcome = await control(app).retry_tasks([ids["b"], ids["a"]])
+
+    # b was judged first (its parent still failed), then a's retry reopened it
+    assert outcome.changed == (ids["a"], ids["b"])
+    assert (outcome.skipped, outcome.cascaded) == ((), 0)
+    assert await status_of(app, ids["b"]) is TaskStatus.PENDING
 
 
 async def test_cancel_cascades_through_a_diamond_once_per_task(app: App) -> None:

@@ -345,7 +345,10 @@ async def _cancel_tx(tx: Transaction, tasks: Sequence[Task], *, cascade: bool) -
 
 async def _retry_tx(tx: Transaction, ids: list[UUID]) -> _Batch:
     """Retry each id in order; each retried task is saved (compare-and-set) and its cascade
-    reopened before the next id is judged, so a later id sees the earlier ones' effects."""
+    reopened before the next id is judged, so a later id sees the earlier ones' effects. An id
+    reopened by another id's cascade counts as changed (also one judged before it and refused
+    then, as depending on a failed task); ``cascaded`` counts the reopened tasks not among
+    ``ids``, as a cancel's does."""
     batch = _Batch()
     now = await tx.now()
     tasks = {task.id: task for task in await tx.tasks.get_many(ids)}
@@ -371,9 +374,13 @@ async def _retry_tx(tx: Transaction, ids: list[UUID]) -> _Batch:
         if task.status is TaskStatus.QUEUED:
             batch.enqueue.append((task.id, task.priority))
         children = await reopen_dependents(tx, [task], at=now)
-        batch.cascaded += len(children)
         reopened.update(child.id for child in children)
         jobs[task.job_id] = jobs.get(task.job_id, False) or task.started_at is not None
+    for task_id in [i for i in batch.skipped if i in reopened]:  # refused, then reopened
+        batch.skipped.remove(task_id)
+        del batch.refused[task_id]
+        batch.changed.append(task_id)
+    batch.cascaded = len(reopened - set(ids))
     for job_id, started in jobs.items():
         await reopen_job(tx, job_id, at=now, started=started)
     return batch
