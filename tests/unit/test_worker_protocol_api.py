@@ -508,3 +508,23 @@ async def test_a_refused_text_field_is_explained_in_words(
     assert error["field"] == field
     assert words in error["message"]
     assert "^" not in error["message"]
+
+
+async def test_a_claim_whose_x_worker_id_is_not_its_worker_id_is_400_and_claims_nothing(
+    api: Api,
+) -> None:
+    task_id = await submit(api)
+    body = {"worker_id": "body-id", "kinds": ["echo"], "wait": "0s"}
+
+    refused = await api.client.post(
+        "/v1/worker/claim", json=body, headers={"X-Worker-Id": "hdr-id"}
+    )
+    same = await api.client.post("/v1/worker/claim", json=body, headers={"X-Worker-Id": "body-id"})
+
+    assert refused.status_code == 400, refused.text
+    error = refused.json()["error"]
+    assert error["field"] == "X-Worker-Id"
+    assert "'hdr-id'" in error["message"]
+    assert "'body-id'" in error["message"]
+    assert same.status_code == 200  # the task was still queued after the refusal
+    assert same.json()["tasks"][0]["task_id"] == task_id

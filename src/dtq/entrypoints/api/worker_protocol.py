@@ -302,7 +302,20 @@ class WorkerProtocolController(Controller):
         remote: NamedDependency[RemoteWorkerService],
     ) -> Response[ClaimBody | None]:
         """Hold up to ``wait`` for tasks of ``kinds``; 200 with the claimed tasks, 204 with
-        none. A client that disconnects meanwhile strands nothing (``RemoteWorkerService``)."""
+        none. A client that disconnects meanwhile strands nothing (``RemoteWorkerService``).
+
+        Raises:
+            ValidationError: an ``X-Worker-Id`` header (which the run routes read) names
+                another worker than the body's ``worker_id``: the runs would be claimed for
+                one id and reported under the other (409 ``run_not_owned`` then).
+        """
+        for header in request.headers.getall("x-worker-id", []):
+            if header != data.worker_id:
+                raise ValidationError(
+                    f"X-Worker-Id {header[:64]!r} is not the body's worker_id"
+                    f" {data.worker_id!r}: a run is reported under the id it was claimed with",
+                    field="X-Worker-Id",
+                )
         wait = parse_wait(data.wait)
         gone = asyncio.Event()
         watcher = asyncio.ensure_future(_watch_disconnect(request, gone))
