@@ -429,3 +429,18 @@ async def test_redis_ids_without_books_or_whose_list_was_deleted_are_pushed_agai
     await queue.release_markers([bare, booked])
     assert await queue.enqueue_unlisted(items) == 2
     assert await queue.pop_many(["default"], 0, 10) == [bare, booked]
+
+
+async def test_a_refusal_of_the_redis_server_is_reported_in_its_own_words() -> None:
+    """``REDIS_ADDR=…/99`` on a server with 16 databases: the health check and the start-up
+    policy check said only "ResponseError" and "CONFIG GET refused"."""
+    client = connect_redis(REDIS_URL.rsplit("/", 1)[0] + "/99")
+    try:
+        with pytest.raises(BackendUnavailable, match="ResponseError: DB index is out of range"):
+            await RedisQueue(client, prefix="dbcheck", marker_ttl=30.0).ping()
+        warning = await check_eviction_policy(client)
+    finally:
+        await client.aclose()
+
+    assert warning is not None
+    assert "DB index is out of range" in warning

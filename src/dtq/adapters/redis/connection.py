@@ -62,9 +62,15 @@ _RESEND_BACKOFF = ExponentialWithJitterBackoff(base=0.05, cap=0.5)
 
 @contextmanager
 def wrap_errors(operation: str) -> Iterator[None]:
-    """Turn driver and socket errors into ``BackendUnavailable``: no redis error escapes."""
+    """Turn driver and socket errors into ``BackendUnavailable``: no redis error escapes. A
+    refusal by the server (``ResponseError``: a database index out of range, a missing AUTH)
+    keeps its words, at most 200 characters of them."""
     try:
         yield
+    except ResponseError as exc:
+        raise BackendUnavailable(
+            f"redis {operation} failed: {type(exc).__name__}: {str(exc)[:200]}"
+        ) from exc
     except (RedisError, RedisClusterException, OSError) as exc:
         raise BackendUnavailable(f"redis {operation} failed: {type(exc).__name__}") from exc
 
@@ -321,7 +327,7 @@ async def check_eviction_policy(client: RedisClient) -> str | None:
                 reply = await client.config_get("maxmemory-policy")
     except BackendUnavailable as exc:
         if isinstance(exc.__cause__, ResponseError):  # CONFIG disabled, renamed or not permitted
-            return unreadable.format(reason="CONFIG GET refused")
+            return unreadable.format(reason=f"CONFIG GET refused: {str(exc.__cause__)[:200]}")
         raise
     # The reply maps name -> value; redis-py decodes CONFIG GET to str even with bytes responses.
     raw_policy: bytes | str | None = next(iter(reply.values()), None)
