@@ -23,6 +23,19 @@ def control(app: App, batch_size: int = 500) -> ControlService:
     return ControlService(store=app.store, queue=app.queue, batch_size=batch_size)
 
 
+def count_transactions(app: App) -> list[int]:
+    """From now on, count ``app.store``'s transactions in the returned list's one item."""
+    count = [0]
+    real_run = app.store.run
+
+    async def counting_run(fn: Any) -> Any:
+        count[0] += 1
+        return await real_run(fn)
+
+    app.store.run = counting_run  # type: ignore[method-assign]
+    return count
+
+
 async def pop_claim(app: App, worker: str = "w1") -> Claim:
     task_id = await pop_one(app.queue, ["default"], timeout=0)
     assert task_id is not None, "nothing on the ready list"
@@ -177,20 +190,12 @@ async def test_cancel_job_walks_every_task_in_bounded_batches(app: App) -> None:
     finished = await pop_claim(app)
     assert await complete_one(app.execution, finished) is ReportOutcome.RECORDED
     service = control(app, batch_size=3)
-    transactions = 0
-    real_run = app.store.run
-
-    async def counting_run(fn: Any) -> Any:
-        nonlocal transactions
-        transactions += 1
-        return await real_run(fn)
-
-    app.store.run = counting_run  # type: ignore[method-assign]
+    transactions = count_transactions(app)
 
     outcome = await service.cancel_job(result.job_id)
 
     assert (outcome.status, outcome.cancelled) == (JobStatus.CANCELLED, 7)
-    assert transactions == 1 + 3 + 1  # probe, ceil(8 / 3) pages, settle
+    assert transactions[0] == 1 + 3 + 1  # probe, ceil(8 / 3) pages, settle
     view = await app.queries.get_job(result.job_id)
     statuses = {t.id: t.status for t in view.tasks}
     assert statuses.pop(finished.task.id) is TaskStatus.COMPLETED
@@ -420,20 +425,12 @@ async def test_cancel_job_pages_a_large_job_by_the_cancel_page_size(app: App) ->
     specs = [TaskSpec(f"t{i}", "echo") for i in range(CANCEL_PAGE_SIZE * 2 + 50)]
     result = await app.submit_tasks(*specs)
     service = control(app)  # batch_size 500: the cancel's pages are still CANCEL_PAGE_SIZE
-    transactions = 0
-    real_run = app.store.run
-
-    async def counting_run(fn: Any) -> Any:
-        nonlocal transactions
-        transactions += 1
-        return await real_run(fn)
-
-    app.store.run = counting_run  # type: ignore[method-assign]
+    transactions = count_transactions(app)
 
     outcome = await service.cancel_job(result.job_id)
 
     assert (outcome.status, outcome.cancelled) == (JobStatus.CANCELLED, len(specs))
-    assert transactions == 1 + 3 + 1  # probe, three pages, settle
+    assert transactions[0] == 1 + 3 + 1  # probe, three pages, settle
 
 
 async def test_a_cancel_whose_job_finished_while_it_ran_is_not_cancellable(app: App) -> None:
