@@ -252,6 +252,21 @@ async def test_a_claimed_task_is_running_with_worker_run_and_lease_deadline(api:
     assert deadline == datetime.fromtimestamp(lease.deadline_ms / 1000, UTC)
 
 
+async def test_a_running_task_past_its_lease_deadline_says_the_lease_ran_out(api: Api) -> None:
+    await live_worker(api)
+    task_id = await submit(api)
+    await pop_one(api.queue, ["default"], 0)
+    assert await claim_one(api.services.worker.execution, task_id, "w1") is not None
+    api.clock.advance(api.services.settings.lease_duration + 0.5)  # the key lives a while more
+
+    body = await explain(api, task_id)
+
+    assert (body["status"], body["reason"]) == ("running", "running")
+    deadline = datetime.fromisoformat(body["details"]["lease_deadline"])
+    assert f"lease ran out at {deadline.isoformat()} without a renewal" in body["message"]
+    assert "reconciler reclaims the run" in body["message"]
+
+
 async def test_a_running_task_whose_lease_expired_is_lease_lost_with_its_reclaim_time(
     api: Api,
 ) -> None:

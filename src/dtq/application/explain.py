@@ -230,10 +230,17 @@ class ExplainService:
         lease = snap.lease
         if lease is not None and lease.run_id == task.current_run_id:
             deadline = _at(lease.deadline_ms)
+            message = f"running on worker {lease.worker_id}, lease until {deadline.isoformat()}"
+            if deadline < read.now:  # the key outlives its deadline by the lease TTL's buffer
+                message = (
+                    f"running on worker {lease.worker_id}, whose lease ran out at"
+                    f" {deadline.isoformat()} without a renewal: once the lease's key expires"
+                    " (the lease TTL's buffer after that), the reconciler reclaims the run"
+                )
             return self._answer(
                 read,
                 Reason.RUNNING,
-                f"running on worker {lease.worker_id}, lease until {deadline.isoformat()}",
+                message,
                 worker_id=lease.worker_id,
                 run_id=task.current_run_id,
                 attempt=task.attempt,
