@@ -225,7 +225,9 @@ class Cluster:
 
     def transactions(self) -> dict[str, int]:
         """This database's committed and rolled-back transactions so far (pg_stat_database;
-        a SERIALIZABLE conflict re-run is one rollback)."""
+        a SERIALIZABLE conflict re-run is one rollback), and the server's checkpoints so far
+        (timed and requested: a checkpoint during a drain makes the first write of every page
+        after it a full-page image, so PostgreSQL's CPU per task moves with them)."""
         if self._conn is None:
             self._conn = probe_connect(self.dsn)
         self._conn.execute("SELECT pg_stat_clear_snapshot()")
@@ -233,7 +235,27 @@ class Cluster:
             "SELECT xact_commit, xact_rollback FROM pg_stat_database"
             " WHERE datname = current_database()"
         ).fetchone()
-        return {"commits": int(row[0]), "rollbacks": int(row[1])} if row else {}
+        counts = {"commits": int(row[0]), "rollbacks": int(row[1])} if row else {}
+        checkpoints = self._checkpoints()
+        if checkpoints is not None:
+            counts["checkpoints"] = checkpoints
+        return counts
+
+    def _checkpoints(self) -> int | None:
+        """The server's checkpoints so far: pg_stat_bgwriter up to PostgreSQL 16,
+        pg_stat_checkpointer from 17; None where neither answers."""
+        assert self._conn is not None
+        for query in (
+            "SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter",
+            "SELECT num_timed + num_requested FROM pg_stat_checkpointer",
+        ):
+            try:
+                row = self._conn.execute(query).fetchone()
+            except psycopg.Error:
+                continue
+            if row is not None:
+                return int(row[0])
+        return None
 
     def count_status(self, status: str) -> int:
         if self._conn is None:

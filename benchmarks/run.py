@@ -98,6 +98,14 @@ def _verdict(ok: bool | None) -> str:
     return "n/a" if ok is None else ("met" if ok else "MISSED")
 
 
+def _checkpoints(drain: Result) -> str:
+    """PostgreSQL checkpoints during each measured drain, for the CPU row ("" if unread)."""
+    runs = drain.runs.get("transactions_checkpoints")
+    if not runs:
+        return ""
+    return "; PostgreSQL checkpoints during each drain: " + " / ".join(f"{n:.0f}" for n in runs)
+
+
 def build_table(
     results: dict[str, Result], peers: list[PeerResult], sizes: Sizes
 ) -> tuple[str, str]:
@@ -150,7 +158,8 @@ def build_table(
                     "orchestrator",
                     " / ".join(f"{us:.0f}" for us in split.values() if us is not None),
                     "-",
-                    f"total {total:.0f} µs per task on {os.cpu_count()} cores",
+                    f"total {total:.0f} µs per task on {os.cpu_count()} cores"
+                    + _checkpoints(drain),
                 )
             )
         tuned = drain.figures.get("defaults_vs_tuned")
