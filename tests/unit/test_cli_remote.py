@@ -10,6 +10,7 @@ import json
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 from uuid import UUID
 
 import pytest
@@ -144,6 +145,13 @@ async def test_results_lists_every_task_result(
     assert '{"words":3}' in table
 
 
+async def listed_tasks(capsys: pytest.CaptureFixture[str]) -> list[Any]:
+    """What ``dtq tasks list --json`` prints (it must exit 0)."""
+    assert await dtq("tasks", "list", "--json") == 0
+    listed: list[Any] = json.loads(capsys.readouterr().out)
+    return listed
+
+
 NO_JOB = "00000000-0000-4000-8000-000000000000"
 
 
@@ -217,8 +225,7 @@ async def test_input_the_api_would_refuse_is_refused_by_the_cli_in_one_line(
 
     assert (status, err[: len(message)]) == (2, message), err
     assert err.count("\n") == 1
-    assert await dtq("tasks", "list", "--json") == 0
-    assert json.loads(capsys.readouterr().out) == []
+    assert await listed_tasks(capsys) == []  # nothing was submitted
 
 
 @pytest.mark.parametrize("command", [["submit", "echo"], ["job", "submit", "{job}"]])
@@ -232,8 +239,7 @@ async def test_a_timeout_without_wait_is_refused_in_one_line_before_anything_is_
     err = capsys.readouterr().err
 
     assert (status, err) == (2, "dtq: --timeout: needs --wait (it is how long to wait)\n")
-    assert await dtq("tasks", "list", "--json") == 0
-    assert json.loads(capsys.readouterr().out) == []
+    assert await listed_tasks(capsys) == []  # nothing was submitted
 
 
 @pytest.mark.parametrize("delay", [["--delay", "-1s"], ["--delay=-1s"]])
@@ -247,8 +253,7 @@ async def test_a_negative_delay_is_refused_in_one_line_however_it_is_spelt(
         2,
         "dtq: validation_error: must be between 0s and 8784h, got '-1s' (field delay)\n",
     )
-    assert await dtq("tasks", "list", "--json") == 0
-    assert json.loads(capsys.readouterr().out) == []
+    assert await listed_tasks(capsys) == []  # nothing was submitted
 
 
 async def test_option_values_starting_with_a_minus_and_a_digit_are_values(
@@ -442,8 +447,7 @@ async def test_a_token_http_cannot_carry_is_refused_locally_without_showing_it(
         "dtq: --token/DTQ_TOKEN: holds a character not allowed in a bearer token's HTTP header"
         " (printable ASCII without spaces only)\n",
     )
-    assert await dtq("tasks", "list", "--json") == 0
-    assert json.loads(capsys.readouterr().out) == []
+    assert await listed_tasks(capsys) == []  # nothing was submitted
 
 
 async def test_an_empty_token_option_is_refused(
@@ -452,8 +456,7 @@ async def test_an_empty_token_option_is_refused(
     status = await dtq("submit", "echo", "--token", "")
 
     assert (status, capsys.readouterr().err) == (2, "dtq: --token/DTQ_TOKEN: must not be empty\n")
-    assert await dtq("tasks", "list", "--json") == 0
-    assert json.loads(capsys.readouterr().out) == []
+    assert await listed_tasks(capsys) == []  # nothing was submitted
 
 
 async def _first_queued(server: Server) -> UUID:
