@@ -39,9 +39,8 @@ from dtq.domain.status import JobStatus, TaskStatus
 #: Tasks per transaction of the batch forms.
 DEFAULT_BATCH_SIZE = 500
 #: Most tasks per transaction of a job's cancel: its page is read with its rows locked, and a
-#: shorter page is locked before a fast drain's next commit touches it (PROFILE.md, seventeenth
-#: pass: a 400-task job draining at ~500 tasks/s was cancelled in 4 tries of 5 with pages of
-#: 500, in 5 of 5 with pages of 100).
+#: shorter page is locked before a fast drain's next commit touches it (ARCHITECTURE.md, "Why
+#: the cancel's reads lock").
 CANCEL_PAGE_SIZE = 100
 
 _UNFINISHED = (TaskStatus.PENDING, TaskStatus.QUEUED, TaskStatus.RUNNING)

@@ -180,8 +180,7 @@ async def unapplied_migrations(
         The ids, empty when the schema is current (or newer), None when the state could not be
         read (e.g. no privilege on yoyo's table): the caller goes on without the check.
     """
-    directory = Path(directory or default_migrations_dir())
-    shipped = sorted(p.stem for p in directory.glob("[0-9][0-9][0-9][0-9]_*.sql"))
+    shipped = [m.id for m in read_migrations(str(directory or default_migrations_dir()))]
     try:
         async with pool.connection() as conn:
             try:
