@@ -152,6 +152,18 @@ async def listed_tasks(capsys: pytest.CaptureFixture[str]) -> list[Any]:
     return listed
 
 
+async def submit_given(
+    monkeypatch: pytest.MonkeyPatch, given_as: str, option: str, variable: str, value: str
+) -> int:
+    """``dtq submit echo`` with ``value`` given as ``variable`` in the environment when
+    ``given_as`` names it, else as ``option`` (the variable then unset)."""
+    if given_as == variable:
+        monkeypatch.setenv(variable, value)
+        return await dtq("submit", "echo")
+    monkeypatch.delenv(variable, raising=False)
+    return await dtq("submit", "echo", option, value)
+
+
 NO_JOB = "00000000-0000-4000-8000-000000000000"
 
 
@@ -383,12 +395,7 @@ async def test_a_url_that_cannot_be_used_is_one_line_naming_the_setting_and_exit
     message: str,
     given_as: str,
 ) -> None:
-    if given_as == "DTQ_URL":
-        monkeypatch.setenv("DTQ_URL", url)
-        status = await dtq("submit", "echo")
-    else:
-        monkeypatch.delenv("DTQ_URL", raising=False)
-        status = await dtq("submit", "echo", "--url", url)
+    status = await submit_given(monkeypatch, given_as, "--url", "DTQ_URL", url)
 
     assert (status, capsys.readouterr().err) == (2, f"dtq: --url/DTQ_URL: {message}\n")
 
@@ -434,11 +441,7 @@ async def test_a_token_http_cannot_carry_is_refused_locally_without_showing_it(
     secret: str,
     given_as: str,
 ) -> None:
-    if given_as == "DTQ_TOKEN":
-        monkeypatch.setenv("DTQ_TOKEN", secret)
-        status = await dtq("submit", "echo")
-    else:
-        status = await dtq("submit", "echo", "--token", secret)
+    status = await submit_given(monkeypatch, given_as, "--token", "DTQ_TOKEN", secret)
     err = capsys.readouterr().err
     monkeypatch.delenv("DTQ_TOKEN", raising=False)
 
