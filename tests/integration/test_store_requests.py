@@ -290,3 +290,83 @@ async def test_the_run_of_a_task_written_in_the_try_is_queued_and_its_guard_stil
     assert sent[-1] == f"{writes}; {OUTBOX_WITH_COMMIT}"  # both ride with the COMMIT
     stored = await store.run(lambda tx: tx.runs.get(run.id))
     assert stored is not None and stored.status is RunStatus.SUCCEEDED
+
+
+def _job_of(tasks: int = 2, *, key: str | None = None) -> tuple[Any, list[Task], Any]:
+    job = new_job(_EPOCH, key=key)
+    made = [new_task(job, f"t{i}", _EPOCH) for i in range(tasks)]
+    return job, made, [(made[1].id, made[0].id)] if tasks > 1 else []
+
+
+async def test_a_keyless_job_with_edges_is_one_request_with_its_commit(
+    pg_store: CockroachStore,
+) -> None:
+    """A keyless job of a few tasks and an edge: its job, tasks and edges inserts ride with the
+    outbox insert and the COMMIT (three requests before: the tasks and the edges waited)."""
+    job, tasks, edges = _job_of(3)
+
+    async def add(tx: Transaction) -> None:
+        await tx.jobs.add(job, tasks, edges)
+
+    with counting_statements() as sent:
+        await pg_store.run(add)
+    inserts = "; ".join(label(q) for q in (sql.INSERT_JOB, sql.INSERT_TASKS, sql.INSERT_EDGES))
+    assert sent == [opened_with(f"{inserts}; {OUTBOX_WITH_COMMIT}")]
+
+
+async def test_a_group_of_keyless_jobs_is_one_request_with_its_commit(
+    pg_store: CockroachStore,
+) -> None:
+    """``add_many`` of keyless jobs (every ``POST /v1/tasks`` group): the jobs' insert is not
+    read, so jobs, tasks and edges go with the COMMIT, and every row reads back."""
+    jobs = [_job_of(2), _job_of(1), _job_of(1)]
+
+    async def add(tx: Transaction) -> None:
+        await tx.jobs.add_many(jobs)
+
+    with counting_statements() as sent:
+        await pg_store.run(add)
+    inserts = "; ".join(
+        label(q) for q in (sql.INSERT_JOBS, sql.INSERT_TASKS_OF_JOBS, sql.INSERT_EDGES)
+    )
+    assert sent == [opened_with(f"{inserts}; {OUTBOX_WITH_COMMIT}")]
+
+    async def read(tx: Transaction) -> list[list[UUID]]:
+        return [[t.id for t in await tx.tasks.list_by_job(job.id)] for job, _, _ in jobs]
+
+    assert await pg_store.run(read) == [[t.id for t in tasks] for _, tasks, _ in jobs]
+
+
+async def test_a_group_with_a_key_reads_its_jobs_insert_before_the_rest(
+    pg_store: CockroachStore,
+) -> None:
+    """A key may make ``ON CONFLICT`` skip a job: the jobs' insert is read at once."""
+    jobs = [_job_of(1), _job_of(1, key=f"k-{uuid4()}")]
+
+    async def add(tx: Transaction) -> None:
+        await tx.jobs.add_many(jobs)
+
+    with counting_statements() as sent:
+        await pg_store.run(add)
+    rest = f"{label(sql.INSERT_TASKS_OF_JOBS)}; {OUTBOX_WITH_COMMIT}"
+    assert sent == [opened_with(sql.INSERT_JOBS), rest]
+
+
+async def test_a_group_whose_deferred_insert_fails_writes_nothing(
+    pg_store: CockroachStore,
+) -> None:
+    """Two jobs of the group share a task id: the tasks' insert fails in the COMMIT's request,
+    the COMMIT never runs, and neither job is written."""
+    first, second = _job_of(1), _job_of(1)
+    second[1][0] = new_task(second[0], "t0", _EPOCH, id=first[1][0].id)
+
+    async def add(tx: Transaction) -> None:
+        await tx.jobs.add_many([first, second])
+
+    with pytest.raises(BackendUnavailable, match="duplicate key"):
+        await pg_store.run(add)
+
+    async def read(tx: Transaction) -> list[Any]:
+        return [await tx.jobs.get(job.id) for job in (first[0], second[0])]
+
+    assert await pg_store.run(read) == [None, None]

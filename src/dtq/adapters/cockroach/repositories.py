@@ -229,10 +229,10 @@ class PgJobRepository:
     ) -> None:
         """Insert the job, its tasks and edges in at most three statements (spec §4).
 
-        A job without an idempotency key and a lone task are plain inserts whose answer
-        nobody reads: they ride with the try's next request (``TryConnection.send_later``),
-        so a one-task submission's inserts go with its COMMIT. A keyed job's insert is read
-        at once (its ``ON CONFLICT`` may skip it).
+        A job without an idempotency key, its tasks and its edges are plain inserts whose
+        answer nobody reads: they ride with the try's next request
+        (``TryConnection.send_later``), so a keyless submission's inserts go with its COMMIT.
+        A keyed job's insert is read at once (its ``ON CONFLICT`` may skip it).
 
         Raises:
             DuplicateIdempotencyKey: another job already holds ``job.idempotency_key``.
@@ -259,11 +259,10 @@ class PgJobRepository:
         if len(tasks) == 1:
             await self._conn.send_later(sql.INSERT_TASK, _task_row(job.id, tasks[0]))
         elif tasks:
-            await self._conn.execute(sql.INSERT_TASKS, _task_arrays(job.id, tasks))
+            await self._conn.send_later(sql.INSERT_TASKS, _task_arrays(job.id, tasks))
         if edges:
-            await self._conn.execute(
-                sql.INSERT_EDGES, ([e[0] for e in edges], [e[1] for e in edges])
-            )
+            edge_columns = ([e[0] for e in edges], [e[1] for e in edges])
+            await self._conn.send_later(sql.INSERT_EDGES, edge_columns)
         self._events.add_many(created_events(job, tasks))
 
     async def add_many(
@@ -271,6 +270,10 @@ class PgJobRepository:
     ) -> None:
         """Insert several jobs with their tasks and edges in at most three statements, and
         buffer their created events (written with the transaction's one outbox insert).
+
+        As in :meth:`add`, inserts nobody reads ride with the try's next request: the tasks'
+        and edges' always, the jobs' when none of them has an idempotency key, so a group of
+        keyless submissions is one request with its COMMIT.
 
         Raises:
             DuplicateIdempotencyKey: another job already holds the key of one of ``jobs``
@@ -282,31 +285,31 @@ class PgJobRepository:
             return
         if not jobs:
             return
-        cur = await self._conn.execute(
-            sql.INSERT_JOBS,
-            (
-                UuidArray([j.id for j, _, _ in jobs]),
-                TextArray([j.name for j, _, _ in jobs]),
-                TextArray([j.status.value for j, _, _ in jobs]),
-                TextArray([encode_json(j.metadata) for j, _, _ in jobs]),
-                TextArray([j.idempotency_key for j, _, _ in jobs]),
-                TextArray([j.request_hash for j, _, _ in jobs]),
-                Int8Array([j.version for j, _, _ in jobs]),
-                TimestamptzArray([j.created_at for j, _, _ in jobs]),
-                TimestamptzArray([j.updated_at for j, _, _ in jobs]),
-                TextArray([j.trace_context for j, _, _ in jobs]),
-            ),
+        columns = (
+            UuidArray([j.id for j, _, _ in jobs]),
+            TextArray([j.name for j, _, _ in jobs]),
+            TextArray([j.status.value for j, _, _ in jobs]),
+            TextArray([encode_json(j.metadata) for j, _, _ in jobs]),
+            TextArray([j.idempotency_key for j, _, _ in jobs]),
+            TextArray([j.request_hash for j, _, _ in jobs]),
+            Int8Array([j.version for j, _, _ in jobs]),
+            TimestamptzArray([j.created_at for j, _, _ in jobs]),
+            TimestamptzArray([j.updated_at for j, _, _ in jobs]),
+            TextArray([j.trace_context for j, _, _ in jobs]),
         )
-        if len(await cur.fetchall()) != len(jobs):
-            raise DuplicateIdempotencyKey("a job of the group has an Idempotency-Key in use")
+        if any(j.idempotency_key is not None for j, _, _ in jobs):
+            cur = await self._conn.execute(sql.INSERT_JOBS, columns)
+            if len(await cur.fetchall()) != len(jobs):
+                raise DuplicateIdempotencyKey("a job of the group has an Idempotency-Key in use")
+        else:  # no key, no conflict to skip a row: nobody reads the answer
+            await self._conn.send_later(sql.INSERT_JOBS, columns)
         rows = [_task_row(job.id, t) for job, tasks, _ in jobs for t in tasks]
         if rows:
-            await self._conn.execute(sql.INSERT_TASKS_OF_JOBS, _task_columns(rows))
+            await self._conn.send_later(sql.INSERT_TASKS_OF_JOBS, _task_columns(rows))
         edges = [e for _, _, job_edges in jobs for e in job_edges]
         if edges:
-            await self._conn.execute(
-                sql.INSERT_EDGES, ([e[0] for e in edges], [e[1] for e in edges])
-            )
+            edge_columns = ([e[0] for e in edges], [e[1] for e in edges])
+            await self._conn.send_later(sql.INSERT_EDGES, edge_columns)
         for job, tasks, _ in jobs:
             self._events.add_many(created_events(job, tasks))
 
