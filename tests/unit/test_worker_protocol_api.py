@@ -318,10 +318,16 @@ async def test_registry_upserts_the_worker_row(api: Api) -> None:
 
 
 async def asgi_post(
-    api: Api, path: str, body: bytes, *, disconnect: asyncio.Event | None = None
+    api: Api,
+    path: str,
+    body: bytes,
+    *,
+    disconnect: asyncio.Event | None = None,
+    headers: tuple[tuple[bytes, bytes], ...] = (),
 ) -> tuple[int, bytes]:
     """POST to the app on this event loop (the test client serves one request at a time, in
-    its own thread); ``disconnect`` set: the client hangs up."""
+    its own thread); ``disconnect`` set: the client hangs up. ``headers`` are sent as given,
+    after the JSON ``Content-Type`` (the test client would merge a repeated one)."""
     hang_up = asyncio.Event() if disconnect is None else disconnect
     sent: list[dict[str, Any]] = []
     delivered = False
@@ -337,7 +343,7 @@ async def asgi_post(
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    scope = http_scope(path, [(b"content-type", b"application/json"), (b"host", b"test")])
+    scope = http_scope(path, [(b"content-type", b"application/json"), (b"host", b"test"), *headers])
     await api.app(scope, receive, send)  # type: ignore[arg-type]
     [status] = [m["status"] for m in sent if m["type"] == "http.response.start"]
     content = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
@@ -528,3 +534,56 @@ async def test_a_claim_whose_x_worker_id_is_not_its_worker_id_is_400_and_claims_
     assert "'body-id'" in error["message"]
     assert same.status_code == 200  # the task was still queued after the refusal
     assert same.json()["tasks"][0]["task_id"] == task_id
+
+
+#: ``X-Worker-Id`` twice, with another value and with the same one.
+REPEATED_WORKER_IDS = [
+    ((b"x-worker-id", b"w1"), (b"x-worker-id", b"w2")),
+    ((b"x-worker-id", b"w1"), (b"x-worker-id", b"w1")),
+]
+
+
+@pytest.mark.parametrize("twice", REPEATED_WORKER_IDS)
+@pytest.mark.parametrize(
+    ("route", "body"),
+    [
+        ("runs/{run}/heartbeat", {"progress": 1}),
+        ("runs/{run}/result", {"result": 1}),
+        ("runs/{run}/failure", {"error": "x", "permanent": True}),
+        ("runs/{run}/release", {}),
+        ("results", {"reports": [{"run_id": "{run}", "result": 1}]}),
+    ],
+)
+async def test_a_report_with_x_worker_id_twice_is_400_and_changes_nothing(
+    api: Api, route: str, body: dict[str, Any], twice: tuple[tuple[bytes, bytes], ...]
+) -> None:
+    task_id = await submit(api)
+    [claimed] = (await claim(api)).json()["tasks"]
+    run = claimed["run_id"]
+    raw = json.dumps(body).replace("{run}", run).encode()
+
+    status, answer = await asgi_post(api, f"/v1/worker/{route.format(run=run)}", raw, headers=twice)
+
+    assert status == 400, answer
+    error = json.loads(answer)["error"]
+    assert (error["code"], error["field"]) == ("validation_error", "X-Worker-Id")
+    assert error["message"] == "X-Worker-Id given more than once"
+    stored = await task(api, task_id)
+    assert (stored["status"], stored["result"], stored["progress"]) == ("running", None, None)
+    assert [r["id"] for r in stored["runs"]] == [run]
+
+
+@pytest.mark.parametrize("twice", REPEATED_WORKER_IDS)
+async def test_a_claim_with_x_worker_id_twice_is_400_and_claims_nothing(
+    api: Api, twice: tuple[tuple[bytes, bytes], ...]
+) -> None:
+    task_id = await submit(api)
+    body = b'{"worker_id": "w1", "kinds": ["echo"], "wait": "0s"}'
+
+    status, answer = await asgi_post(api, "/v1/worker/claim", body, headers=twice)
+
+    assert status == 400, answer
+    error = json.loads(answer)["error"]
+    assert (error["code"], error["field"]) == ("validation_error", "X-Worker-Id")
+    assert error["message"] == "X-Worker-Id given more than once"
+    assert (await task(api, task_id))["status"] == "queued"

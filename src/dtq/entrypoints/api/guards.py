@@ -22,6 +22,8 @@ Struct as ``data`` and calls no decoder itself. In order, the hook refuses:
 :func:`submission_body` is :func:`json_body` for ``POST /v1/tasks`` and ``POST /v1/jobs``, which
 first refuses an ``Idempotency-Key`` header given more than once (HTTP 400 ``validation_error``,
 ``field`` ``Idempotency-Key``): Litestar would take the first and drop the others silently.
+:func:`worker_body` does the same with ``X-Worker-Id`` for the worker protocol's routes that
+read it (the claim and the run reports).
 
 :func:`no_input` is the hook of a route that takes neither a query parameter nor a body.
 """
@@ -125,11 +127,27 @@ def submission_body(model: type[msgspec.Struct]) -> BeforeRequest:
     Raises:
         ValidationError: the header is given more than once (``field`` ``Idempotency-Key``).
     """
-    body = json_body(model)
+    return _single_header("Idempotency-Key", json_body(model))
+
+
+def worker_body(model: type[msgspec.Struct]) -> BeforeRequest:
+    """The ``before_request`` hook of a worker protocol route that reads ``X-Worker-Id``: one
+    ``X-Worker-Id`` at most, then :func:`json_body` of ``model``.
+
+    Raises:
+        ValidationError: the header is given more than once, with the same value or not
+            (``field`` ``X-Worker-Id``).
+    """
+    return _single_header("X-Worker-Id", json_body(model))
+
+
+def _single_header(name: str, body: BeforeRequest) -> BeforeRequest:
+    """``body`` after refusing a request that gives the header ``name`` more than once."""
+    key = name.lower()
 
     async def guard(request: Request[Any, Any, Any]) -> None:
-        if len(request.headers.getall("idempotency-key", ())) > 1:
-            raise ValidationError("Idempotency-Key given more than once", field="Idempotency-Key")
+        if len(request.headers.getall(key, ())) > 1:
+            raise ValidationError(f"{name} given more than once", field=name)
         await body(request)
 
     return guard

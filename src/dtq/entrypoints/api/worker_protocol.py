@@ -3,10 +3,11 @@
 A worker long-polls ``POST /v1/worker/claim``, renews each run with
 ``POST /v1/worker/runs/{run_id}/heartbeat`` and ends it with ``…/result`` or ``…/failure``; the
 run routes name the worker in the ``X-Worker-Id`` header (a run claimed by another worker id is
-a 409 ``run_not_owned``). ``POST /v1/worker/registry`` upserts the worker's registry row, as the
-native runtime's registry loop does. The orchestrator does every claim, marker, lease and
-fencing step through the native runtime's services (``application.remote``). Not the registry
-listing ``GET /v1/workers`` (``workers.py``).
+a 409 ``run_not_owned``; the header given twice, on a run route or a claim, is a 400 naming
+it). ``POST /v1/worker/registry`` upserts the worker's registry row, as the native runtime's
+registry loop does. The orchestrator does every claim, marker, lease and fencing step through
+the native runtime's services (``application.remote``). Not the registry listing
+``GET /v1/workers`` (``workers.py``).
 """
 
 from __future__ import annotations
@@ -293,7 +294,7 @@ class WorkerProtocolController(Controller):
         status_code=200,
         summary="Long-poll for tasks to run",
         responses={204: responses.NO_TASKS, **_BODY_ERRORS},
-        before_request=guards.json_body(ClaimRequest),
+        before_request=guards.worker_body(ClaimRequest),
     )
     async def claim(
         self,
@@ -309,13 +310,13 @@ class WorkerProtocolController(Controller):
                 another worker than the body's ``worker_id``: the runs would be claimed for
                 one id and reported under the other (409 ``run_not_owned`` then).
         """
-        for header in request.headers.getall("x-worker-id", []):
-            if header != data.worker_id:
-                raise ValidationError(
-                    f"X-Worker-Id {header[:64]!r} is not the body's worker_id"
-                    f" {data.worker_id!r}: a run is reported under the id it was claimed with",
-                    field="X-Worker-Id",
-                )
+        header = request.headers.get("x-worker-id")
+        if header is not None and header != data.worker_id:
+            raise ValidationError(
+                f"X-Worker-Id {header[:64]!r} is not the body's worker_id"
+                f" {data.worker_id!r}: a run is reported under the id it was claimed with",
+                field="X-Worker-Id",
+            )
         wait = parse_wait(data.wait)
         gone = asyncio.Event()
         watcher = asyncio.ensure_future(_watch_disconnect(request, gone))
@@ -339,7 +340,7 @@ class WorkerProtocolController(Controller):
         status_code=200,
         summary="Renew a run's lease (and store its progress)",
         responses={409: responses.LEASE_LOST, **_RUN_ERRORS},
-        before_request=guards.json_body(HeartbeatRequest),
+        before_request=guards.worker_body(HeartbeatRequest),
     )
     async def heartbeat(
         self,
@@ -359,7 +360,7 @@ class WorkerProtocolController(Controller):
         status_code=200,
         summary="Report a run's success",
         responses={409: responses.STALE_RUN, **_RUN_ERRORS},
-        before_request=guards.json_body(ResultRequest),
+        before_request=guards.worker_body(ResultRequest),
     )
     async def result(
         self,
@@ -379,7 +380,7 @@ class WorkerProtocolController(Controller):
         status_code=200,
         summary="Report several runs' successes at once",
         responses=_BODY_ERRORS,
-        before_request=guards.json_body(ResultsRequest),
+        before_request=guards.worker_body(ResultsRequest),
     )
     async def results(
         self,
@@ -403,7 +404,7 @@ class WorkerProtocolController(Controller):
         status_code=200,
         summary="Report a run's failure",
         responses={409: responses.STALE_RUN, **_RUN_ERRORS},
-        before_request=guards.json_body(FailureRequest),
+        before_request=guards.worker_body(FailureRequest),
     )
     async def failure(
         self,
@@ -431,7 +432,7 @@ class WorkerProtocolController(Controller):
         status_code=200,
         summary="Hand a run's task back unfinished (the worker is shutting down)",
         responses={409: responses.STALE_RUN, **_RUN_ERRORS},
-        before_request=guards.json_body(ReleaseRequest),
+        before_request=guards.worker_body(ReleaseRequest),
     )
     async def release(
         self,
