@@ -27,6 +27,10 @@ async def server(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Server]:
         yield running
 
 
+#: The CLI's refusal of an ``--idempotency-key`` of the wrong length (the count follows).
+KEY_LENGTH = "--idempotency-key: must be 1 to 255 characters long"
+
+
 async def dtq(*argv: str) -> int:
     return await asyncio.to_thread(cli.main, list(argv))
 
@@ -226,6 +230,8 @@ async def test_a_payload_file_that_is_not_strict_json_is_one_line_and_exit_2(
         (["submit", "echo", "--payload", "[" * 100_000], "dtq: --payload: not JSON: nested"),
         (["submit", "echo", "--idempotency-key", "caf\u00e9"], "dtq: --idempotency-key: "),
         (["submit", "echo", "--idempotency-key", "a\nb"], "dtq: --idempotency-key: "),
+        (["submit", "echo", "--idempotency-key", "k" * 256], f"dtq: {KEY_LENGTH}, got 256\n"),
+        (["submit", "echo", "--idempotency-key", ""], f"dtq: {KEY_LENGTH}, got 0\n"),
         (["submit", "ec\udcffho"], "dtq: argument 2: not UTF-8"),
     ],
 )
@@ -337,10 +343,21 @@ async def test_a_refused_idempotency_key_of_a_job_file_is_not_blamed_on_the_file
     status = await dtq("job", "submit", str(path), "--idempotency-key", "k" * 256)
     err = capsys.readouterr().err
 
-    assert (status, err) == (
-        2,
-        "dtq: validation_error: must be at most 255 characters long (field Idempotency-Key)\n",
-    )
+    assert (status, err) == (2, f"dtq: {KEY_LENGTH}, got 256\n")
+    assert await listed_tasks(capsys) == []  # nothing was submitted
+
+
+async def test_a_255_character_printable_idempotency_key_is_sent(
+    server: Server, capsys: pytest.CaptureFixture[str]
+) -> None:
+    key = "A-z0~ !" + "k" * 248
+
+    assert await dtq("submit", "echo", "--idempotency-key", key, "--json") == 0
+    first = json.loads(capsys.readouterr().out)
+    assert await dtq("submit", "echo", "--idempotency-key", key, "--json") == 0
+    again = json.loads(capsys.readouterr().out)
+
+    assert again["task_id"] == first["task_id"]  # the API saw the key
 
 
 async def test_a_bad_job_on_stdin_is_named_stdin(

@@ -8,6 +8,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from functools import wraps
@@ -20,6 +21,11 @@ from rich.table import Table
 
 from dtq.client import ApiError, Client, TransportError
 from dtq.client.config import DEFAULT_URL, token_problem, url_problem
+from dtq.entrypoints.api.schemas import (
+    IDEMPOTENCY_KEY_MAX,
+    IDEMPOTENCY_KEY_PATTERN,
+    PATTERN_HINTS,
+)
 from dtq.entrypoints.cli.common import EXIT_FAILURE, EXIT_USAGE, UsageError, fail
 from dtq.entrypoints.config import load_dotenv_file
 from dtq.entrypoints.config_values import parse_duration
@@ -28,6 +34,8 @@ from dtq.entrypoints.config_values import parse_duration
 EXIT_JOB_FAILED = 1
 #: Exit status of ``--wait`` when the job did not finish in ``--timeout`` (as timeout(1)).
 EXIT_WAIT_TIMEOUT = 124
+
+_IDEMPOTENCY_KEY = re.compile(IDEMPOTENCY_KEY_PATTERN)
 
 
 def client_options(url_option: str = "--url") -> argparse.ArgumentParser:
@@ -192,13 +200,24 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def idempotency_key(text: str | None) -> str | None:
-    """``--idempotency-key``: sent as the ``Idempotency-Key`` header, so printable ASCII only.
+    """``--idempotency-key``, checked by the rules the API applies to the ``Idempotency-Key``
+    header it is sent as (:data:`~dtq.entrypoints.api.schemas.IDEMPOTENCY_KEY_MAX`,
+    :data:`~dtq.entrypoints.api.schemas.IDEMPOTENCY_KEY_PATTERN`), so that a key the API would
+    refuse sends nothing.
 
     Raises:
-        UsageError: another character (the API refuses it; HTTP cannot carry some of them).
+        UsageError: empty or longer than ``IDEMPOTENCY_KEY_MAX`` characters, or holding a
+            character outside printable ASCII (HTTP cannot carry some of them).
     """
-    if text is not None and not (text.isascii() and text.isprintable()):
-        raise UsageError("--idempotency-key", "printable ASCII characters only")
+    if text is None:
+        return None
+    if not 1 <= len(text) <= IDEMPOTENCY_KEY_MAX:
+        raise UsageError(
+            "--idempotency-key",
+            f"must be 1 to {IDEMPOTENCY_KEY_MAX} characters long, got {len(text)}",
+        )
+    if _IDEMPOTENCY_KEY.match(text) is None:
+        raise UsageError("--idempotency-key", PATTERN_HINTS[IDEMPOTENCY_KEY_PATTERN])
     return text
 
 

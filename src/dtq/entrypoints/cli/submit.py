@@ -81,6 +81,7 @@ def _wait_timeout(args: argparse.Namespace) -> float:
 def cmd_submit(args: argparse.Namespace) -> int:
     """Submit the task; print its ids (and, with ``--wait``, follow its job)."""
     payload = None if args.payload is None else json_argument(args.payload, option="--payload")
+    key = idempotency_key(args.idempotency_key)
     timeout = _wait_timeout(args)
     with open_client(args) as client:
         created = client.submit_task(
@@ -89,7 +90,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
             priority=args.priority,
             delay=args.delay,
             max_attempts=args.max_attempts,
-            idempotency_key=idempotency_key(args.idempotency_key),
+            idempotency_key=key,
         )
         if not args.wait:
             _print_ids(args, created, [("task_id", created.task_id), ("job_id", created.job_id)])
@@ -106,16 +107,17 @@ def cmd_job_submit(args: argparse.Namespace) -> int:
         UsageError: the file cannot be read, is not a JSON object, or the API refused the body
             it holds (a 400, 413, 415 or 422 other than about ``--idempotency-key``:
             ``<file>: <code>: <message> (field <path>)``), naming the file as given (``stdin``
-            for ``-``).
+            for ``-``); or ``--idempotency-key`` is one the API would refuse (nothing is sent).
     """
     source = "stdin" if args.file == "-" else args.file
     body = json_file(args.file)
+    key = idempotency_key(args.idempotency_key)
     timeout = _wait_timeout(args)
     if not isinstance(body, dict):
         raise UsageError(source, "must hold a JSON object (the POST /v1/jobs body)")
     with open_client(args) as client:
         try:
-            created = client.submit_job(body, idempotency_key=idempotency_key(args.idempotency_key))
+            created = client.submit_job(body, idempotency_key=key)
         except BadRequest as exc:
             if exc.field == "Idempotency-Key":  # the option's fault, not the file's
                 raise
