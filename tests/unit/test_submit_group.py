@@ -180,3 +180,34 @@ async def test_submits_queue_their_roots_after_the_group_commits() -> None:
     results = await asyncio.gather(*(service.submit_job(one(payload=i)) for i in range(8)))
 
     assert sorted(queue.ready_ids("default")) == sorted(r.task_ids["t"] for r in results)
+
+
+class HeldQueue(InMemoryQueue):
+    """The memory queue whose ``enqueue_many`` of several ids waits for ``release``."""
+
+    def __init__(self) -> None:
+        super().__init__(FakeClock())
+        self.release = asyncio.Event()
+
+    async def enqueue_many(self, items: Any) -> None:
+        if len(items) > 1:
+            await self.release.wait()
+        await super().enqueue_many(items)
+
+
+async def test_a_group_is_answered_at_its_commit_and_pushed_afterwards() -> None:
+    """The answers wait for the commit only: the group's push (which cannot fail them, the
+    reconciler pushes what it misses) goes on after them, and still lands."""
+    queue = HeldQueue()
+    service = SubmitService(store=CountingStore(), queue=queue)
+
+    results = await asyncio.wait_for(
+        asyncio.gather(*(service.submit_job(one(payload=i)) for i in range(8))), timeout=5
+    )
+
+    assert all(r.created for r in results)
+    assert queue.ready_ids("default") == []  # the push is still held
+    queue.release.set()
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert sorted(queue.ready_ids("default")) == sorted(r.task_ids["t"] for r in results)

@@ -126,8 +126,9 @@ class SubmitService:
     Concurrent submissions share transactions (group commit, issue 17 item 3): a submission
     that arrives while the service's ``lanes`` group transactions are all in flight waits for
     the next one, which writes up to ``group_max_jobs`` waiting submissions (and at most
-    ``group_max_tasks`` tasks) and is acknowledged after its commit; each keeps its own ids,
-    idempotency and errors. An idle service writes a submission at once, alone.
+    ``group_max_tasks`` tasks) and is acknowledged at its commit, before the roots' push; each
+    keeps its own ids, idempotency and errors. An idle service writes a submission at once,
+    alone, and answers it after the push.
 
     Args:
         store: the system of record.
@@ -165,7 +166,8 @@ class SubmitService:
         job is still created (and the call succeeds): the reconciler pushes its due tasks. With
         an idempotency key, a replay of the same request returns the original ids
         (``created=False``) and writes nothing, also when two such requests race. The job may
-        share its transaction with concurrent submissions (see the class docstring).
+        share its transaction with concurrent submissions, and is then returned at the commit,
+        while its roots are being pushed (see the class docstring).
 
         Args:
             cmd: the job to create.
@@ -216,10 +218,11 @@ class SubmitService:
         for one submission's sake (a lost idempotency race, an unexpected error) is written
         again one submission per transaction, so every submission gets its own outcome."""
         submissions = [s for s, _ in group]
+        committed: list[_Submission] = []
         if len(submissions) == 1:
             await self._alone(submissions[0], settle=True)
         else:
-            await self._together(submissions)
+            committed = await self._together(submissions)
         for submission, future in group:
             if future.done():  # the caller was cancelled; the job is written all the same
                 continue
@@ -228,8 +231,9 @@ class SubmitService:
                 future.set_result(outcome)
             else:
                 future.set_exception(outcome or RuntimeError("submission not written"))
+        await self._after_commit(committed)
 
-    async def _together(self, submissions: list[_Submission]) -> None:
+    async def _together(self, submissions: list[_Submission]) -> list[_Submission]:
         async def create_all(tx: Transaction) -> list[SubmitResult | IdempotencyConflict]:
             """Replays answered by reads; every new job written by one ``add_many``."""
             out: list[SubmitResult | IdempotencyConflict] = []
@@ -255,18 +259,18 @@ class SubmitService:
         except CommitOutcomeUnknown:  # all or none committed: each checks for its own job
             for submission in submissions:
                 await self._alone(submission, settle=True, recovering=True)
-            return
+            return []
         except BackendUnavailable as exc:
             for submission in submissions:
                 submission.result = exc
-            return
+            return []
         except Exception:  # e.g. a lost idempotency race: nothing committed; one by one
             for submission in submissions:
                 await self._alone(submission, settle=True)
-            return
+            return []
         for submission, outcome in zip(submissions, outcomes, strict=True):
             submission.result = outcome
-        await self._after_commit([s for s in submissions if _created(s)])
+        return [s for s in submissions if _created(s)]
 
     async def _alone(
         self, submission: _Submission, *, settle: bool = False, recovering: bool = False
