@@ -4,8 +4,9 @@ keeping its own ids, idempotency and errors; an idle submit is written at once, 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
+from uuid import UUID
 
 import pytest
 
@@ -189,10 +190,10 @@ class HeldQueue(InMemoryQueue):
         super().__init__(FakeClock())
         self.release = asyncio.Event()
 
-    async def enqueue_many(self, items: Any) -> None:
+    async def enqueue_many(self, items: Sequence[tuple[UUID, str]]) -> int:
         if len(items) > 1:
             await self.release.wait()
-        await super().enqueue_many(items)
+        return await super().enqueue_many(items)
 
 
 async def test_a_group_is_answered_at_its_commit_and_pushed_afterwards() -> None:
