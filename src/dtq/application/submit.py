@@ -214,9 +214,10 @@ class SubmitService:
     async def _write_group(
         self, group: list[tuple[_Submission, asyncio.Future[SubmitResult]]]
     ) -> None:
-        """One transaction for the group, then each submission's answer; a group that fails
-        for one submission's sake (a lost idempotency race, an unexpected error) is written
-        again one submission per transaction, so every submission gets its own outcome."""
+        """One transaction for the group, then each submission's answer, then the push of the
+        committed roots; a group that fails for one submission's sake (a lost idempotency
+        race, an unexpected error) is written again one submission per transaction, so every
+        submission gets its own outcome (each pushed before it is answered)."""
         submissions = [s for s, _ in group]
         committed: list[_Submission] = []
         if len(submissions) == 1:

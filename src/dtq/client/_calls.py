@@ -19,6 +19,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import msgspec
 
 from dtq.client.errors import ApiError, InvalidRequest, error_for
+from dtq.entrypoints.api.schemas import IDEMPOTENCY_KEY_MAX
 
 T = TypeVar("T")
 
@@ -96,9 +97,14 @@ def idempotency_key(given: str | None) -> dict[str, str]:
     submit can never create the job twice.
 
     Raises:
-        InvalidRequest: ``given`` holds a character outside printable ASCII (the API refuses
-            it, and HTTP cannot carry some of them).
+        InvalidRequest: ``given`` is empty, longer than ``IDEMPOTENCY_KEY_MAX`` characters, or
+            holds a character outside printable ASCII (the API refuses each, and HTTP cannot
+            carry some of them).
     """
+    if given is not None and not 1 <= len(given) <= IDEMPOTENCY_KEY_MAX:
+        raise InvalidRequest(
+            f"Idempotency-Key: must be 1 to {IDEMPOTENCY_KEY_MAX} characters long, got {len(given)}"
+        )
     if given is not None and not (given.isascii() and given.isprintable()):
         raise InvalidRequest("Idempotency-Key: printable ASCII characters only (0x20-0x7E)")
     return {"Idempotency-Key": given if given is not None else f"dtq-client-{uuid.uuid4()}"}
