@@ -212,3 +212,24 @@ async def test_a_group_is_answered_at_its_commit_and_pushed_afterwards() -> None
     for _ in range(10):
         await asyncio.sleep(0)
     assert sorted(queue.ready_ids("default")) == sorted(r.task_ids["t"] for r in results)
+
+
+class DownQueue(InMemoryQueue):
+    """The memory queue with Redis down: every push raises ``BackendUnavailable``."""
+
+    async def enqueue_many(self, items: Sequence[tuple[UUID, str]]) -> int:
+        raise BackendUnavailable("redis down")
+
+
+async def test_a_group_whose_push_fails_is_created_and_the_lane_goes_on(
+    store: CountingStore,
+) -> None:
+    """Redis down after the group's commit: every submission is created (the reconciler
+    pushes the tasks later), and the service still writes the next submissions."""
+    service = SubmitService(store=store, queue=DownQueue(FakeClock()))
+
+    first = await asyncio.gather(*(service.submit_job(one(payload=i)) for i in range(8)))
+    later = await asyncio.gather(*(service.submit_job(one(payload=i)) for i in range(3)))
+
+    assert all(r.created for r in [*first, *later])
+    assert await stored_jobs(store) == 11
