@@ -177,6 +177,17 @@ def test_literals_of_a_group_of_nine_single_submits(benchmark: Any) -> None:
     assert '\'{"{}","{}",' in text
 
 
+def test_literal_of_payloads_full_of_quotes(benchmark: Any) -> None:
+    """The text-array literal of 32 JSON payloads of 12,000 quote characters each (a group of
+    ``POST /v1/tasks`` whose payloads are mostly ``"``; every element escapes each quote)."""
+    payloads = TextArray([msgspec.json.encode('"' * 12_000).decode()] * 32)
+
+    text = benchmark(lambda: str(fast_literal(payloads)))
+    # each quote: JSON's \", the array element's \\\", E'...' doubling the backslashes
+    assert text.startswith(" E'{")
+    assert text.count("\\" * 6 + '"') == 32 * 12_000
+
+
 def test_submit_warnings_of_100_single_tasks(benchmark: Any) -> None:
     """``FleetService.submit_warnings`` of 100 ``POST /v1/tasks`` whose kind no live worker
     serves (what every request of ``make bench``'s submit scenario gets), the fleet cached;

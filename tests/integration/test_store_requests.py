@@ -10,11 +10,12 @@ from typing import Any
 from uuid import UUID, uuid4
 
 import pytest
+from psycopg import AsyncClientCursor
 from psycopg.pq import TransactionStatus
 
-from dtq.adapters.cockroach import CockroachStore, sql
-from dtq.adapters.cockroach.arrays import UuidArray
-from dtq.adapters.cockroach.repositories import PgTransaction
+from dtq.adapters.cockroach import CockroachStore, sql, txconn
+from dtq.adapters.cockroach.arrays import TextArray, UuidArray
+from dtq.adapters.cockroach.repositories import PgTransaction, _task_columns, _task_row
 from dtq.application.ports import Transaction
 from dtq.domain.entities import Task, TaskRun
 from dtq.domain.errors import BackendUnavailable, ConcurrentUpdate, InvalidPayload
@@ -370,3 +371,51 @@ async def test_a_group_whose_deferred_insert_fails_writes_nothing(
         return [await tx.jobs.get(job.id) for job in (first[0], second[0])]
 
     assert await pg_store.run(read) == [None, None]
+
+
+_TRICKY = ['a"b', "c\\d", "it's", "", "null", " sp ", '{"k": "v\\"w"}', None]
+
+
+async def test_a_statement_bound_by_dtq_is_the_text_psycopg_mogrify_writes(
+    pg_pool: Any,
+) -> None:
+    """``bind_on_client``'s own binding (no prepared name yet) against psycopg's ``mogrify``
+    of the same statement: the submit's inserts with quotes, backslashes, NULLs and a
+    negative number (the transformer's literal), and a literal ``%%``."""
+    job = new_job(_EPOCH)
+    tasks = [new_task(job, "t", _EPOCH, payload={"s": text}) for text in _TRICKY]
+    cases: list[tuple[str, Any]] = [
+        (sql.INSERT_TASK, _task_row(job.id, tasks[0])),
+        (sql.INSERT_TASKS_OF_JOBS, _task_columns([_task_row(job.id, t) for t in tasks])),
+        ("SELECT %s::text[], %s, %s, '%%'", (TextArray(_TRICKY), -3, "x'y\\z")),
+    ]
+    async with pg_pool.connection() as conn:
+        for query, params in cases:
+            expected = AsyncClientCursor(conn).mogrify(query.replace("%b", "%s"), params)
+            assert txconn._bound_fast(conn, query, params) == expected
+
+
+async def test_a_group_of_payloads_full_of_quotes_is_bound_without_psycopg_s_dumpers(
+    pg_store: CockroachStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """psycopg's array dumper escapes per character in Python (seconds for a group of large
+    payloads of quotes, the event loop blocked throughout); the submit's inserts never reach
+    it, and the payloads read back as written."""
+
+    def no_mogrify(*args: Any, **kwargs: Any) -> str:
+        raise AssertionError("bound by psycopg's mogrify")
+
+    monkeypatch.setattr(AsyncClientCursor, "mogrify", no_mogrify)
+    jobs = [_job_of(1) for _ in range(4)]
+    for job, tasks, _ in jobs:
+        tasks[0] = new_task(job, "t0", _EPOCH, payload={"q": '"\\' * 500})
+
+    async def add(tx: Transaction) -> None:
+        await tx.jobs.add_many(jobs)
+
+    await pg_store.run(add)
+
+    async def read(tx: Transaction) -> list[Any]:
+        return [(await tx.tasks.list_by_job(job.id))[0].payload for job, _, _ in jobs]
+
+    assert await pg_store.run(read) == [{"q": '"\\' * 500}] * 4
