@@ -232,6 +232,8 @@ async def test_a_payload_file_that_is_not_strict_json_is_one_line_and_exit_2(
         (["submit", "echo", "--idempotency-key", "a\nb"], "dtq: --idempotency-key: "),
         (["submit", "echo", "--idempotency-key", "k" * 256], f"dtq: {KEY_LENGTH}, got 256\n"),
         (["submit", "echo", "--idempotency-key", ""], f"dtq: {KEY_LENGTH}, got 0\n"),
+        (["submit", "echo", "--idempotency-key", "abc "], "dtq: --idempotency-key: no space at"),
+        (["submit", "echo", "--idempotency-key", " abc"], "dtq: --idempotency-key: no space"),
         (["submit", "ec\udcffho"], "dtq: argument 2: not UTF-8"),
     ],
 )

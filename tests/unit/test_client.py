@@ -449,7 +449,15 @@ def test_a_retry_is_not_re_sent_after_a_lost_answer() -> None:
 
 @pytest.mark.parametrize(
     ("payload", "key"),
-    [({"s": "\ud800"}, None), (None, "caf\u00e9"), (None, "a\nb"), (None, ""), (None, "k" * 256)],
+    [
+        ({"s": "\ud800"}, None),
+        (None, "caf\u00e9"),
+        (None, "a\nb"),
+        (None, ""),
+        (None, "k" * 256),
+        (None, "abc "),
+        (None, " abc"),
+    ],
 )
 def test_a_request_that_cannot_be_sent_as_given_is_refused_before_sending(
     payload: object, key: str | None

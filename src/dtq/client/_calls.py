@@ -18,8 +18,8 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import msgspec
 
+from dtq.client.config import idempotency_key_problem
 from dtq.client.errors import ApiError, InvalidRequest, error_for
-from dtq.entrypoints.api.schemas import IDEMPOTENCY_KEY_MAX
 
 T = TypeVar("T")
 
@@ -97,16 +97,11 @@ def idempotency_key(given: str | None) -> dict[str, str]:
     submit can never create the job twice.
 
     Raises:
-        InvalidRequest: ``given`` is empty, longer than ``IDEMPOTENCY_KEY_MAX`` characters, or
-            holds a character outside printable ASCII (the API refuses each, and HTTP cannot
-            carry some of them).
+        InvalidRequest: ``given`` cannot be sent as given (``config.idempotency_key_problem``:
+            empty, too long, outside printable ASCII, a space at either end).
     """
-    if given is not None and not 1 <= len(given) <= IDEMPOTENCY_KEY_MAX:
-        raise InvalidRequest(
-            f"Idempotency-Key: must be 1 to {IDEMPOTENCY_KEY_MAX} characters long, got {len(given)}"
-        )
-    if given is not None and not (given.isascii() and given.isprintable()):
-        raise InvalidRequest("Idempotency-Key: printable ASCII characters only (0x20-0x7E)")
+    if given is not None and (problem := idempotency_key_problem(given)) is not None:
+        raise InvalidRequest(f"Idempotency-Key: {problem}")
     return {"Idempotency-Key": given if given is not None else f"dtq-client-{uuid.uuid4()}"}
 
 

@@ -9,6 +9,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from dtq.entrypoints.api.schemas import IDEMPOTENCY_KEY_MAX
+
 __all__ = ["DEFAULT_URL", "ClientConfig", "token_problem", "url_problem"]
 
 DEFAULT_URL = "http://127.0.0.1:8080"
@@ -93,3 +95,16 @@ def token_problem(token: str) -> str | None:
         "holds a character not allowed in a bearer token's HTTP header"
         " (printable ASCII without spaces only)"
     )
+
+
+def idempotency_key_problem(key: str) -> str | None:
+    """Why ``key`` cannot be sent as a submit's ``Idempotency-Key`` header, or None: the API's
+    bounds (1 to ``IDEMPOTENCY_KEY_MAX`` characters of printable ASCII), and no space at
+    either end, which HTTP drops (the key stored would not be the one given)."""
+    if not 1 <= len(key) <= IDEMPOTENCY_KEY_MAX:
+        return f"must be 1 to {IDEMPOTENCY_KEY_MAX} characters long, got {len(key)}"
+    if not (key.isascii() and key.isprintable()):
+        return "printable ASCII characters only (0x20-0x7E)"
+    if key[0] == " " or key[-1] == " ":
+        return "no space at either end (HTTP drops it, so another key would be stored)"
+    return None

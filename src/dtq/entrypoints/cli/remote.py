@@ -8,7 +8,6 @@ import argparse
 import json
 import math
 import os
-import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from functools import wraps
@@ -20,12 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from dtq.client import ApiError, Client, TransportError
-from dtq.client.config import DEFAULT_URL, token_problem, url_problem
-from dtq.entrypoints.api.schemas import (
-    IDEMPOTENCY_KEY_MAX,
-    IDEMPOTENCY_KEY_PATTERN,
-    PATTERN_HINTS,
-)
+from dtq.client.config import DEFAULT_URL, idempotency_key_problem, token_problem, url_problem
 from dtq.entrypoints.cli.common import EXIT_FAILURE, EXIT_USAGE, UsageError, fail
 from dtq.entrypoints.config import load_dotenv_file
 from dtq.entrypoints.config_values import parse_duration
@@ -34,8 +28,6 @@ from dtq.entrypoints.config_values import parse_duration
 EXIT_JOB_FAILED = 1
 #: Exit status of ``--wait`` when the job did not finish in ``--timeout`` (as timeout(1)).
 EXIT_WAIT_TIMEOUT = 124
-
-_IDEMPOTENCY_KEY = re.compile(IDEMPOTENCY_KEY_PATTERN)
 
 
 def client_options(url_option: str = "--url") -> argparse.ArgumentParser:
@@ -200,24 +192,16 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def idempotency_key(text: str | None) -> str | None:
-    """``--idempotency-key``, checked by the rules the API applies to the ``Idempotency-Key``
-    header it is sent as (:data:`~dtq.entrypoints.api.schemas.IDEMPOTENCY_KEY_MAX`,
-    :data:`~dtq.entrypoints.api.schemas.IDEMPOTENCY_KEY_PATTERN`), so that a key the API would
-    refuse sends nothing.
+    """``--idempotency-key``, checked as the client checks the ``Idempotency-Key`` header it
+    is sent as (:func:`dtq.client.config.idempotency_key_problem`: the API's bounds, no space
+    at either end), so that a key that cannot be sent as given sends nothing.
 
     Raises:
-        UsageError: empty or longer than ``IDEMPOTENCY_KEY_MAX`` characters, or holding a
-            character outside printable ASCII (HTTP cannot carry some of them).
+        UsageError: empty, longer than ``IDEMPOTENCY_KEY_MAX`` characters, holding a character
+            outside printable ASCII, or a space at either end.
     """
-    if text is None:
-        return None
-    if not 1 <= len(text) <= IDEMPOTENCY_KEY_MAX:
-        raise UsageError(
-            "--idempotency-key",
-            f"must be 1 to {IDEMPOTENCY_KEY_MAX} characters long, got {len(text)}",
-        )
-    if _IDEMPOTENCY_KEY.match(text) is None:
-        raise UsageError("--idempotency-key", PATTERN_HINTS[IDEMPOTENCY_KEY_PATTERN])
+    if text is not None and (problem := idempotency_key_problem(text)) is not None:
+        raise UsageError("--idempotency-key", problem)
     return text
 
 
