@@ -39,3 +39,6 @@ def test_two_quick_sigterms_stop_dev_cleanly(loop: str) -> None:
     assert proc.wait(timeout=30) == 0, output[-3000:]
     assert "Traceback" not in output, output[-3000:]
     assert "signal received again" in output
+    signal_lines = [line for line in output.splitlines() if "signal received" in line]
+    assert signal_lines, output[-3000:]
+    assert all('"logger": "dtq.orchestrator"' in line for line in signal_lines), signal_lines

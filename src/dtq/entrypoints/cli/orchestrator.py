@@ -164,7 +164,7 @@ async def serve(settings: Settings, *, backend: Backend, runtime: Runtime | None
             stop_gracefully()
             stop_now.set()
 
-        with stop_on_signals(stop_gracefully, stop_at_once):
+        with stop_on_signals(stop_gracefully, stop_at_once, logger="dtq.orchestrator"):
             async with asyncio.TaskGroup() as group:
                 group.create_task(_serve_http(server, stop), name="dtq-http")
                 group.create_task(reconciler.run(stop), name="dtq-reconciler")

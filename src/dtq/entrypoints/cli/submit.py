@@ -27,6 +27,13 @@ from dtq.entrypoints.cli.watch import follow
 DEFAULT_WAIT_TIMEOUT = "1h"
 
 
+#: ``--idempotency-key``'s help.
+_KEY_HELP = (
+    "the Idempotency-Key: a replay with the same body returns the first job"
+    " (default: a fresh key per call, kept across its retries)"
+)
+
+
 def add_parser(commands: Any, parents: Sequence[argparse.ArgumentParser]) -> None:
     """Register ``submit`` and ``job submit``."""
     parents = [*parents, client_options()]
@@ -38,7 +45,11 @@ def add_parser(commands: Any, parents: Sequence[argparse.ArgumentParser]) -> Non
     submit.add_argument("--priority", metavar="P", help="priority tier (default: default)")
     submit.add_argument("--delay", metavar="DURATION", help="run no sooner than this (e.g. 5s)")
     submit.add_argument("--max-attempts", type=positive_int, metavar="N")
-    submit.add_argument("--idempotency-key", metavar="KEY")
+    submit.add_argument(
+        "--idempotency-key",
+        metavar="KEY",
+        help=_KEY_HELP,
+    )
     _wait_options(submit)
     submit.set_defaults(command=cmd_submit)
 
@@ -48,7 +59,11 @@ def add_parser(commands: Any, parents: Sequence[argparse.ArgumentParser]) -> Non
         "submit", help="submit a job from a JSON file (the POST /v1/jobs body)", parents=parents
     )
     job_submit.add_argument("file", metavar="FILE.json", help="the job body; - for stdin")
-    job_submit.add_argument("--idempotency-key", metavar="KEY")
+    job_submit.add_argument(
+        "--idempotency-key",
+        metavar="KEY",
+        help=_KEY_HELP,
+    )
     _wait_options(job_submit)
     job_submit.set_defaults(command=cmd_job_submit)
 

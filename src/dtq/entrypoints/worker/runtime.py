@@ -249,19 +249,23 @@ async def serve(
 
 
 @contextmanager
-def stop_on_signals(on_first: Callable[[], None], on_second: Callable[[], None]) -> Iterator[None]:
+def stop_on_signals(
+    on_first: Callable[[], None], on_second: Callable[[], None], *, logger: str = "dtq.worker"
+) -> Iterator[None]:
     """While active, call ``on_first`` on the first SIGTERM/SIGINT and ``on_second`` on any
-    later one (the running loop's handlers; none where they cannot be installed)."""
+    later one (the running loop's handlers; none where they cannot be installed). The
+    signals are logged under ``logger`` (the process's: the worker's or the orchestrator's)."""
     loop = asyncio.get_running_loop()
+    log: FilteringBoundLogger = structlog.get_logger(logger)
     received: list[str] = []
 
     def handle(signum: signal.Signals) -> None:
         received.append(signum.name)
         if len(received) == 1:
-            _log.info("signal received: stopping gracefully", signal=signum.name)
+            log.info("signal received: stopping gracefully", signal=signum.name)
             on_first()
         else:
-            _log.warning("signal received again: stopping now", signal=signum.name)
+            log.warning("signal received again: stopping now", signal=signum.name)
             on_second()
 
     installed: list[signal.Signals] = []
