@@ -11,7 +11,13 @@ import httpx
 
 from dtq.entrypoints.api.schemas import IDEMPOTENCY_KEY_MAX
 
-__all__ = ["DEFAULT_URL", "ClientConfig", "token_problem", "url_problem"]
+__all__ = [
+    "DEFAULT_URL",
+    "ClientConfig",
+    "idempotency_key_problem",
+    "token_problem",
+    "url_problem",
+]
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 
