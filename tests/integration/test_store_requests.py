@@ -392,7 +392,7 @@ async def test_a_statement_bound_by_dtq_is_the_text_psycopg_mogrify_writes(
     async with pg_pool.connection() as conn:
         for query, params in cases:
             expected = AsyncClientCursor(conn).mogrify(query.replace("%b", "%s"), params)
-            assert txconn._bound_fast(conn, query, params) == expected
+            assert txconn._bound_fast(conn, txconn.ClientStatements(), query, params) == expected
 
 
 async def test_a_group_of_payloads_full_of_quotes_is_bound_without_psycopg_s_dumpers(

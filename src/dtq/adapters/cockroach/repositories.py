@@ -261,8 +261,7 @@ class PgJobRepository:
         elif tasks:
             await self._conn.send_later(sql.INSERT_TASKS, _task_arrays(job.id, tasks))
         if edges:
-            edge_columns = ([e[0] for e in edges], [e[1] for e in edges])
-            await self._conn.send_later(sql.INSERT_EDGES, edge_columns)
+            await self._conn.send_later(sql.INSERT_EDGES, _edge_columns(edges))
         self._events.add_many(created_events(job, tasks))
 
     async def add_many(
@@ -308,8 +307,7 @@ class PgJobRepository:
             await self._conn.send_later(sql.INSERT_TASKS_OF_JOBS, _task_columns(rows))
         edges = [e for _, _, job_edges in jobs for e in job_edges]
         if edges:
-            edge_columns = ([e[0] for e in edges], [e[1] for e in edges])
-            await self._conn.send_later(sql.INSERT_EDGES, edge_columns)
+            await self._conn.send_later(sql.INSERT_EDGES, _edge_columns(edges))
         for job, tasks, _ in jobs:
             self._events.add_many(created_events(job, tasks))
 
@@ -491,6 +489,11 @@ def _task_columns(rows: Sequence[tuple[Any, ...]]) -> list[list[Any]]:
     no element type for psycopg to discover per list, the fixed-size ones packed at once."""
     columns = zip(*rows, strict=True)
     return [array(column) for array, column in zip(_TASK_ROW_ARRAYS, columns, strict=True)]
+
+
+def _edge_columns(edges: Sequence[tuple[UUID, UUID]]) -> tuple[list[UUID], list[UUID]]:
+    """Parameters of ``sql.INSERT_EDGES``: the dependents' ids, then their dependencies'."""
+    return [e[0] for e in edges], [e[1] for e in edges]
 
 
 def _task_arrays(job_id: UUID, tasks: Sequence[Task]) -> tuple[Any, ...]:

@@ -76,7 +76,7 @@ def bind_on_client(conn: AsyncConnection[TupleRow], query: Any, params: Any) -> 
     try:
         if statements is not None and (name := statements.name_of(query)) is not None:
             return f"EXECUTE {name}({statements.literals(conn, params)})"
-        bound = _bound_fast(conn, query, params)
+        bound = _bound_fast(conn, statements or ClientStatements(), query, params)
         if bound is None:
             bound = AsyncClientCursor(conn).mogrify(_PLACEHOLDER.sub(_as_text, query), params)
     except (psycopg.Error, TypeError, ValueError):
@@ -97,23 +97,17 @@ def _as_text(match: re.Match[str]) -> str:
     return "%%" if match.group(1) == "%" else "%s"
 
 
-def _bound_fast(conn: AsyncConnection[TupleRow], query: str, params: Any) -> str | None:
-    """``query`` with each placeholder replaced by its parameter's literal and each ``%%`` by
-    ``%``: the text psycopg's ``mogrify`` writes (:func:`fast_literal` where it applies, the
-    connection's transformer for the rest), without mogrify's array dumpers, which escape
-    per character in Python. None when the parameters are not a sequence or do not match the
-    placeholders (psycopg then decides, or refuses)."""
+def _bound_fast(
+    conn: AsyncConnection[TupleRow], statements: ClientStatements, query: str, params: Any
+) -> str | None:
+    """``query`` with each placeholder replaced by its parameter's literal
+    (:meth:`ClientStatements.literal_list`) and each ``%%`` by ``%``: the text psycopg's
+    ``mogrify`` writes, without mogrify's array dumpers, which escape per character in Python.
+    None when the parameters are not a sequence or do not match the placeholders (psycopg
+    then decides, or refuses)."""
     if not isinstance(params, tuple | list):
         return None
-    literals = []
-    transformer: abc.Transformer | None = None
-    for param in params:
-        literal = fast_literal(param)
-        if literal is None:
-            if transformer is None:
-                transformer = Transformer(conn)
-            literal = transformer.as_literal(param).decode(conn.info.encoding)
-        literals.append(literal)
+    literals = statements.literal_list(conn, params)
     given = iter(literals)
     missing = False
 
@@ -336,9 +330,13 @@ class ClientStatements:
         self._transformer: abc.Transformer | None = None
 
     def literals(self, conn: AsyncConnection[TupleRow], params: Any) -> str:
-        """``params`` as SQL literals separated by commas, each as psycopg's text dumper
-        writes it (:func:`fast_literal` for the common types, the connection's transformer
-        for the rest)."""
+        """:meth:`literal_list` separated by commas (an ``EXECUTE``'s arguments)."""
+        return ", ".join(self.literal_list(conn, params))
+
+    def literal_list(self, conn: AsyncConnection[TupleRow], params: Any) -> list[str]:
+        """``params`` as SQL literals, each as psycopg's text dumper writes it
+        (:func:`fast_literal` for the common types, the connection's transformer for the
+        rest)."""
         out = []
         for param in params:
             literal = fast_literal(param)
@@ -348,7 +346,7 @@ class ClientStatements:
                     tx = self._transformer = Transformer(conn)
                 literal = tx.as_literal(param).decode(conn.info.encoding)
             out.append(literal)
-        return ", ".join(out)
+        return out
 
     def name_of(self, query: str) -> str | None:
         """The name ``query`` is prepared under on this connection, or None."""
