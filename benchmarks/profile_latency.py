@@ -10,6 +10,10 @@ workers), with each sample split by the database's own clock (issue 17 item 4):
 * ``to_handler``: claim ``now()`` -> the handler's first line (the claim's statements and
   COMMIT, the lease script, the dispatch to a slot).
 
+A claim from the snapshot its pop brought (ARCHITECTURE.md, "The carried claim") is dated by
+the worker connection's estimate, taken before its one request is bound and sent, so its
+``to_claim`` ends earlier and its ``to_handler`` holds the binding and the whole request.
+
 ``now()`` is the transaction's start, read once per transaction; the submit's is the job's
 ``created_at``, which a submission on a connection that has read the clock already dates by
 an estimate that lags ``now()`` by about one request (``Transaction.write_time``), so the

@@ -128,7 +128,7 @@ async def test_store_down_means_nothing_is_pushed(app: App) -> None:
 
 
 async def test_redis_down_after_the_commit_still_creates_the_job(app: App) -> None:
-    async def refuse(items: object) -> int:
+    async def refuse(items: object, *, carried: object = ()) -> int:
         raise BackendUnavailable("redis enqueue failed")
 
     app.queue.enqueue_many = refuse  # type: ignore[method-assign]

@@ -14,6 +14,7 @@ from dtq.adapters.memory.clock import FakeClock
 from dtq.adapters.memory.queue import InMemoryQueue
 from dtq.adapters.memory.store import InMemoryStore
 from dtq.application.commands import SubmitJob, SubmitResult, TaskSpec
+from dtq.application.ports import CarriedTask
 from dtq.application.submit import SubmitService
 from dtq.domain.errors import BackendUnavailable, DuplicateIdempotencyKey, IdempotencyConflict
 
@@ -190,10 +191,12 @@ class HeldQueue(InMemoryQueue):
         super().__init__(FakeClock())
         self.release = asyncio.Event()
 
-    async def enqueue_many(self, items: Sequence[tuple[UUID, str]]) -> int:
+    async def enqueue_many(
+        self, items: Sequence[tuple[UUID, str]], *, carried: Sequence[CarriedTask] = ()
+    ) -> int:
         if len(items) > 1:
             await self.release.wait()
-        return await super().enqueue_many(items)
+        return await super().enqueue_many(items, carried=carried)
 
 
 async def test_a_group_is_answered_at_its_commit_and_pushed_afterwards() -> None:
@@ -217,7 +220,9 @@ async def test_a_group_is_answered_at_its_commit_and_pushed_afterwards() -> None
 class DownQueue(InMemoryQueue):
     """The memory queue with Redis down: every push raises ``BackendUnavailable``."""
 
-    async def enqueue_many(self, items: Sequence[tuple[UUID, str]]) -> int:
+    async def enqueue_many(
+        self, items: Sequence[tuple[UUID, str]], *, carried: Sequence[CarriedTask] = ()
+    ) -> int:
         raise BackendUnavailable("redis down")
 
 

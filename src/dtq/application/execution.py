@@ -23,7 +23,15 @@ from typing import Any
 from uuid import UUID
 
 from dtq.application.commands import Claim, ExecutionPolicy, ReportOutcome
-from dtq.application.ports import Clock, Lease, LeaseState, Queue, Store, Transaction
+from dtq.application.ports import (
+    CarriedTask,
+    Clock,
+    Lease,
+    LeaseState,
+    Queue,
+    Store,
+    Transaction,
+)
 from dtq.application.transitions import (
     cascade_failure,
     mark_job_failed,
@@ -186,11 +194,20 @@ class ExecutionService:
             return []
         served = None if kinds is None else frozenset(kinds)
         run_ids = {task_id: run_id_for(task_id) for task_id in ids}
+        # a lone id popped with its snapshot is claimed without reading it, on the first try
+        # only (a re-run reads: the snapshot was refused or is used up)
+        carried = [c] if len(ids) == 1 and (c := self._queue.carried(ids[0])) else []
+
+        async def claim(tx: Transaction) -> _ClaimBatch:
+            if carried:
+                batch = await _claim_carried(tx, carried.pop(), run_ids, worker_id, served)
+                if batch is not None:
+                    return batch
+            return await _claim_tx(tx, ids, run_ids, worker_id, served)
+
         try:
             try:
-                batch = await self._store.run(
-                    lambda tx: _claim_tx(tx, ids, run_ids, worker_id, served)
-                )
+                batch = await self._store.run(claim)
             except CommitOutcomeUnknown:
                 try:
                     batch = await self._store.run(
@@ -656,6 +673,46 @@ async def _claim_tx(
         batch.claims = _with_trace_contexts(batch.claims, started)
         batch.claims = await _with_parents(tx, batch.claims, roots=roots)
     return batch
+
+
+async def _claim_carried(
+    tx: Transaction,
+    carried: CarriedTask,
+    run_ids: dict[UUID, UUID],
+    worker_id: str,
+    kinds: frozenset[str] | None,
+) -> _ClaimBatch | None:
+    """A lone claim from the snapshot its pop brought (``Queue.carried``): the store confirms
+    the task and job rows in the request that writes the claim and commits (one request in
+    all, ``TaskRepository.confirm``), instead of a read before it. None, with nothing sent,
+    when the snapshot does not qualify (not a root task never written since its submit, or a
+    kind this worker does not serve): the caller reads.
+
+    Raises:
+        ConcurrentUpdate: the task is not claimable at the try's time (read it on the re-run),
+            or (from the commit's request) a row is not as carried.
+    """
+    task, job = carried.task, carried.job
+    if (
+        task.version != 0
+        or task.status is not TaskStatus.QUEUED
+        or task.job_id != job.id
+        or task.id not in run_ids
+        or (kinds is not None and task.kind not in kinds)
+    ):
+        return None
+    now = await tx.write_time()
+    tx.tasks.confirm(task)
+    tx.jobs.confirm(job)
+    try:
+        run = task.claim(run_id=run_ids[task.id], worker_id=worker_id, at=now)
+    except TaskNotClaimable as refused:
+        raise ConcurrentUpdate(f"carried task {task.id} not claimable: {refused}") from refused
+    await tx.tasks.save_many([task])
+    await tx.runs.add_many([run])
+    started = await mark_jobs_started(tx, [job], at=now)
+    claims = [Claim(task=task, run=run, worker_id=worker_id)]  # a root: no parents
+    return _ClaimBatch(now=now, claims=_with_trace_contexts(claims, started))
 
 
 def _with_trace_contexts(claims: list[Claim], jobs: Sequence[Job]) -> list[Claim]:

@@ -102,6 +102,18 @@ class JobRepository(Protocol):
         """The job created under ``key``, or None."""
         ...
 
+    def confirm(self, job: Job) -> None:
+        """Take ``job``, a row this try did not read (a ``CarriedTask``), as read at
+        ``job.version``, without a round trip of its own: the store checks that the stored
+        row is exactly ``job`` before the try's next statement runs, so a later ``save`` is a
+        compare-and-set on a row the try knows.
+
+        Raises:
+            ConcurrentUpdate: the row differs or is gone (now, or from the try's next request;
+                nothing after the check ran, the try is re-run).
+        """
+        ...
+
     async def save(self, job: Job) -> None:
         """Write ``job`` if its row still has ``job.version``; then bump ``job.version``.
 
@@ -163,6 +175,16 @@ class TaskRepository(Protocol):
 
     async def list_by_job(self, job_id: UUID) -> list[Task]:
         """Every task of the job, ordered by ``created_at`` then ``name``."""
+        ...
+
+    def confirm(self, task: Task) -> None:
+        """``JobRepository.confirm`` for a task, every column but the payload, which is not
+        carried: the stored payload is set on ``task.payload`` by the time the try's next
+        request returns (for a claim, its commit).
+
+        Raises:
+            ConcurrentUpdate: the row differs or is gone (now, or from the try's next request).
+        """
         ...
 
     async def save(self, task: Task) -> None:
@@ -688,15 +710,32 @@ class Queue(Protocol):
     Adapters wrap their driver's errors as ``BackendUnavailable``.
     """
 
-    async def enqueue_many(self, items: Sequence[tuple[UUID, str]]) -> int:
+    async def enqueue_many(
+        self, items: Sequence[tuple[UUID, str]], *, carried: Sequence[CarriedTask] = ()
+    ) -> int:
         """For each ``(task_id, priority)``, in order and atomically per item: set the task's
         pending marker (it lives for the adapter's marker TTL) and append the id to the ready
         list of ``priority``, unless a live marker already exists (a delivery is in flight, or
         the id appeared earlier in the batch). One round trip (a batch larger than the adapter's
         chunk, 500 ids on Redis, takes one per chunk, so no call holds the server long).
 
+        ``carried``: snapshots of some of the ``items`` to travel with their ids, so that the
+        worker that pops one claims it without reading it (:meth:`carried`). An adapter may
+        drop any of them (the Redis adapter keeps one only when its list was empty, so only an
+        idle system's pushes carry, and only up to ``CARRY_MAX_BYTES``).
+
         Returns:
             How many ids were pushed.
+        """
+        ...
+
+    def carried(self, task_id: UUID) -> CarriedTask | None:
+        """The snapshot that came with ``task_id`` when this process popped it
+        (``enqueue_many``'s ``carried``), handed out once; None when none came, or when it was
+        dropped (an adapter keeps a bounded number, the oldest dropped first). No I/O.
+
+        A snapshot is not the store's word: a claim using it has the store confirm it
+        (``TaskRepository.confirm``).
         """
         ...
 
@@ -853,6 +892,23 @@ class Queue(Protocol):
             The epoch in force and its age by the queue server's clock.
         """
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class CarriedTask:
+    """A root task due now and its job, as the submit that created them committed them
+    (``queued`` and ``pending``, version 0), carried on the ready list with the task's id
+    (``Queue.enqueue_many``) so that the worker popping it claims it in one request: the
+    claim has the store confirm both rows (``confirm``) instead of reading them.
+
+    Attributes:
+        task: the task, its ``payload`` None (not carried: the store brings it with the
+            claim's commit).
+        job: its job.
+    """
+
+    task: Task
+    job: Job
 
 
 # --- queue inspection (issue 14 item 7: explain) --------------------------------------------

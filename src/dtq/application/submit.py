@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
+from dataclasses import replace
 from datetime import datetime, timedelta
 from uuid import UUID, uuid4
 
 from dtq.application.commands import SubmitJob, SubmitResult, TaskSpec
-from dtq.application.ports import Queue, Store, Transaction
+from dtq.application.ports import CarriedTask, Queue, Store, Transaction
 from dtq.domain.dag import TaskNode, validate_dag
 from dtq.domain.entities import Job, Task
 from dtq.domain.errors import (
@@ -43,7 +44,7 @@ class _Submission:
     rows and an ambiguous commit can be checked), its transaction step, and the Redis work
     left for after the commit."""
 
-    __slots__ = ("cmd", "due", "job_id", "later", "result", "task_ids")
+    __slots__ = ("cmd", "due", "job_id", "later", "made", "result", "task_ids")
 
     def __init__(self, cmd: SubmitJob) -> None:
         self.cmd = cmd
@@ -53,6 +54,8 @@ class _Submission:
         #: due time of each root, as the latest transaction attempt computed it
         self.due: dict[UUID, datetime] = {}
         self.later: set[UUID] = set()
+        #: the job and tasks as the latest transaction attempt created them
+        self.made: tuple[Job, list[Task]] | None = None
         self.result: SubmitResult | BaseException | None = None
 
     async def create(self, tx: Transaction) -> SubmitResult:
@@ -103,6 +106,7 @@ class _Submission:
             for spec in cmd.tasks
             for dep in dict.fromkeys(spec.depends_on)
         ]
+        self.made = (job, tasks)
         self.due.clear()
         self.later.clear()
         for task in tasks:
@@ -118,6 +122,18 @@ class _Submission:
     def roots(self) -> list[tuple[UUID, str]]:
         """``(task_id, priority)`` of the job's tasks without dependencies."""
         return [(self.task_ids[s.name], s.priority) for s in self.cmd.tasks if not s.depends_on]
+
+    def carried(self) -> list[CarriedTask]:
+        """The snapshot of a one-task job's task, due now, to ride with its id (an idle
+        worker claims it without reading it, ``Queue.enqueue_many``); none for a larger job
+        (its first claim changes the job the others would carry)."""
+        if self.made is None:
+            return []
+        job, tasks = self.made
+        if len(tasks) != 1 or tasks[0].id in self.later:
+            return []
+        task = replace(tasks[0], payload=None, transitions=())
+        return [CarriedTask(task=task, job=replace(job, transitions=()))]
 
 
 class SubmitService:
@@ -338,8 +354,9 @@ class SubmitService:
         if not created:
             return
         now_items = [r for s in created for r in s.roots() if r[0] not in s.later]
+        carried = created[0].carried() if len(created) == 1 else []  # a lone submit's
         with contextlib.suppress(BackendUnavailable):
-            await self._queue.enqueue_many(now_items)
+            await self._queue.enqueue_many(now_items, carried=carried)
             for s in created:
                 for task_id, priority in s.roots():
                     if task_id in s.later:  # due later: the promoter pushes it on time

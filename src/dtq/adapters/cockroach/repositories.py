@@ -354,6 +354,31 @@ class PgJobRepository:
         self._versions.read_jobs(jobs)
         return jobs
 
+    def confirm(self, job: Job) -> None:
+        """Take ``job``, a row this try did not read (a claim's ``CarriedTask``), as read at
+        ``job.version``: the request that carries the try's next statements first checks that
+        the stored row is exactly ``job`` (``sql.CONFIRM_JOB``), no round trip of its own.
+
+        Raises:
+            ConcurrentUpdate: from that request, when the row differs or is gone (nothing
+                after the check ran).
+        """
+        params = (
+            job.id,
+            job.name,
+            job.status.value,
+            encode_json(job.metadata),
+            job.idempotency_key,
+            job.request_hash,
+            Int8(job.version),
+            job.created_at,
+            job.updated_at,
+            job.trace_context,
+        )
+        if not self._conn.send_check(sql.CONFIRM_JOB, params, f"job {job.id}"):
+            raise ConcurrentUpdate(f"job {job.id} could not be checked without a read")
+        self._versions.read_jobs([job])
+
     async def save(self, job: Job) -> None:
         """Compare-and-set on ``version``; bumps ``job.version`` on success.
 
@@ -600,6 +625,27 @@ class PgTaskRepository:
         tasks = [task_from_row(row) for row in await cur.fetchall()]
         self._versions.read_tasks(tasks)
         return tasks
+
+    def confirm(self, task: Task) -> None:
+        """Take ``task``, a row this try did not read (a claim's ``CarriedTask``, its payload
+        not carried), as read at ``task.version``: the request that carries the try's next
+        statements first checks that the stored row is exactly ``task``, every column but
+        the payload (``sql.CONFIRM_TASK``), and brings the stored payload, set on
+        ``task.payload`` when that request returns; no round trip of its own.
+
+        Raises:
+            ConcurrentUpdate: from that request, when the row differs or is gone (nothing
+                after the check ran).
+        """
+        row = _task_row(task.job_id, task)
+        params = (*row[:4], *row[5:])  # INSERT_TASK's columns but the payload
+
+        def take(answer: TupleRow) -> None:
+            task.payload = decode_json(answer[1])
+
+        if not self._conn.send_check(sql.CONFIRM_TASK, params, f"task {task.id}", take):
+            raise ConcurrentUpdate(f"task {task.id} could not be checked without a read")
+        self._versions.read_tasks([task])
 
     async def save(self, task: Task) -> None:
         """Compare-and-set on ``version``; bumps ``task.version`` on success.

@@ -83,6 +83,17 @@ GET_JOB: Final = (
     " created_at, updated_at, trace_context FROM jobs WHERE id = %s"
 )
 
+# A job row carried from outside the try (a claim's ``CarriedTask``), checked to be exactly
+# the stored row by the request that carries the try's writes (``PgJobRepository.confirm``):
+# SQLSTATE 22012 when it is not (changed or gone). Parameters in ``INSERT_JOB``'s order.
+CONFIRM_JOB: Final = (
+    "WITH matched AS (SELECT 1 FROM jobs WHERE id = %s AND name = %s AND status = %s"
+    " AND metadata IS NOT DISTINCT FROM %s::jsonb AND idempotency_key IS NOT DISTINCT FROM %s"
+    " AND request_hash IS NOT DISTINCT FROM %s AND version = %s AND created_at = %s"
+    " AND updated_at = %s AND trace_context IS NOT DISTINCT FROM %s)"
+    " SELECT CAST(1 / count(*) AS BIGINT) FROM matched"
+)
+
 GET_JOB_BY_KEY: Final = (
     "SELECT id, name, status, metadata::text, idempotency_key, request_hash, version,"
     " created_at, updated_at, trace_context FROM jobs WHERE idempotency_key = %s"
@@ -233,6 +244,23 @@ GET_TASKS_WITH_JOBS: Final = (
 # case, so the array form is planned afresh on every lone claim (~0.1 ms of the database's
 # CPU, three times its execution); ``= $1`` runs its cached generic plan after five.
 GET_TASK_WITH_JOB: Final = _by_equality(GET_TASKS_WITH_JOBS)
+
+# A task row carried from outside the try, checked as ``CONFIRM_JOB`` is, every column but the
+# payload (``PgTaskRepository.confirm``); the one row it answers brings the stored payload,
+# found among the request's results by its first column's name, ``CONFIRMED_COLUMN``.
+# Parameters in ``INSERT_TASK``'s order without the payload.
+CONFIRMED_COLUMN: Final = "dtq_confirmed"
+CONFIRM_TASK: Final = (
+    "WITH matched AS (SELECT payload::text AS payload FROM tasks WHERE id = %s AND job_id = %s"
+    " AND name = %s AND kind = %s AND status = %s AND scheduled_at = %s AND created_at = %s"
+    " AND updated_at = %s AND priority = %s AND max_attempts = %s AND attempt = %s"
+    " AND reclaims = %s AND started_at IS NOT DISTINCT FROM %s"
+    " AND finished_at IS NOT DISTINCT FROM %s AND last_error IS NOT DISTINCT FROM %s"
+    " AND current_run_id IS NOT DISTINCT FROM %s AND version = %s AND job_position = %s"
+    " AND result IS NOT DISTINCT FROM %s::jsonb AND progress IS NOT DISTINCT FROM %s::jsonb"
+    " AND retry_policy IS NOT DISTINCT FROM %s::jsonb AND timeout_ms IS NOT DISTINCT FROM %s)"
+    " SELECT CAST(1 / count(*) AS BIGINT) AS dtq_confirmed, max(payload) FROM matched"
+)
 
 LIST_TASKS_BY_JOB: Final = (
     "SELECT id, job_id, name, kind, payload::text, status, scheduled_at, created_at,"

@@ -548,6 +548,7 @@ class TryConnection:
         self._opening = False
         self._deferred: list[str] = []
         self._guards: list[str] = []  # what the queued compare-and-sets write, for errors
+        self._answers: list[Callable[[TupleRow], None]] = []  # for the queued checks' rows
         self._estimated = False  # the check of an estimated now() waits in the queue
         self.by_name = False  # some request of this try executed a statement prepared by name
 
@@ -611,6 +612,31 @@ class TryConnection:
         self._guards.append(what)
         return True
 
+    def send_check(
+        self,
+        query: str,
+        params: Any,
+        what: str,
+        on_row: Callable[[TupleRow], None] | None = None,
+    ) -> bool:
+        """Queue a check of a row this try has not read (``sql.CONFIRM_TASK``, already in the
+        guard's form: 22012 unless it matches) for the next request; its failure raises
+        ``ConcurrentUpdate`` naming ``what`` from the request that carries it, and nothing
+        after it runs. ``on_row`` gets the check's answer row (a result whose first column is
+        ``sql.CONFIRMED_COLUMN``) when that request returns.
+
+        Returns:
+            False, with nothing queued, when the statement cannot be bound on the client.
+        """
+        bound = bind_on_client(self.raw, query, params)
+        if bound is None:
+            return False
+        self._deferred.append(bound)
+        self._guards.append(what)
+        if on_row is not None:
+            self._answers.append(on_row)
+        return True
+
     async def execute(
         self, query: Any, params: Any = None, *, prepare: bool | None = None, binary: bool = False
     ) -> AsyncCursor[TupleRow]:
@@ -644,15 +670,15 @@ class TryConnection:
 
     async def _request(self, texts: list[str]) -> AsyncCursor[TupleRow]:
         """One simple query: the BEGIN if owed, the queued writes, then ``texts``. The cursor
-        is left on the last result.
+        is left on the last result; the queued checks' answer rows go to their ``on_row``.
 
         Raises:
             ConcurrentUpdate: a queued compare-and-set wrote no row (nothing after it ran).
             psycopg.Error: any other failure of the request.
         """
         opening, deferred, guards = self._opening, self._deferred, self._guards
-        estimated = self._estimated
-        self._opening, self._deferred, self._guards = False, [], []
+        estimated, answers = self._estimated, self._answers
+        self._opening, self._deferred, self._guards, self._answers = False, [], [], []
         self._estimated = False
         parts = ([sql.BEGIN_WITH_NOW] if opening else []) + deferred + texts
         if not self.by_name:
@@ -661,27 +687,50 @@ class TryConnection:
         try:
             cur = await self.raw.execute("; ".join(parts), prepare=False)
         except psycopg.errors.DivisionByZero as exc:
-            if estimated:
-                # the check goes with the BEGIN, before any compare-and-set can be queued
-                # (one needs a row read in the try, so a request sent before it)
-                if (anchor := self._anchor) is not None:
-                    anchor.refused()
-                raise EstimateRefused(
-                    "the estimated transaction timestamp was not within the tolerance"
-                ) from exc
-            if not guards:
+            refusal = self._refusal(estimated, guards)
+            if refusal is None:
                 raise
-            raise ConcurrentUpdate(
-                f"{' or '.join(guards)} changed since this transaction read it"
-            ) from exc
+            raise refusal from exc
         if estimated:
             ClockAnchor.accepted()
         if opening:
             cur.nextset()  # the BEGIN's now()
             await self._take_now(cur, time.monotonic() - sent_at)
-        while cur.nextset():
-            pass
-        return cur
+        if not answers:
+            while cur.nextset():
+                pass
+            return cur
+        while True:  # the checks' answers, from the current result on
+            described = cur.description
+            if answers and described and described[0].name == sql.CONFIRMED_COLUMN:
+                row = await cur.fetchone()
+                if row is not None:
+                    answers.pop(0)(row)
+            if not cur.nextset():
+                return cur
+
+    def _refusal(self, estimated: bool, guards: list[str]) -> Exception | None:
+        """What a request that failed with 22012 raises: the check of an estimated now()
+        (sent right after the BEGIN), or a queued compare-and-set or check that found no row;
+        with both in the request, either (a re-run reads the clock). None: neither was queued,
+        the error is the request's own."""
+        anchor = self._anchor
+        if estimated and guards:
+            if anchor is not None:
+                anchor.forget()
+            return ConcurrentUpdate(
+                f"{' or '.join(guards)} changed since this transaction read it, or the"
+                " estimated transaction timestamp was refused"
+            )
+        if estimated:
+            if anchor is not None:
+                anchor.refused()
+            return EstimateRefused(
+                "the estimated transaction timestamp was not within the tolerance"
+            )
+        if not guards:
+            return None
+        return ConcurrentUpdate(f"{' or '.join(guards)} changed since this transaction read it")
 
     async def _take_now(self, cur: AsyncCursor[TupleRow], waited: float) -> None:
         row = await cur.fetchone()

@@ -25,19 +25,29 @@ under asyncio concurrency, like a Redis command or Lua script. Not thread-safe.
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 from collections import Counter, defaultdict, deque
 from collections.abc import Collection, Sequence
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
-from dtq.application.ports import Clock, Lease, LeaseState, QueueEpoch, QueueSnapshot
+from dtq.application.ports import (
+    CarriedTask,
+    Clock,
+    Lease,
+    LeaseState,
+    QueueEpoch,
+    QueueSnapshot,
+)
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_MS = timedelta(milliseconds=1)
 
 # A list: a priority (its ready list) or a ``(priority, kind)`` (its routed list).
 _List = str | tuple[str, str]
+#: Most carried snapshots kept for ids not yet claimed (the oldest dropped first).
+CARRIED_KEPT = 256
 
 # A blocked popper: the future a push resolves with ``(list, task_id)``.
 _Waiter = asyncio.Future[tuple[_List, UUID]]
@@ -86,6 +96,7 @@ class InMemoryQueue:
         self._markers: dict[UUID, datetime] = {}  # task id -> expiry
         self._leases: dict[UUID, tuple[Lease, datetime]] = {}  # task id -> (lease, expiry)
         self._scheduled: dict[tuple[str, UUID], int] = {}  # (priority, task id) -> due epoch ms
+        self._carried: dict[UUID, CarriedTask] = {}  # oldest first, at most CARRIED_KEPT
 
     # --- pending markers ----------------------------------------------------------------------
 
@@ -105,15 +116,31 @@ class InMemoryQueue:
         self._markers[task_id] = self._clock.now() + self._marker_ttl
         return True
 
-    async def enqueue_many(self, items: Sequence[tuple[UUID, str]]) -> int:
+    async def enqueue_many(
+        self, items: Sequence[tuple[UUID, str]], *, carried: Sequence[CarriedTask] = ()
+    ) -> int:
         """For each ``(task_id, priority)`` in order: set the pending marker and push the id
-        onto the ``priority`` tier, unless a live marker exists. Returns how many were pushed."""
+        onto the ``priority`` tier, unless a live marker exists. A ``carried`` snapshot of an
+        id pushed onto an empty list is kept (a copy) for :meth:`carried`, as the Redis
+        adapter keeps it on the list. Returns how many were pushed."""
+        snapshots = {c.task.id: c for c in carried}
         pushed = 0
         for task_id, priority in items:
             if self._reserve(task_id):
+                if task_id in snapshots and not self._ready.get(priority):
+                    self._keep_carried(snapshots[task_id])
                 self._push(priority, task_id)
                 pushed += 1
         return pushed
+
+    def _keep_carried(self, snapshot: CarriedTask) -> None:
+        self._carried[snapshot.task.id] = copy.deepcopy(snapshot)
+        while len(self._carried) > CARRIED_KEPT:
+            del self._carried[next(iter(self._carried))]  # the oldest
+
+    def carried(self, task_id: UUID) -> CarriedTask | None:
+        """The snapshot kept for ``task_id`` by ``enqueue_many``, once; None without one."""
+        return self._carried.pop(task_id, None)
 
     async def enqueue_unlisted(self, items: Sequence[tuple[UUID, str, str]]) -> int:
         """Set each marker; push the ``(task_id, priority, kind)`` id onto its ready list unless

@@ -317,6 +317,11 @@ class _Jobs:
         job_id = tx._t.idempotency.get(key)
         return await self.get(job_id) if job_id else None
 
+    def confirm(self, job: Job) -> None:
+        stored = self._tx.job(job.id)
+        if stored != job:
+            raise ConcurrentUpdate(f"job {job.id} is not as carried")
+
     async def save(self, job: Job) -> None:
         await self.save_many([job])
 
@@ -388,6 +393,12 @@ class _Tasks:
     async def list_by_job(self, job_id: UUID) -> list[Task]:
         tasks = await self.get_many(self._job_task_ids(job_id))
         return sorted(tasks, key=lambda t: (t.created_at, t.name))
+
+    def confirm(self, task: Task) -> None:
+        stored = self._tx.task(task.id)
+        if stored is None or replace(stored, payload=None) != replace(task, payload=None):
+            raise ConcurrentUpdate(f"task {task.id} is not as carried")
+        task.payload = copy.deepcopy(stored.payload)  # the store's copy, as a database's read
 
     async def save(self, task: Task) -> None:
         await self.save_many([task])

@@ -62,6 +62,7 @@ from datetime import UTC, datetime, timedelta
 from typing import cast
 from uuid import UUID
 
+import msgspec
 from redis.commands.core import AsyncScript
 from redis.exceptions import RedisClusterException, RedisError, ResponseError
 
@@ -79,7 +80,8 @@ from dtq.adapters.redis.connection import (
 from dtq.adapters.redis.inspect import RedisQueueInspector
 from dtq.adapters.redis.keys import KeyLayout
 from dtq.adapters.redis.leases import RedisLeases
-from dtq.application.ports import QueueEpoch
+from dtq.application.ports import CarriedTask, QueueEpoch
+from dtq.domain.entities import Job, Task
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_MS = timedelta(milliseconds=1)
@@ -88,11 +90,36 @@ _MIN_BLOCK = 0.01  # seconds; BRPOP rounds to ms and a 0 timeout would block for
 # Redis server rather than one that blocks every other client for ~40-100 ms (issue 17 item 5,
 # measured on the loaded 2-core box); the round trips cost ~0.1 ms each.
 _SCRIPT_IDS = 500
+#: Longest list entry that carries a snapshot (``carried_entry``), in bytes; a larger snapshot
+#: (a job with much metadata) is not carried.
+CARRY_MAX_BYTES = 4096
+#: Most carried snapshots a process keeps for popped ids not yet claimed (oldest dropped first).
+CARRIED_KEPT = 256
+_ID_TEXT = 36  # a canonical UUID's length
+_SNAPSHOT_ENCODER = msgspec.json.Encoder()
+_SNAPSHOT_DECODER = msgspec.json.Decoder(tuple[Task, Job])
 
 
-def _parse_ids(raw: Sequence[bytes | str]) -> list[UUID]:
-    """The UUIDs among popped list entries, in order (malformed entries are dropped)."""
-    return [task_id for task_id in map(parse_uuid, raw) if task_id is not None]
+def carried_entry(snapshot: CarriedTask) -> bytes | None:
+    """The list entry carrying ``snapshot``: its task id (canonical text), ``|``, then the task
+    and job as JSON; None when that is longer than ``CARRY_MAX_BYTES`` or not encodable (the
+    bare id goes instead)."""
+    try:
+        body = _SNAPSHOT_ENCODER.encode((snapshot.task, snapshot.job))
+    except (TypeError, ValueError, OverflowError):
+        return None
+    entry = b"%s|%s" % (str(snapshot.task.id).encode(), body)
+    return entry if len(entry) <= CARRY_MAX_BYTES else None
+
+
+def _split_entry(entry: bytes | str) -> tuple[UUID | None, bytes | str | None]:
+    """A popped entry's id and carried snapshot (None for a bare id); ``(None, None)`` for a
+    malformed entry."""
+    if len(entry) <= _ID_TEXT:
+        return parse_uuid(entry), None
+    if entry[_ID_TEXT : _ID_TEXT + 1] not in (b"|", "|"):
+        return None, None
+    return parse_uuid(entry[:_ID_TEXT]), entry[_ID_TEXT + 1 :]
 
 
 def _epoch_ms(moment: datetime) -> int:
@@ -145,9 +172,16 @@ class _Books:
         """KEYS: the markers, then the books of each list."""
         return self._markers + self._keys
 
-    def args(self, marker_ttl_ms: int) -> list[str | int]:
-        """ARGV: marker TTL, how many ids, the ids, then their list numbers."""
-        return [marker_ttl_ms, len(self._ids), *self._ids, *self._numbers]
+    def args(
+        self, marker_ttl_ms: int, carried: Sequence[tuple[int, bytes]] = ()
+    ) -> list[str | int | bytes]:
+        """ARGV: marker TTL, how many ids, the ids, their list numbers, then the ``(i, entry)``
+        pairs of the carried entries (``scripts.ENQUEUE_MANY``; i is 1-based)."""
+        args: list[str | int | bytes] = [marker_ttl_ms, len(self._ids), *self._ids]
+        args += self._numbers
+        for pair in carried:
+            args += pair
+        return args
 
 
 class RedisQueue(RedisLeases):
@@ -185,6 +219,7 @@ class RedisQueue(RedisLeases):
         self._rotation = 0  # where each tier's lists start, when popping with kinds
         self._promote = client.register_script(scripts.PROMOTE_DUE)
         self._time = client.register_script(scripts.SERVER_TIME)
+        self._carried: dict[UUID, bytes | str] = {}  # popped ids' snapshots, oldest first
         # BRPOP must return before the client's socket read timeout, or redis-py raises a
         # TimeoutError; long waits are therefore cut into slices below that timeout.
         read_timeout = socket_timeout(client)
@@ -221,12 +256,16 @@ class RedisQueue(RedisLeases):
 
     # --- pending markers ----------------------------------------------------------------------
 
-    async def enqueue_many(self, items: Sequence[tuple[UUID, str]]) -> int:
+    async def enqueue_many(
+        self, items: Sequence[tuple[UUID, str]], *, carried: Sequence[CarriedTask] = ()
+    ) -> int:
         """For each ``(task_id, priority)`` in order: SET NX PX its pending marker and push the
         id onto its ready list (LPUSH, numbered in the list's books: ``scripts._BOOKS``), in one
         script per 500 ids (one round trip for a batch up to that size; none for no items).
 
         An id whose marker is live, including one set earlier in the same batch, is skipped.
+        A ``carried`` snapshot rides in its id's list entry (``carried_entry``) when the list
+        was empty, else it is dropped (``scripts.ENQUEUE_MANY``).
 
         Returns:
             How many ids were pushed.
@@ -234,13 +273,45 @@ class RedisQueue(RedisLeases):
         Raises:
             BackendUnavailable: Redis failed or is unreachable.
         """
+        entries = {c.task.id: entry for c in carried if (entry := carried_entry(c)) is not None}
         pushed = 0
         for start in range(0, len(items), _SCRIPT_IDS):
             books = _Books(self._keys)
-            for task_id, priority in items[start : start + _SCRIPT_IDS]:
+            riding: list[tuple[int, bytes]] = []
+            for i, (task_id, priority) in enumerate(items[start : start + _SCRIPT_IDS], 1):
                 books.add(task_id, books.ready(priority))
-            pushed += await self._run(self._enqueue_many, "enqueue_many", books)
+                if task_id in entries:
+                    riding.append((i, entries[task_id]))
+            pushed += await self._run(self._enqueue_many, "enqueue_many", books, riding)
         return pushed
+
+    def carried(self, task_id: UUID) -> CarriedTask | None:
+        """The snapshot the entry of ``task_id`` carried when this queue popped it, once; None
+        when it carried none, its snapshot was dropped (``CARRIED_KEPT``) or does not decode."""
+        body = self._carried.pop(task_id, None)
+        if body is None:
+            return None
+        try:
+            task, job = _SNAPSHOT_DECODER.decode(body)
+        except (msgspec.DecodeError, ValueError, TypeError):
+            return None
+        return CarriedTask(task=task, job=job)
+
+    def _parse(self, raw: Sequence[bytes | str]) -> list[UUID]:
+        """The ids among popped list entries, in order (malformed entries are dropped); the
+        snapshots some entries carried are kept for :meth:`carried`."""
+        ids: list[UUID] = []
+        for entry in raw:
+            task_id, snapshot = _split_entry(entry)
+            if task_id is None:
+                continue
+            ids.append(task_id)
+            if snapshot is not None:
+                kept = self._carried
+                kept[task_id] = snapshot
+                if len(kept) > CARRIED_KEPT:
+                    del kept[next(iter(kept))]  # the oldest
+        return ids
 
     async def enqueue_unlisted(self, items: Sequence[tuple[UUID, str, str]]) -> int:
         """``enqueue_many`` over ``(task_id, priority, kind)`` that does not push an id still
@@ -264,9 +335,15 @@ class RedisQueue(RedisLeases):
             pushed += await self._run(self._enqueue_unlisted, "enqueue_unlisted", books)
         return pushed
 
-    async def _run(self, script: AsyncScript, operation: str, books: _Books) -> int:
+    async def _run(
+        self,
+        script: AsyncScript,
+        operation: str,
+        books: _Books,
+        carried: Sequence[tuple[int, bytes]] = (),
+    ) -> int:
         """One idempotent push script over ``books`` (re-sent after a lost reply)."""
-        keys, args = books.keys(), books.args(self._marker_ttl_ms)
+        keys, args = books.keys(), books.args(self._marker_ttl_ms, carried)
         return int(await idempotent(operation, lambda: script(keys=keys, args=args)))
 
     async def route(self, items: Sequence[tuple[UUID, str, str]]) -> None:
@@ -300,7 +377,7 @@ class RedisQueue(RedisLeases):
         Malformed entries (not UUIDs) are popped and discarded, so fewer may come back.
         """
         raw: list[bytes | str] = await self._pop_now(keys=keys, args=[count])
-        return _parse_ids(raw)
+        return self._parse(raw)
 
     async def _pop_blocking(self, keys: list[str], deadline: float, count: int) -> list[UUID]:
         """Wait for ids until the event-loop time ``deadline``; up to ``count`` of them.
@@ -328,10 +405,10 @@ class RedisQueue(RedisLeases):
                         raise
                     self._blmpop = False  # Redis < 7.0: BRPOP, then the pop script
                     continue
-                found = [] if reply is None else _parse_ids(cast("list[bytes | str]", reply[1]))
+                found = [] if reply is None else self._parse(cast("list[bytes | str]", reply[1]))
             else:
                 single = await self._client.brpop(keys, timeout=block)
-                found = [] if single is None else _parse_ids([single[1]])
+                found = [] if single is None else self._parse([single[1]])
                 if found and count > 1:
                     with contextlib.suppress(RedisError, RedisClusterException, OSError):
                         found += await self._take(keys, count - 1)

@@ -37,13 +37,13 @@ local function book(list, pushes)
   end
   return b
 end
-local function push(list, pushes, listed_ids, id)
+local function push(list, pushes, listed_ids, id, entry)
   local b = book(list, pushes)
   if b.ids == nil then
     b.ids, b.scored, b.listed = {}, {}, listed_ids
   end
   b.pushes = b.pushes + 1
-  b.ids[#b.ids + 1] = id
+  b.ids[#b.ids + 1] = entry or id
   b.scored[#b.scored + 1] = b.pushes
   b.scored[#b.scored + 1] = id
 end
@@ -82,16 +82,29 @@ end
 
 # For each id in turn: SET NX its marker and, only if it was set, push the id onto its ready
 # list (a repeated id finds its own marker and is skipped). Returns how many ids were pushed.
+# ENQUEUE_MANY's ARGV may go on with (i, entry) pairs after the list numbers: the i-th id's
+# carried entry (``queue.carried_entry``: the id, "|", its snapshot), pushed instead of the bare
+# id when the list was empty (nothing on it at the call's start, nothing pushed to it before in
+# the call), else dropped: only an idle list's pushes carry, so a backlog holds bare ids.
 ENQUEUE_MANY = (
     _BOOKS
     + """
 local n = tonumber(ARGV[2])
 prune_most = 1000 + 2 * n
+local carried = {}
+for j = 2 * n + 3, #ARGV, 2 do
+  carried[tonumber(ARGV[j])] = ARGV[j + 1]
+end
 local pushed = 0
 for i = 1, n do
   if redis.call('SET', KEYS[i], '1', 'NX', 'PX', ARGV[1]) then
     local at = n + 3 * tonumber(ARGV[n + 2 + i]) - 2
-    push(KEYS[at], KEYS[at + 1], KEYS[at + 2], ARGV[i + 2])
+    local entry = carried[i]
+    if entry ~= nil then
+      local b = book(KEYS[at], KEYS[at + 1])
+      if b.ids ~= nil or b.pushes ~= b.popped then entry = nil end
+    end
+    push(KEYS[at], KEYS[at + 1], KEYS[at + 2], ARGV[i + 2], entry)
     pushed = pushed + 1
   end
 end

@@ -1,0 +1,241 @@
+"""An idle task's claim from the snapshot its pop brought (``CarriedTask``, issue 17 item 4).
+
+A lone submit pushes its one-task job's task and job onto an empty ready list with the id; the
+worker popping it claims it in one request: the database confirms both rows, brings the
+payload, and takes the writes and the COMMIT, instead of a read before them. A snapshot that
+is not the stored row fails that request and the claim reads as before. On PostgreSQL and
+Redis: ``RedisQueue`` carries the snapshot in the list entry, ``TaskRepository.confirm``
+checks it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from datetime import UTC, datetime
+
+import pytest
+from redis.asyncio import Redis
+
+from dtq.adapters.cockroach import sql, txconn
+from dtq.adapters.cockroach.store import CONCURRENT_UPDATE, CockroachStore, Pool, open_pool
+from dtq.adapters.redis import RedisQueue
+from dtq.adapters.redis.keys import KeyLayout
+from dtq.application.commands import SubmitJob, TaskSpec
+from dtq.application.ports import CarriedTask
+from dtq.domain.entities import Job, Task
+from dtq.domain.status import JobStatus, TaskStatus
+from dtq.entrypoints.bundles import Services
+from tests.integration.wiring import counting_statements, services_on
+
+pytestmark = pytest.mark.integration
+
+PAYLOAD = {"zeta": [1, "two", None, True], "a": {"y": 2, "x": 1.5}, "big": 2**62}
+
+
+def label(query: str) -> str:
+    return " ".join(query.split())
+
+
+@pytest.fixture(autouse=True)
+def _estimates_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Estimates on, no refusal counted, and a reading kept from a request answered within
+    50 ms (as ``test_estimated_time.py``: a loaded CI machine is slower than 5 ms)."""
+    monkeypatch.setattr(txconn.ClockAnchor, "refusals", 0)
+    monkeypatch.setattr(txconn.ClockAnchor, "off_until", 0.0)
+    monkeypatch.setattr(txconn, "READING_MAX_WAIT", 0.05)
+
+
+@pytest.fixture
+async def one_connection(pg_pool: Pool, pg_dsn: str) -> AsyncIterator[Pool]:
+    """One connection (on ``pg_pool``'s emptied tables): every try reads the same clock."""
+    pool = await open_pool(pg_dsn, min_size=1, max_size=1)
+    try:
+        yield pool
+    finally:
+        await pool.close()
+
+
+@pytest.fixture
+def retries() -> list[str]:
+    return []
+
+
+@pytest.fixture
+def services(
+    one_connection: Pool, redis_client: Redis, redis_prefix: str, retries: list[str]
+) -> Services:
+    store = CockroachStore(one_connection, base_backoff=0.001, on_retry=retries.append)
+    return services_on(store, queue=RedisQueue(redis_client, prefix=redis_prefix))
+
+
+async def submit_and_pop(services: Services, payload: object = PAYLOAD) -> uuid.UUID:
+    result = await services.api.submit.submit_job(
+        SubmitJob(tasks=(TaskSpec("a", "k", payload=payload),))
+    )
+    popped = await services.worker.queue.pop_many(["default"], timeout=1.0, max_count=1)
+    assert popped == [result.task_ids["a"]]
+    return popped[0]
+
+
+async def test_a_popped_task_that_carried_its_rows_is_claimed_in_one_request(
+    services: Services, retries: list[str]
+) -> None:
+    """One request: the BEGIN, the estimate's check, the two confirmations, the task write,
+    the run insert, the job write, the outbox and the COMMIT (two before: the read first).
+    The handler gets the payload the database stores, as a claim that reads it would."""
+    await submit_and_pop(services)  # the connection reads the clock once
+    await services.worker.execution.claim_many(
+        await services.worker.queue.pop_many(["default"], timeout=0, max_count=1), "w"
+    )
+    task_id = await submit_and_pop(services)
+
+    with counting_statements() as sent:
+        claims = await services.worker.execution.claim_many([task_id], "w")
+
+    assert len(sent) == 1
+    request = sent[0]
+    assert label(sql.CONFIRM_TASK) in request and label(sql.CONFIRM_JOB) in request
+    assert label(sql.GET_TASK_WITH_JOB) not in request
+    assert request.endswith(sql.COMMIT)
+    assert retries == []
+    [claim] = claims
+    stored = (await services.api.queries.get_task(task_id)).task
+    assert claim.task.payload == stored.payload == PAYLOAD
+    assert list(claim.task.payload) == list(stored.payload)  # the store's key order too
+    assert replace(claim.task, payload=None) == replace(stored, payload=None)
+    assert stored.status is TaskStatus.RUNNING and stored.version == 1
+    job = (await services.api.queries.get_job(claim.task.job_id)).job
+    assert job.status is JobStatus.RUNNING
+
+
+async def test_a_snapshot_that_is_not_the_stored_row_is_read_instead(
+    services: Services, retries: list[str], pg_dsn: str
+) -> None:
+    """A row changed without its version (so only the confirmation can tell): the claim's
+    request fails before it writes anything, the re-run reads the task, and the stored value
+    wins, in the claim and in the row (the snapshot's is never written back)."""
+    import psycopg
+
+    task_id = await submit_and_pop(services)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("UPDATE tasks SET max_attempts = 7 WHERE id = %s", (task_id,))
+
+    claims = await services.worker.execution.claim_many([task_id], "w")
+
+    assert retries == [CONCURRENT_UPDATE]
+    [claim] = claims
+    assert claim.task.max_attempts == 7
+    stored = (await services.api.queries.get_task(task_id)).task
+    assert stored.max_attempts == 7 and stored.status is TaskStatus.RUNNING
+
+
+async def test_a_task_cancelled_after_its_push_is_not_claimed_from_its_snapshot(
+    services: Services, retries: list[str]
+) -> None:
+    task_id = await submit_and_pop(services)
+    await services.api.control.cancel_task(task_id)
+
+    claims = await services.worker.execution.claim_many([task_id], "w")
+
+    assert claims == []
+    assert (await services.api.queries.get_task(task_id)).task.status is TaskStatus.CANCELLED
+    assert retries == [CONCURRENT_UPDATE]
+
+
+# --- RedisQueue: what rides on the list ----------------------------------------------------
+
+
+def snapshot(priority: str = "default") -> CarriedTask:
+    now = datetime.now(UTC)
+    job = Job(id=uuid.uuid4(), name="", status=JobStatus.PENDING, created_at=now, updated_at=now)
+    task = Task(
+        id=uuid.uuid4(),
+        job_id=job.id,
+        name="a",
+        kind="k",
+        payload=None,
+        status=TaskStatus.QUEUED,
+        scheduled_at=now,
+        created_at=now,
+        updated_at=now,
+        priority=priority,
+    )
+    return CarriedTask(task=task, job=job)
+
+
+async def test_only_a_push_onto_an_empty_list_carries_and_a_pop_hands_it_out_once(
+    redis_client: Redis, redis_prefix: str
+) -> None:
+    queue = RedisQueue(redis_client, prefix=redis_prefix)
+    first, second = snapshot(), snapshot()
+
+    await queue.enqueue_many([(first.task.id, "default")], carried=[first])
+    await queue.enqueue_many([(second.task.id, "default")], carried=[second])  # behind one
+
+    popped = await queue.pop_many(["default"], timeout=0, max_count=2)
+    assert popped == [first.task.id, second.task.id]
+    assert queue.carried(first.task.id) == first
+    assert queue.carried(first.task.id) is None  # once
+    assert queue.carried(second.task.id) is None  # its list held an id already
+
+
+async def test_a_batch_carries_its_first_id_onto_an_empty_list_only(
+    redis_client: Redis, redis_prefix: str
+) -> None:
+    queue = RedisQueue(redis_client, prefix=redis_prefix)
+    a, b = snapshot(), snapshot()
+
+    pushed = await queue.enqueue_many(
+        [(a.task.id, "default"), (b.task.id, "default")], carried=[a, b]
+    )
+
+    assert pushed == 2
+    assert await queue.pop_many(["default"], timeout=0, max_count=2) == [a.task.id, b.task.id]
+    assert queue.carried(a.task.id) == a
+    assert queue.carried(b.task.id) is None
+
+
+async def test_a_carried_entry_is_counted_in_the_books_by_its_id(
+    redis_client: Redis, redis_prefix: str
+) -> None:
+    """The reconciler's ``enqueue_unlisted`` finds the id waiting (books, not entries), so it
+    is not pushed a second time; ``explain`` places it from the books too."""
+    queue = RedisQueue(redis_client, prefix=redis_prefix)
+    one = snapshot()
+    await queue.enqueue_many([(one.task.id, "default")], carried=[one])
+    await queue.release_markers([one.task.id])  # as if its marker had expired
+
+    assert await queue.enqueue_unlisted([(one.task.id, "default", "k")]) == 0
+    place = await queue.inspector().inspect(one.task.id, "default", "k")
+    assert (place.ready_depth, place.ready_position) == (1, 0)
+
+
+async def test_a_malformed_carried_entry_still_delivers_its_id(
+    redis_client: Redis, redis_prefix: str
+) -> None:
+    queue = RedisQueue(redis_client, prefix=redis_prefix)
+    task_id = uuid.uuid4()
+    ready = KeyLayout(redis_prefix).ready("default")
+    await redis_client.lpush(ready, f"{task_id}|not json", f"{uuid.uuid4()}#garbage")
+
+    popped = await queue.pop_many(["default"], timeout=0, max_count=5)
+
+    assert popped == [task_id]
+    assert queue.carried(task_id) is None
+
+
+async def test_a_snapshot_too_large_to_carry_goes_as_a_bare_id(
+    redis_client: Redis, redis_prefix: str
+) -> None:
+    queue = RedisQueue(redis_client, prefix=redis_prefix)
+    big = snapshot()
+    big = CarriedTask(task=big.task, job=replace(big.job, metadata={"notes": "x" * 5000}))
+
+    await queue.enqueue_many([(big.task.id, "default")], carried=[big])
+
+    ready = KeyLayout(redis_prefix).ready("default")
+    assert await redis_client.lrange(ready, 0, -1) == [str(big.task.id).encode()]
+    assert await queue.pop_many(["default"], timeout=0, max_count=1) == [big.task.id]
+    assert queue.carried(big.task.id) is None
