@@ -9,6 +9,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from uuid import UUID, uuid4
 
+from dtq.application.breaker import PushBreaker
 from dtq.application.commands import SubmitJob, SubmitResult, TaskSpec
 from dtq.application.ports import CarriedTask, Queue, Store, Transaction
 from dtq.domain.dag import TaskNode, validate_dag
@@ -152,6 +153,8 @@ class SubmitService:
         group_max_jobs: most submissions per transaction (1 turns grouping off).
         group_max_tasks: most tasks per group transaction; a larger job is written alone.
         lanes: group transactions in flight at once.
+        pushes: the breaker the post-commit pushes go through (one per process); a new one
+            when None.
     """
 
     def __init__(
@@ -162,6 +165,7 @@ class SubmitService:
         group_max_jobs: int = GROUP_MAX_JOBS,
         group_max_tasks: int = GROUP_MAX_TASKS,
         lanes: int = GROUP_LANES,
+        pushes: PushBreaker | None = None,
     ) -> None:
         self._store = store
         self._queue = queue
@@ -171,6 +175,7 @@ class SubmitService:
         self._waiting: deque[tuple[_Submission, asyncio.Future[SubmitResult]]] = deque()
         self._running = 0
         self._lane_tasks: set[asyncio.Task[None]] = set()
+        self._pushes = PushBreaker() if pushes is None else pushes
 
     async def submit_job(self, cmd: SubmitJob) -> SubmitResult:
         """Validate and create a job in one transaction; enqueue its root tasks after commit.
@@ -350,12 +355,15 @@ class SubmitService:
         """Push the committed jobs' due roots (one round trip) and schedule the later ones.
 
         The jobs are committed: if Redis fails now, the reconciler pushes their due tasks
-        once Redis is back; failing the requests would invite clients to submit again."""
+        once Redis is back; failing the requests would invite clients to submit again. For
+        the same reason, for a while after a push failed the pushes are not sent at all (the
+        breaker raises ``PushSkipped``, suppressed here): a hung Redis would make each wait
+        the client's reply timeout."""
         if not created:
             return
         now_items = [r for s in created for r in s.roots() if r[0] not in s.later]
         carried = created[0].carried() if len(created) == 1 else []  # a lone submit's
-        with contextlib.suppress(BackendUnavailable):
+        with contextlib.suppress(BackendUnavailable), self._pushes.attempt(len(created)):
             await self._queue.enqueue_many(now_items, carried=carried)
             for s in created:
                 for task_id, priority in s.roots():

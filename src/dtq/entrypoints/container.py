@@ -31,6 +31,7 @@ from dtq.adapters.clock import SystemClock
 from dtq.adapters.memory.queue import InMemoryQueue
 from dtq.adapters.memory.store import InMemoryStore
 from dtq.application.artifacts import ArtifactService, ArtifactStore
+from dtq.application.breaker import PushBreaker
 from dtq.application.bulk import BulkService
 from dtq.application.commands import ExecutionPolicy
 from dtq.application.control import ControlService
@@ -52,6 +53,7 @@ from dtq.application.webhooks import WebhookService
 from dtq.domain.errors import BackendUnavailable
 from dtq.entrypoints.bundles import ApiServices, ReconcilerServices, Services, WorkerServices
 from dtq.entrypoints.config import ConfigError, Settings
+from dtq.entrypoints.pushes import PushReport
 
 Backend = Literal["memory", "real"]
 BACKENDS: tuple[Backend, ...] = ("memory", "real")
@@ -201,6 +203,11 @@ class Container(containers.DeclarativeContainer):
         backend: ``"memory"`` or ``"real"`` (a dependency).
         store_retry_hook: called with the reason each time the real store re-runs a
             transaction function (``orchestrator_store_retries_total``); None by default.
+        push_missed_hook: called with the reason and the number of jobs each time a submit's
+            push after the commit fails or is skipped
+            (``orchestrator_submit_pushes_missed_total``); None by default.
+        push_breaker: the submit pushes' breaker (a singleton: one per process), reporting
+            through a :class:`~dtq.entrypoints.pushes.PushReport` on ``push_missed_hook``.
         clock: the host clock (one per container).
         policy: the ``ExecutionPolicy`` derived from the settings.
         store, queue: selected by ``backend``; memory ones are singletons, real ones resources.
@@ -229,6 +236,8 @@ class Container(containers.DeclarativeContainer):
 
     store_retry_hook: providers.Object[Callable[[str], None] | None] = providers.Object(None)
 
+    push_missed_hook: providers.Object[Callable[[str, int], None] | None] = providers.Object(None)
+
     clock = providers.Singleton(SystemClock)
     policy = providers.Singleton(_policy, settings)
 
@@ -255,7 +264,10 @@ class Container(containers.DeclarativeContainer):
     artifact_store = providers.Singleton(_artifact_store, settings)
     artifacts = providers.Factory(ArtifactService, store=artifact_store)
 
-    submit = providers.Factory(SubmitService, store=store, queue=queue)
+    push_breaker = providers.Singleton(
+        PushBreaker, watcher=providers.Singleton(PushReport, count=push_missed_hook)
+    )
+    submit = providers.Factory(SubmitService, store=store, queue=queue, pushes=push_breaker)
     queries = providers.Factory(QueryService, store=store)
     control = providers.Factory(ControlService, store=store, queue=queue)
     bulk = providers.Singleton(BulkService, store=store, control=control, clock=clock)
@@ -371,6 +383,7 @@ async def open_services(
     backend: Backend,
     container: Container | None = None,
     on_store_retry: Callable[[str], None] | None = None,
+    on_push_missed: Callable[[str, int], None] | None = None,
 ) -> AsyncIterator[Services]:
     """Start the backends, yield the services, and close the backends on exit.
 
@@ -381,6 +394,8 @@ async def open_services(
             possibly with overridden providers; a new one when None.
         on_store_retry: metric hook for the real store's transaction re-runs (the reason:
             SQLSTATE, ``concurrent_update`` or ``connection_lost``).
+        on_push_missed: metric hook for a submit's push after the commit that failed or was
+            skipped (the reason, ``failed`` or ``skipped``, and the number of jobs).
 
     Yields:
         The resolved :class:`~dtq.entrypoints.bundles.Services`: the three bundles on one store
@@ -397,6 +412,8 @@ async def open_services(
         raise ValueError(f"the container was built for backend {container.backend()!r}")
     if on_store_retry is not None:
         container.store_retry_hook.override(providers.Object(on_store_retry))
+    if on_push_missed is not None:
+        container.push_missed_hook.override(providers.Object(on_push_missed))
     try:
         services = Services(
             settings=settings,

@@ -88,6 +88,10 @@ class OrchestratorMetrics:
         tasks_submitted: ``orchestrator_tasks_submitted_total``: tasks created (idempotent
             replays create nothing and do not count).
         jobs_submitted: ``orchestrator_jobs_submitted_total``: jobs created.
+        submit_pushes_missed: ``orchestrator_submit_pushes_missed_total{reason}``: committed
+            jobs whose push to Redis after the commit did not happen, ``reason`` ``failed``
+            (Redis raised or timed out) or ``skipped`` (the push breaker was open after a
+            failure); the reconciler pushes their due tasks.
         reconcile_runs: ``orchestrator_reconcile_runs_total``: reconcile passes started.
         reconcile_enqueued: ``orchestrator_reconcile_enqueued_total``: due ``queued`` tasks
             pushed to Redis by the reconciler.
@@ -138,6 +142,13 @@ class OrchestratorMetrics:
         self.jobs_submitted = Counter(
             "orchestrator_jobs_submitted",
             "Jobs created through the API (idempotent replays excluded).",
+            registry=registry,
+        )
+        self.submit_pushes_missed = Counter(
+            "orchestrator_submit_pushes_missed",
+            "Committed jobs whose push to Redis after the commit did not happen, by reason"
+            " (failed, skipped while the push breaker was open); the reconciler pushes them.",
+            ("reason",),
             registry=registry,
         )
         self.reconcile_runs = Counter(

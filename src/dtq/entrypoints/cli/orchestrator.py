@@ -140,7 +140,12 @@ async def serve(settings: Settings, *, backend: Backend, runtime: Runtime | None
     def count_retry(reason: str) -> None:
         metrics.store_retries.labels(reason=reason).inc()
 
-    async with open_services(settings, backend=backend, on_store_retry=count_retry) as services:
+    def count_push_missed(reason: str, jobs: int) -> None:
+        metrics.submit_pushes_missed.labels(reason=reason).inc(jobs)
+
+    async with open_services(
+        settings, backend=backend, on_store_retry=count_retry, on_push_missed=count_push_missed
+    ) as services:
         app = create_app(services.api, settings, metrics, metrics.registry)
         server = _Server(http_config(app, settings))
         gctuning.tune()  # the app, the pools and the imports are built: freeze them
