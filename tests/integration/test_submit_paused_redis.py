@@ -1,0 +1,107 @@
+"""Submits while Redis hangs (its process stopped with SIGSTOP: connections are accepted and
+nothing answers): the push breaker of the submit service makes only the first push after the
+commit wait the Redis client's reply timeout; the next submits answer at once, and the
+reconciler pushes every committed task once Redis answers again. PostgreSQL plus a throwaway
+``redis-server`` this test starts, through the real composition root."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from redis import Redis
+from redis.asyncio import Redis as AsyncRedis
+
+from dtq.application.breaker import PUSH_BREAKER_OPEN_FOR
+from dtq.application.commands import SubmitJob, TaskSpec
+from dtq.entrypoints.config import Settings
+from dtq.entrypoints.container import open_services
+from tests.tcp_proxy import free_port
+
+from .conftest import RedisPeek, _unavailable
+
+pytestmark = pytest.mark.integration
+
+#: Seconds the one push that meets the hung Redis may take: the 3 s reply timeout plus room.
+FIRST_PUSH_BOUND = 4.5
+
+
+@pytest.fixture
+def throwaway_redis() -> Iterator[subprocess.Popen[bytes]]:
+    """A ``redis-server`` without persistence on a free port (``proc.args[2]``), killed after."""
+    server = shutil.which("redis-server")
+    if server is None:
+        _unavailable("redis-server is not on PATH")
+    port = free_port()
+    proc = subprocess.Popen(
+        [server or "", "--port", str(port), "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                if Redis(port=port, socket_timeout=1).ping():
+                    break
+            except OSError:
+                pass
+            if time.monotonic() > deadline or proc.poll() is not None:
+                _unavailable(f"redis-server did not start on port {port}")
+            time.sleep(0.05)
+        yield proc
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+        proc.kill()
+        proc.wait()
+
+
+async def test_submits_answer_at_once_while_redis_hangs(
+    pg_dsn: str, throwaway_redis: subprocess.Popen[bytes]
+) -> None:
+    port = int(throwaway_redis.args[2])  # type: ignore[index]
+    prefix = f"t{uuid.uuid4().hex}:"
+    settings = Settings(crdb_dsn=pg_dsn, redis_addr=f"127.0.0.1:{port}", redis_key_prefix=prefix)
+    missed: list[tuple[str, int]] = []
+    async with open_services(
+        settings, backend="real", on_push_missed=lambda r, n: missed.append((r, n))
+    ) as services:
+        submit = services.api.submit
+        job = SubmitJob(tasks=(TaskSpec("t", "echo"),))
+        await submit.submit_job(job)  # connections open while Redis answers
+        os.kill(throwaway_redis.pid, signal.SIGSTOP)
+
+        started = time.monotonic()
+        first = await submit.submit_job(job)  # its push waits the reply timeout
+        first_took = time.monotonic() - started
+        started = time.monotonic()
+        later = [await submit.submit_job(job) for _ in range(10)]
+        later_took = time.monotonic() - started
+
+        print(f"\nhung Redis: first submit {first_took:.2f}s, 10 more {later_took:.3f}s")
+        assert first.created and all(r.created for r in later)
+        assert first_took < FIRST_PUSH_BOUND
+        assert later_took < PUSH_BREAKER_OPEN_FOR  # none waited on Redis
+        assert missed == [("failed", 1)] + [("skipped", 1)] * 10
+
+        os.kill(throwaway_redis.pid, signal.SIGCONT)
+        # the timed-out push may still run: Redis reads it from the socket once resumed
+        assert await services.reconciler.reconcile.enqueue_due() in (10, 11)
+        await asyncio.sleep(PUSH_BREAKER_OPEN_FOR)
+        trial = await submit.submit_job(job)  # pushed: the breaker closes
+        assert len(missed) == 11
+
+    client = AsyncRedis(port=port)
+    try:
+        peek = RedisPeek(client, prefix)
+        for result in [first, *later, trial]:
+            assert await peek.has_marker(result.task_ids["t"])
+    finally:
+        await client.aclose()
