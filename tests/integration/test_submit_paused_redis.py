@@ -34,8 +34,8 @@ FIRST_PUSH_BOUND = 4.5
 
 
 @pytest.fixture
-def throwaway_redis() -> Iterator[subprocess.Popen[bytes]]:
-    """A ``redis-server`` without persistence on a free port (``proc.args[2]``), killed after."""
+def throwaway_redis() -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """A ``redis-server`` without persistence on a free port, and the port; killed after."""
     server = shutil.which("redis-server")
     if server is None:
         _unavailable("redis-server is not on PATH")
@@ -56,7 +56,7 @@ def throwaway_redis() -> Iterator[subprocess.Popen[bytes]]:
             if time.monotonic() > deadline or proc.poll() is not None:
                 _unavailable(f"redis-server did not start on port {port}")
             time.sleep(0.05)
-        yield proc
+        yield proc, port
     finally:
         os.kill(proc.pid, signal.SIGCONT)
         proc.kill()
@@ -64,9 +64,9 @@ def throwaway_redis() -> Iterator[subprocess.Popen[bytes]]:
 
 
 async def test_submits_answer_at_once_while_redis_hangs(
-    pg_dsn: str, throwaway_redis: subprocess.Popen[bytes]
+    pg_dsn: str, throwaway_redis: tuple[subprocess.Popen[bytes], int]
 ) -> None:
-    port = int(throwaway_redis.args[2])  # type: ignore[index]
+    server, port = throwaway_redis
     prefix = f"t{uuid.uuid4().hex}:"
     settings = Settings(crdb_dsn=pg_dsn, redis_addr=f"127.0.0.1:{port}", redis_key_prefix=prefix)
     missed: list[tuple[str, int]] = []
@@ -76,7 +76,7 @@ async def test_submits_answer_at_once_while_redis_hangs(
         submit = services.api.submit
         job = SubmitJob(tasks=(TaskSpec("t", "echo"),))
         await submit.submit_job(job)  # connections open while Redis answers
-        os.kill(throwaway_redis.pid, signal.SIGSTOP)
+        os.kill(server.pid, signal.SIGSTOP)
 
         started = time.monotonic()
         first = await submit.submit_job(job)  # its push waits the reply timeout
@@ -91,7 +91,7 @@ async def test_submits_answer_at_once_while_redis_hangs(
         assert later_took < PUSH_BREAKER_OPEN_FOR  # none waited on Redis
         assert missed == [("failed", 1)] + [("skipped", 1)] * 10
 
-        os.kill(throwaway_redis.pid, signal.SIGCONT)
+        os.kill(server.pid, signal.SIGCONT)
         # the timed-out push may still run: Redis reads it from the socket once resumed
         assert await services.reconciler.reconcile.enqueue_due() in (10, 11)
         await asyncio.sleep(PUSH_BREAKER_OPEN_FOR)
