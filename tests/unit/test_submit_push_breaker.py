@@ -18,6 +18,7 @@ from dtq.adapters.memory.queue import InMemoryQueue
 from dtq.adapters.memory.store import InMemoryStore
 from dtq.application.breaker import PUSH_BREAKER_OPEN_FOR, Missed, PushBreaker
 from dtq.application.commands import SubmitJob, SubmitResult, TaskSpec
+from dtq.application.ports import CarriedTask
 from dtq.application.reconcile import ReconcileService
 from dtq.application.submit import SubmitService
 from dtq.domain.errors import BackendUnavailable
@@ -36,11 +37,13 @@ class FlakyQueue(InMemoryQueue):
         self.down = True
         self.calls = 0
 
-    async def enqueue_many(self, items: Sequence[tuple[UUID, str]]) -> int:
+    async def enqueue_many(
+        self, items: Sequence[tuple[UUID, str]], *, carried: Sequence[CarriedTask] = ()
+    ) -> int:
         self.calls += 1
         if self.down:
             raise BackendUnavailable("redis did not answer")
-        return await super().enqueue_many(items)
+        return await super().enqueue_many(items, carried=carried)
 
 
 class Seconds:
