@@ -21,6 +21,12 @@ Each list has books (issue 17 item 5): ``{tag}queue:pushes:{list}`` (STRING, pus
 script, so ``enqueue_unlisted`` and the inspector know whether (and where) an id waits on a list
 without reading the list (``keys``, ``scripts._BOOKS``). Pops are plain RPOP/BRPOP.
 
+A ready-list entry is a task id (canonical lowercase hyphenated UUID), or, for a lone submit's
+task pushed onto an empty list, the id, ``|`` and the JSON of its ``CarriedTask``
+(``carried_entry``, at most ``CARRY_MAX_BYTES``): the pop keeps the snapshot for ``carried`` and
+returns the id (ARCHITECTURE.md, "The carried claim"). Books, markers and every other key name
+the bare id.
+
 Scheduled-set member encoding: ``"{priority}|{task_id}"`` (task id in canonical lowercase
 hyphenated UUID form). It is split at the *last* ``|``, so a priority name may itself contain
 ``|``. The same task scheduled under two priorities is two members; re-scheduling under the same
