@@ -23,6 +23,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 from redis.retry import Retry
 
+from dtq.adapters.cockroach import txconn
 from dtq.adapters.cockroach.migrate import apply_migrations
 from dtq.adapters.cockroach.store import CockroachStore, Pool, open_pool
 from dtq.adapters.memory.clock import FakeClock
@@ -337,6 +338,32 @@ async def pg_pool(pg_dsn: str) -> AsyncIterator[Pool]:
         yield pool
     finally:
         await pool.close()
+
+
+@pytest.fixture
+async def one_connection(pg_pool: Pool, pg_dsn: str) -> AsyncIterator[Pool]:
+    """A pool of exactly one connection (on the emptied tables of ``pg_pool``), so every try
+    runs on the same session and its reading of the clock."""
+    pool = await open_pool(pg_dsn, min_size=1, max_size=1)
+    try:
+        yield pool
+    finally:
+        await pool.close()
+
+
+@pytest.fixture
+def estimates_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Estimates of the transaction time on, no refusal counted (both restored after the test).
+
+    A reading is kept from a request answered within 50 ms instead of 5: on a loaded machine
+    (CI, two test processes) a quick request took longer than 5 ms, its reading was dropped and
+    the next try read the clock. 50 ms is still half the tolerance of a check, and the 0.1 s
+    request of the slow-request test is still too slow; the 5 ms bound itself is pinned in
+    ``tests/unit/test_clock_anchor.py``.
+    """
+    monkeypatch.setattr(txconn.ClockAnchor, "refusals", 0)
+    monkeypatch.setattr(txconn.ClockAnchor, "off_until", 0.0)
+    monkeypatch.setattr(txconn, "READING_MAX_WAIT", 0.05)
 
 
 @pytest.fixture

@@ -11,15 +11,14 @@ checks it.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
 from redis.asyncio import Redis
 
-from dtq.adapters.cockroach import sql, txconn
-from dtq.adapters.cockroach.store import CONCURRENT_UPDATE, CockroachStore, Pool, open_pool
+from dtq.adapters.cockroach import sql
+from dtq.adapters.cockroach.store import CONCURRENT_UPDATE, CockroachStore, Pool
 from dtq.adapters.redis import RedisQueue
 from dtq.adapters.redis.keys import KeyLayout
 from dtq.application.commands import SubmitJob, TaskSpec
@@ -29,32 +28,13 @@ from dtq.domain.status import JobStatus, TaskStatus
 from dtq.entrypoints.bundles import Services
 from tests.integration.wiring import counting_statements, services_on
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("estimates_on")]
 
 PAYLOAD = {"zeta": [1, "two", None, True], "a": {"y": 2, "x": 1.5}, "big": 2**62}
 
 
 def label(query: str) -> str:
     return " ".join(query.split())
-
-
-@pytest.fixture(autouse=True)
-def _estimates_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Estimates on, no refusal counted, and a reading kept from a request answered within
-    50 ms (as ``test_estimated_time.py``: a loaded CI machine is slower than 5 ms)."""
-    monkeypatch.setattr(txconn.ClockAnchor, "refusals", 0)
-    monkeypatch.setattr(txconn.ClockAnchor, "off_until", 0.0)
-    monkeypatch.setattr(txconn, "READING_MAX_WAIT", 0.05)
-
-
-@pytest.fixture
-async def one_connection(pg_pool: Pool, pg_dsn: str) -> AsyncIterator[Pool]:
-    """One connection (on ``pg_pool``'s emptied tables): every try reads the same clock."""
-    pool = await open_pool(pg_dsn, min_size=1, max_size=1)
-    try:
-        yield pool
-    finally:
-        await pool.close()
 
 
 @pytest.fixture

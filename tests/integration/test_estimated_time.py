@@ -5,7 +5,6 @@ re-runs the try on the clock it reads."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -13,45 +12,19 @@ import psycopg
 import pytest
 
 from dtq.adapters.cockroach import sql, txconn
-from dtq.adapters.cockroach.store import ESTIMATE_REFUSED, CockroachStore, Pool, open_pool
+from dtq.adapters.cockroach.store import ESTIMATE_REFUSED, CockroachStore, Pool
 from dtq.application.commands import SubmitJob, TaskSpec
 from dtq.application.submit import ESTIMATED_TIME_MAX_TASKS
 from dtq.entrypoints.bundles import Services
 from tests.integration.wiring import OUTBOX_WITH_COMMIT, counting_statements, services_on
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("estimates_on")]
 
 _ONE_TASK = SubmitJob(tasks=(TaskSpec("a", "k"),))
 
 
 def label(query: str) -> str:
     return " ".join(query.split())
-
-
-@pytest.fixture(autouse=True)
-def _estimates_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test starts with estimates on and no refusal counted (both restored after it).
-
-    A reading is kept from a request answered within 50 ms instead of 5: on a loaded machine
-    (CI, two test processes) a quick request took longer than 5 ms, its reading was dropped and
-    the next submission read the clock. 50 ms is still half the tolerance of a check, and the
-    0.1 s request of the slow-request test is still too slow; the 5 ms bound itself is pinned
-    in ``tests/unit/test_clock_anchor.py``.
-    """
-    monkeypatch.setattr(txconn.ClockAnchor, "refusals", 0)
-    monkeypatch.setattr(txconn.ClockAnchor, "off_until", 0.0)
-    monkeypatch.setattr(txconn, "READING_MAX_WAIT", 0.05)
-
-
-@pytest.fixture
-async def one_connection(pg_pool: Pool, pg_dsn: str) -> AsyncIterator[Pool]:
-    """A pool of exactly one connection (on the emptied tables of ``pg_pool``), so every try
-    runs on the same session and its reading of the clock."""
-    pool = await open_pool(pg_dsn, min_size=1, max_size=1)
-    try:
-        yield pool
-    finally:
-        await pool.close()
 
 
 @pytest.fixture

@@ -213,6 +213,22 @@ async def _write_guarded(
     return True
 
 
+def _job_row(job: Job) -> tuple[Any, ...]:
+    """Parameters of ``sql.INSERT_JOB`` (and of ``sql.CONFIRM_JOB``, in the same order)."""
+    return (
+        job.id,
+        job.name,
+        job.status.value,
+        encode_json(job.metadata),
+        job.idempotency_key,
+        job.request_hash,
+        job.version,
+        job.created_at,
+        job.updated_at,
+        job.trace_context,
+    )
+
+
 # --- repositories -----------------------------------------------------------------------------
 
 
@@ -238,18 +254,7 @@ class PgJobRepository:
             DuplicateIdempotencyKey: another job already holds ``job.idempotency_key``.
             InvalidPayload: metadata or a payload is not JSON-encodable.
         """
-        row = (
-            job.id,
-            job.name,
-            job.status.value,
-            encode_json(job.metadata),
-            job.idempotency_key,
-            job.request_hash,
-            job.version,
-            job.created_at,
-            job.updated_at,
-            job.trace_context,
-        )
+        row = _job_row(job)
         if job.idempotency_key is None:
             await self._conn.send_later(sql.INSERT_JOB, row)  # no key, no conflict to skip it
         elif await (await self._conn.execute(sql.INSERT_JOB, row)).fetchone() is None:
@@ -363,19 +368,7 @@ class PgJobRepository:
             ConcurrentUpdate: from that request, when the row differs or is gone (nothing
                 after the check ran).
         """
-        params = (
-            job.id,
-            job.name,
-            job.status.value,
-            encode_json(job.metadata),
-            job.idempotency_key,
-            job.request_hash,
-            Int8(job.version),
-            job.created_at,
-            job.updated_at,
-            job.trace_context,
-        )
-        if not self._conn.send_check(sql.CONFIRM_JOB, params, f"job {job.id}"):
+        if not self._conn.send_check(sql.CONFIRM_JOB, _job_row(job), f"job {job.id}"):
             raise ConcurrentUpdate(f"job {job.id} could not be checked without a read")
         self._versions.read_jobs([job])
 
