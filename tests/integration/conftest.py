@@ -352,6 +352,12 @@ async def one_connection(pg_pool: Pool, pg_dsn: str) -> AsyncIterator[Pool]:
 
 
 @pytest.fixture
+def retries() -> list[str]:
+    """Where a test's store records the reason of each re-run (``on_retry=retries.append``)."""
+    return []
+
+
+@pytest.fixture
 def estimates_on(monkeypatch: pytest.MonkeyPatch) -> None:
     """Estimates of the transaction time on, no refusal counted (both restored after the test).
 

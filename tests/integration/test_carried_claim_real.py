@@ -38,11 +38,6 @@ def label(query: str) -> str:
 
 
 @pytest.fixture
-def retries() -> list[str]:
-    return []
-
-
-@pytest.fixture
 def services(
     one_connection: Pool, redis_client: Redis, redis_prefix: str, retries: list[str]
 ) -> Services:

@@ -28,11 +28,6 @@ def label(query: str) -> str:
 
 
 @pytest.fixture
-def retries() -> list[str]:
-    return []
-
-
-@pytest.fixture
 def services(one_connection: Pool, retries: list[str]) -> Services:
     return services_on(CockroachStore(one_connection, base_backoff=0.001, on_retry=retries.append))
 
