@@ -21,6 +21,7 @@ from dtq.adapters.cockroach import sql
 from dtq.adapters.cockroach.store import CONCURRENT_UPDATE, CockroachStore, Pool
 from dtq.adapters.redis import RedisQueue
 from dtq.adapters.redis.keys import KeyLayout
+from dtq.adapters.redis.queue import carried_entry
 from dtq.application.commands import SubmitJob, TaskSpec
 from dtq.application.ports import CarriedTask
 from dtq.domain.entities import Job, Task
@@ -214,3 +215,29 @@ async def test_a_snapshot_too_large_to_carry_goes_as_a_bare_id(
     assert await redis_client.lrange(ready, 0, -1) == [str(big.task.id).encode()]
     assert await queue.pop_many(["default"], timeout=0, max_count=1) == [big.task.id]
     assert queue.carried(big.task.id) is None
+
+
+async def test_a_snapshot_spelling_a_json_value_otherwise_is_refused(
+    services: Services, retries: list[str], redis_client: Redis, redis_prefix: str
+) -> None:
+    """JSONB equality calls 1 and 1.0 the same value, but the claim writes the job row back from
+    the snapshot: the confirmation compares the JSON columns as the database prints them, so a
+    snapshot whose metadata says ``1.0`` where the row says ``1`` is refused and read."""
+    result = await services.api.submit.submit_job(
+        SubmitJob(tasks=(TaskSpec("a", "k"),), metadata={"n": 1, "k": "v"})
+    )
+    queue = services.worker.queue
+    [task_id] = await queue.pop_many(["default"], timeout=1.0, max_count=1)
+    real = queue.carried(task_id)
+    assert real is not None
+    forged = CarriedTask(task=real.task, job=replace(real.job, metadata={"k": "v", "n": 1.0}))
+    entry = carried_entry(forged)
+    assert entry is not None
+    await redis_client.lpush(KeyLayout(redis_prefix).ready("default"), entry)
+    assert await queue.pop_many(["default"], timeout=1.0, max_count=1) == [task_id]
+
+    await services.worker.execution.claim_many([task_id], "w")
+
+    assert retries == [CONCURRENT_UPDATE]
+    metadata = (await services.api.queries.get_job(result.job_id)).job.metadata
+    assert metadata == {"n": 1, "k": "v"} and type(metadata["n"]) is int

@@ -13,7 +13,9 @@ from dtq.adapters.memory.clock import FakeClock
 from dtq.adapters.memory.queue import CARRIED_KEPT, InMemoryQueue
 from dtq.application.commands import SubmitJob, TaskSpec
 from dtq.application.control import ControlService
+from dtq.application.events import EventService
 from dtq.application.ports import CarriedTask
+from dtq.domain.events import Transition
 from dtq.domain.status import JobStatus, TaskStatus
 from tests.unit.conftest import App
 
@@ -121,3 +123,46 @@ async def test_the_memory_queue_keeps_a_bounded_number_of_snapshots(app: App) ->
     kept: Sequence[CarriedTask | None] = [app.queue.carried(task_id) for task_id in ids]
     assert kept[:5] == [None] * 5  # the oldest dropped
     assert all(c is not None for c in kept[5:])
+
+
+async def test_transitions_a_snapshot_brings_are_not_recorded(app: App) -> None:
+    """A snapshot's entities arrive with a ``transitions`` field (the outbox's input); none of
+    it is the claim's: a forged ``task.failed`` or ``job.completed`` never becomes an event."""
+    task_id = await submit_one(app)
+    [popped] = await pop(app)
+    real = app.queue.carried(popped)
+    assert real is not None
+    forged = CarriedTask(
+        task=replace(real.task, transitions=(Transition("queued", "failed", "forged"),)),
+        job=replace(real.job, transitions=(Transition("pending", "completed", "forged"),)),
+    )
+    queue = ForgedQueue({task_id: forged})
+    execution = type(app.execution)(store=app.store, queue=queue, policy=app.execution.policy)
+
+    [claim] = await execution.claim_many([task_id], "w1")
+
+    events = await EventService(store=app.store).page(after=None, limit=100)
+    assert [(e.type, e.data.get("cause")) for e in events if e.type != "job.submitted"] == [
+        ("task.queued", "submitted"),
+        ("task.running", "claimed"),
+        ("job.running", None),
+    ]
+    assert claim.task.transitions == () and claim.task.status is TaskStatus.RUNNING
+
+
+async def test_a_snapshot_spelling_a_value_otherwise_is_refused(app: App) -> None:
+    """``1.0 == 1`` in Python, but the claim writes the job back from the snapshot: the memory
+    store refuses a snapshot whose metadata is spelled otherwise, as the database does."""
+    result = await app.submit_tasks(TaskSpec("t", "k"), metadata={"n": 1})
+    task_id = result.task_ids["t"]
+    [popped] = await pop(app)
+    real = app.queue.carried(popped)
+    assert real is not None
+    forged = CarriedTask(task=real.task, job=replace(real.job, metadata={"n": 1.0}))
+    queue = ForgedQueue({task_id: forged})
+    execution = type(app.execution)(store=app.store, queue=queue, policy=app.execution.policy)
+
+    await execution.claim_many([task_id], "w1")
+
+    metadata = (await app.queries.get_job(result.job_id)).job.metadata
+    assert metadata == {"n": 1} and type(metadata["n"]) is int

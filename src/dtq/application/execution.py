@@ -701,6 +701,8 @@ async def _claim_carried(
         or (kinds is not None and task.kind not in kinds)
     ):
         return None
+    # the outbox records the transitions of this try only: none came with the snapshot
+    task.transitions, job.transitions = (), ()
     now = await tx.write_time()
     tx.tasks.confirm(task)
     tx.jobs.confirm(job)

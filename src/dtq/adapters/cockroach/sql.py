@@ -85,10 +85,13 @@ GET_JOB: Final = (
 
 # A job row carried from outside the try (a claim's ``CarriedTask``), checked to be exactly
 # the stored row by the request that carries the try's writes (``PgJobRepository.confirm``):
-# SQLSTATE 22012 when it is not (changed or gone). Parameters in ``INSERT_JOB``'s order.
+# SQLSTATE 22012 when it is not (changed or gone). JSON columns compare as the database prints
+# them, not as JSONB values (which take 1 and 1.0 for equal): the claim writes the row back from
+# the snapshot. Parameters in ``INSERT_JOB``'s order.
 CONFIRM_JOB: Final = (
     "WITH matched AS (SELECT 1 FROM jobs WHERE id = %s AND name = %s AND status = %s"
-    " AND metadata IS NOT DISTINCT FROM %s::jsonb AND idempotency_key IS NOT DISTINCT FROM %s"
+    " AND metadata::text IS NOT DISTINCT FROM %s::jsonb::text"
+    " AND idempotency_key IS NOT DISTINCT FROM %s"
     " AND request_hash IS NOT DISTINCT FROM %s AND version = %s AND created_at = %s"
     " AND updated_at = %s AND trace_context IS NOT DISTINCT FROM %s)"
     " SELECT CAST(1 / count(*) AS BIGINT) FROM matched"
@@ -257,8 +260,10 @@ CONFIRM_TASK: Final = (
     " AND reclaims = %s AND started_at IS NOT DISTINCT FROM %s"
     " AND finished_at IS NOT DISTINCT FROM %s AND last_error IS NOT DISTINCT FROM %s"
     " AND current_run_id IS NOT DISTINCT FROM %s AND version = %s AND job_position = %s"
-    " AND result IS NOT DISTINCT FROM %s::jsonb AND progress IS NOT DISTINCT FROM %s::jsonb"
-    " AND retry_policy IS NOT DISTINCT FROM %s::jsonb AND timeout_ms IS NOT DISTINCT FROM %s)"
+    " AND result::text IS NOT DISTINCT FROM %s::jsonb::text"
+    " AND progress::text IS NOT DISTINCT FROM %s::jsonb::text"
+    " AND retry_policy::text IS NOT DISTINCT FROM %s::jsonb::text"
+    " AND timeout_ms IS NOT DISTINCT FROM %s)"
     " SELECT CAST(1 / count(*) AS BIGINT) AS dtq_confirmed, max(payload) FROM matched"
 )
 

@@ -319,7 +319,7 @@ class _Jobs:
 
     def confirm(self, job: Job) -> None:
         stored = self._tx.job(job.id)
-        if stored != job:
+        if stored is None or repr(stored) != repr(job):  # 1.0 is not 1 here: it is written back
             raise ConcurrentUpdate(f"job {job.id} is not as carried")
 
     async def save(self, job: Job) -> None:
@@ -396,7 +396,9 @@ class _Tasks:
 
     def confirm(self, task: Task) -> None:
         stored = self._tx.task(task.id)
-        if stored is None or replace(stored, payload=None) != replace(task, payload=None):
+        if stored is None or repr(replace(stored, payload=None)) != repr(
+            replace(task, payload=None)
+        ):
             raise ConcurrentUpdate(f"task {task.id} is not as carried")
         task.payload = copy.deepcopy(stored.payload)  # the store's copy, as a database's read
 
