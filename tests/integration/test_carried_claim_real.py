@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from redis.asyncio import Redis
@@ -241,3 +241,26 @@ async def test_a_snapshot_spelling_a_json_value_otherwise_is_refused(
     assert retries == [CONCURRENT_UPDATE]
     metadata = (await services.api.queries.get_job(result.job_id)).job.metadata
     assert metadata == {"n": 1, "k": "v"} and type(metadata["n"]) is int
+
+
+async def test_a_clock_reading_that_lags_the_tasks_due_time_does_not_cost_a_rerun(
+    services: Services, retries: list[str], one_connection: Pool
+) -> None:
+    """The worker's connection estimates the time from its last reading; one that lags (here
+    by 20 ms) would date the claim before the task's due time, which the submit's transaction
+    stored before this one began. The estimate is raised to that time (the database checks it
+    as any estimate) instead of the claim being refused and re-run."""
+    await submit_and_pop(services)  # the connection reads the clock once
+    await services.worker.execution.claim_many(
+        await services.worker.queue.pop_many(["default"], timeout=0, max_count=1), "w"
+    )
+    task_id = await submit_and_pop(services)
+    due = (await services.api.queries.get_task(task_id)).task.scheduled_at
+    async with one_connection.connection() as conn:
+        conn.clock.know(due - timedelta(milliseconds=20))  # type: ignore[attr-defined]
+
+    with counting_statements() as sent:
+        [claim] = await services.worker.execution.claim_many([task_id], "w")
+
+    assert retries == [] and len(sent) == 1
+    assert claim.run.started_at >= due

@@ -690,7 +690,8 @@ async def _claim_carried(
 
     Raises:
         ConcurrentUpdate: the task is not claimable at the try's time (read it on the re-run),
-            or (from the commit's request) a row is not as carried.
+            or (from the commit's request) a row is not as carried, or the raised estimate
+            of the try's time was refused.
     """
     task, job = carried.task, carried.job
     if (
@@ -703,7 +704,9 @@ async def _claim_carried(
         return None
     # the outbox records the transitions of this try only: none came with the snapshot
     task.transitions, job.transitions = (), ()
-    now = await tx.write_time()
+    # the submit that dated the task committed before this try began: an estimate lagging
+    # behind its due time is raised to it rather than refused and re-run
+    now = await tx.write_time(not_before=task.scheduled_at)
     tx.tasks.confirm(task)
     tx.jobs.confirm(job)
     try:

@@ -639,7 +639,7 @@ class Transaction(Protocol):
         """The transaction's timestamp (database clock, aware UTC; fixed within one try)."""
         ...
 
-    async def write_time(self) -> datetime:
+    async def write_time(self, *, not_before: datetime | None = None) -> datetime:
         """The time to stamp the rows this try creates with (aware UTC; fixed within one try;
         then also what :meth:`now` returns).
 
@@ -647,6 +647,8 @@ class Transaction(Protocol):
         first, if the database checks the estimate before anything of the try runs: never
         after the transaction's timestamp and at most a documented tolerance before it (100 ms
         for the SQL adapter), or the try is re-run (ARCHITECTURE.md, "SQL per use case").
+        ``not_before``: a time the caller knows to precede this transaction (a row committed
+        before it began is dated by it); an estimate is raised to it, and checked all the same.
         """
         ...
 

@@ -115,11 +115,12 @@ class _TxClock:
         if self._now is None:
             self._now = now.astimezone(UTC)
 
-    async def write_time(self) -> datetime:
+    async def write_time(self, not_before: datetime | None = None) -> datetime:
         """The try's time, estimated without a round trip when its BEGIN has not gone yet
-        (``TryConnection.estimate_now``; then it is also what :meth:`now` returns), else read."""
+        (``TryConnection.estimate_now``, raised to ``not_before``; then it is also what
+        :meth:`now` returns), else read."""
         if self._now is None:
-            estimate = self._conn.estimate_now()
+            estimate = self._conn.estimate_now(not_before)
             if estimate is not None:
                 self._now = estimate
                 return estimate
@@ -1027,11 +1028,12 @@ class PgTransaction:
         """The transaction timestamp (database ``now()``, aware UTC), fixed for this try."""
         return await self._clock.now()
 
-    async def write_time(self) -> datetime:
+    async def write_time(self, *, not_before: datetime | None = None) -> datetime:
         """The try's time for the rows it creates (``Transaction.write_time``): estimated
-        from the connection's last reading of the database clock, checked by the database
-        with the BEGIN (``txconn.ClockAnchor``), when the try has sent nothing yet."""
-        return await self._clock.write_time()
+        from the connection's last reading of the database clock, raised to ``not_before``,
+        checked by the database with the BEGIN (``txconn.ClockAnchor``), when the try has sent
+        nothing yet."""
+        return await self._clock.write_time(not_before)
 
     def _know(self, now: datetime) -> None:
         self._clock.know(now)

@@ -562,10 +562,11 @@ class TryConnection:
         anchor: ClockAnchor | None = getattr(self.raw, "clock", None)
         return anchor
 
-    def estimate_now(self) -> datetime | None:
+    def estimate_now(self, not_before: datetime | None = None) -> datetime | None:
         """This try's timestamp estimated from the connection's last reading of the database
-        clock (:class:`ClockAnchor`), without a round trip; None when it cannot be (the BEGIN
-        went already, no recent reading, estimates off), and the caller reads the clock.
+        clock (:class:`ClockAnchor`), without a round trip, raised to ``not_before`` if that
+        is later (a time the caller knows to precede the try); None when it cannot be (the
+        BEGIN went already, no recent reading, estimates off), and the caller reads the clock.
 
         The check of the estimate (``sql.CHECK_ESTIMATED_NOW``) is queued right after the
         BEGIN, so it runs before any statement of the try; if the database refuses it, the
@@ -574,6 +575,8 @@ class TryConnection:
         anchor = self._anchor
         if not self._opening or anchor is None or (estimate := anchor.estimate()) is None:
             return None
+        if not_before is not None and not_before > estimate:
+            estimate = not_before
         check = bind_on_client(
             self.raw, sql.CHECK_ESTIMATED_NOW, (estimate, estimate + ESTIMATE_TOLERANCE)
         )

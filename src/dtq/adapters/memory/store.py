@@ -187,8 +187,9 @@ class _MemoryTransaction:
         """The transaction's fixed timestamp."""
         return self._now
 
-    async def write_time(self) -> datetime:
-        """The transaction's fixed timestamp (the fake's clock costs no round trip)."""
+    async def write_time(self, *, not_before: datetime | None = None) -> datetime:
+        """The transaction's fixed timestamp (the fake's clock costs no round trip and is
+        never estimated, so ``not_before`` has nothing to raise)."""
         return self._now
 
     # reads through the write set
