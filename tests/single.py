@@ -7,11 +7,14 @@ only spell that list for the many tests that push, pop, claim or complete a sing
 from __future__ import annotations
 
 from collections.abc import Sequence
-from uuid import UUID
+from datetime import UTC, datetime
+from uuid import UUID, uuid4
 
 from dtq.application.commands import Claim, ReportOutcome
 from dtq.application.execution import ExecutionService
-from dtq.application.ports import Queue
+from dtq.application.ports import CarriedTask, Queue
+from dtq.domain.entities import Job, Task
+from dtq.domain.status import JobStatus, TaskStatus
 
 
 async def enqueue_one(queue: Queue, task_id: UUID, priority: str) -> bool:
@@ -34,3 +37,22 @@ async def claim_one(execution: ExecutionService, task_id: UUID, worker_id: str) 
 async def complete_one(execution: ExecutionService, claim: Claim) -> ReportOutcome:
     """``complete_many`` of one claim."""
     return (await execution.complete_many([claim]))[0]
+
+
+def carried_snapshot() -> CarriedTask:
+    """The snapshot a lone submit of a fresh one-task job carries with its task's id (a
+    ``queued`` task at version 0 and its ``pending`` job, dated now, without a payload)."""
+    now = datetime.now(UTC)
+    job = Job(id=uuid4(), name="", status=JobStatus.PENDING, created_at=now, updated_at=now)
+    task = Task(
+        id=uuid4(),
+        job_id=job.id,
+        name="a",
+        kind="k",
+        payload=None,
+        status=TaskStatus.QUEUED,
+        scheduled_at=now,
+        created_at=now,
+        updated_at=now,
+    )
+    return CarriedTask(task=task, job=job)

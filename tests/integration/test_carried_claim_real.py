@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 from redis.asyncio import Redis
@@ -24,10 +24,10 @@ from dtq.adapters.redis.keys import KeyLayout
 from dtq.adapters.redis.queue import carried_entry
 from dtq.application.commands import SubmitJob, TaskSpec
 from dtq.application.ports import CarriedTask
-from dtq.domain.entities import Job, Task
 from dtq.domain.status import JobStatus, TaskStatus
 from dtq.entrypoints.bundles import Services
 from tests.integration.wiring import counting_statements, services_on
+from tests.single import carried_snapshot
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("estimates_on")]
 
@@ -123,63 +123,13 @@ async def test_a_task_cancelled_after_its_push_is_not_claimed_from_its_snapshot(
 # --- RedisQueue: what rides on the list ----------------------------------------------------
 
 
-def snapshot(priority: str = "default") -> CarriedTask:
-    now = datetime.now(UTC)
-    job = Job(id=uuid.uuid4(), name="", status=JobStatus.PENDING, created_at=now, updated_at=now)
-    task = Task(
-        id=uuid.uuid4(),
-        job_id=job.id,
-        name="a",
-        kind="k",
-        payload=None,
-        status=TaskStatus.QUEUED,
-        scheduled_at=now,
-        created_at=now,
-        updated_at=now,
-        priority=priority,
-    )
-    return CarriedTask(task=task, job=job)
-
-
-async def test_only_a_push_onto_an_empty_list_carries_and_a_pop_hands_it_out_once(
-    redis_client: Redis, redis_prefix: str
-) -> None:
-    queue = RedisQueue(redis_client, prefix=redis_prefix)
-    first, second = snapshot(), snapshot()
-
-    await queue.enqueue_many([(first.task.id, "default")], carried=[first])
-    await queue.enqueue_many([(second.task.id, "default")], carried=[second])  # behind one
-
-    popped = await queue.pop_many(["default"], timeout=0, max_count=2)
-    assert popped == [first.task.id, second.task.id]
-    assert queue.carried(first.task.id) == first
-    assert queue.carried(first.task.id) is None  # once
-    assert queue.carried(second.task.id) is None  # its list held an id already
-
-
-async def test_a_batch_carries_its_first_id_onto_an_empty_list_only(
-    redis_client: Redis, redis_prefix: str
-) -> None:
-    queue = RedisQueue(redis_client, prefix=redis_prefix)
-    a, b = snapshot(), snapshot()
-
-    pushed = await queue.enqueue_many(
-        [(a.task.id, "default"), (b.task.id, "default")], carried=[a, b]
-    )
-
-    assert pushed == 2
-    assert await queue.pop_many(["default"], timeout=0, max_count=2) == [a.task.id, b.task.id]
-    assert queue.carried(a.task.id) == a
-    assert queue.carried(b.task.id) is None
-
-
 async def test_a_carried_entry_is_counted_in_the_books_by_its_id(
     redis_client: Redis, redis_prefix: str
 ) -> None:
     """The reconciler's ``enqueue_unlisted`` finds the id waiting (books, not entries), so it
     is not pushed a second time; ``explain`` places it from the books too."""
     queue = RedisQueue(redis_client, prefix=redis_prefix)
-    one = snapshot()
+    one = carried_snapshot()
     await queue.enqueue_many([(one.task.id, "default")], carried=[one])
     await queue.release_markers([one.task.id])  # as if its marker had expired
 
@@ -206,7 +156,7 @@ async def test_a_snapshot_too_large_to_carry_goes_as_a_bare_id(
     redis_client: Redis, redis_prefix: str
 ) -> None:
     queue = RedisQueue(redis_client, prefix=redis_prefix)
-    big = snapshot()
+    big = carried_snapshot()
     big = CarriedTask(task=big.task, job=replace(big.job, metadata={"notes": "x" * 5000}))
 
     await queue.enqueue_many([(big.task.id, "default")], carried=[big])

@@ -28,7 +28,7 @@ from dtq.adapters.memory.clock import FakeClock
 from dtq.adapters.memory.queue import InMemoryQueue
 from dtq.adapters.redis import RedisQueue
 from dtq.application.ports import Lease, LeaseState, Queue
-from tests.single import enqueue_one, pop_one
+from tests.single import carried_snapshot, enqueue_one, pop_one
 
 Advance = Callable[[float], Awaitable[None]]
 Flush = Callable[[], Awaitable[None]]
@@ -926,3 +926,36 @@ async def test_set_leases_releases_the_named_markers_in_the_same_call(
     assert await peek.has_marker(kept) is True
     await queue.set_leases([], 30.0, release=[kept])  # markers alone: no lease, no ttl check
     assert await peek.has_marker(kept) is False
+
+
+# --- carried snapshots (the carried claim, issue 17 item 4) -------------------------------------
+
+
+async def test_only_a_push_onto_an_empty_list_carries_and_a_pop_hands_it_out_once(
+    queue: Queue,
+) -> None:
+    first, second = carried_snapshot(), carried_snapshot()
+
+    await queue.enqueue_many([(first.task.id, "default")], carried=[first])
+    await queue.enqueue_many([(second.task.id, "default")], carried=[second])  # behind one
+
+    popped = await queue.pop_many(["default"], timeout=0, max_count=2)
+    assert popped == [first.task.id, second.task.id]
+    assert queue.carried(first.task.id) == first
+    assert queue.carried(first.task.id) is None  # once
+    assert queue.carried(second.task.id) is None  # its list held an id already
+
+
+async def test_a_batch_carries_its_first_id_onto_an_empty_list_only(
+    queue: Queue,
+) -> None:
+    a, b = carried_snapshot(), carried_snapshot()
+
+    pushed = await queue.enqueue_many(
+        [(a.task.id, "default"), (b.task.id, "default")], carried=[a, b]
+    )
+
+    assert pushed == 2
+    assert await queue.pop_many(["default"], timeout=0, max_count=2) == [a.task.id, b.task.id]
+    assert queue.carried(a.task.id) == a
+    assert queue.carried(b.task.id) is None
