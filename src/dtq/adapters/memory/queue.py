@@ -124,12 +124,15 @@ class InMemoryQueue:
         id pushed onto an empty list is kept (a copy) for :meth:`carried`, as the Redis
         adapter keeps it on the list. Returns how many were pushed."""
         snapshots = {c.task.id: c for c in carried}
+        pushed_to: set[str] = set()  # a list pushed to earlier in the call is not empty
         pushed = 0
         for task_id, priority in items:
             if self._reserve(task_id):
-                if task_id in snapshots and not self._ready.get(priority):
+                empty = not self._ready.get(priority) and priority not in pushed_to
+                if task_id in snapshots and empty:
                     self._keep_carried(snapshots[task_id])
                 self._push(priority, task_id)
+                pushed_to.add(priority)
                 pushed += 1
         return pushed
 
