@@ -214,3 +214,21 @@ async def test_a_clock_reading_that_lags_the_tasks_due_time_does_not_cost_a_reru
 
     assert retries == [] and len(sent) == 1
     assert claim.run.started_at >= due
+
+
+async def test_a_carried_entry_with_a_naive_time_carries_nothing(
+    redis_client: Redis, redis_prefix: str
+) -> None:
+    """Times without an offset cannot be compared with the database's; such an entry (not one
+    the queue wrote) delivers its id, and the claim reads."""
+    queue = RedisQueue(redis_client, prefix=redis_prefix)
+    one = carried_snapshot()
+    entry = carried_entry(one)
+    assert entry is not None
+    naive = one.task.scheduled_at.replace(tzinfo=None).isoformat().encode()
+    aware = one.task.scheduled_at.isoformat().replace("+00:00", "Z").encode()
+    assert aware in entry
+    await redis_client.lpush(KeyLayout(redis_prefix).ready("default"), entry.replace(aware, naive))
+
+    assert await queue.pop_many(["default"], timeout=0, max_count=1) == [one.task.id]
+    assert queue.carried(one.task.id) is None

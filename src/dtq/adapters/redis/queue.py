@@ -293,7 +293,8 @@ class RedisQueue(RedisLeases):
 
     def carried(self, task_id: UUID) -> CarriedTask | None:
         """The snapshot the entry of ``task_id`` carried when this queue popped it, once; None
-        when it carried none, its snapshot was dropped (``CARRIED_KEPT``) or does not decode."""
+        when it carried none, its snapshot was dropped (``CARRIED_KEPT``), does not decode, or
+        dates anything by a naive time."""
         body = self._carried.pop(task_id, None)
         if body is None:
             return None
@@ -301,6 +302,9 @@ class RedisQueue(RedisLeases):
             task, job = _SNAPSHOT_DECODER.decode(body)
         except (msgspec.DecodeError, ValueError, TypeError):
             return None
+        times = (task.scheduled_at, task.created_at, task.updated_at, job.created_at)
+        if any(moment.tzinfo is None for moment in (*times, job.updated_at)):
+            return None  # not one this adapter wrote (its times are aware)
         return CarriedTask(task=task, job=job)
 
     def _parse(self, raw: Sequence[bytes | str]) -> list[UUID]:
