@@ -238,3 +238,17 @@ async def test_the_container_counts_missed_pushes_in_the_metric_and_warns_once()
     assert len(warnings) == 1
     assert "pushes skipped" in warnings[0]["event"]
     assert warnings[0]["error"] == "redis did not answer"
+
+
+def test_the_missed_pushes_metric_reads_zero_before_any_miss() -> None:
+    """Both series exist from the start, so ``increase()`` over the first miss sees it (a series
+    that appears at 1 has no earlier sample to increase from)."""
+    metrics = OrchestratorMetrics(new_registry())
+
+    for reason in ("failed", "skipped"):
+        assert (
+            metrics.registry.get_sample_value(
+                "orchestrator_submit_pushes_missed_total", {"reason": reason}
+            )
+            == 0.0
+        )

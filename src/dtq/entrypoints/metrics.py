@@ -19,6 +19,8 @@ a small fixed vocabulary chosen by the caller.
 
 from __future__ import annotations
 
+from typing import get_args
+
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -29,6 +31,8 @@ from prometheus_client import (
     ProcessCollector,
     disable_created_metrics,
 )
+
+from dtq.application.breaker import Missed
 
 #: Buckets (seconds) for HTTP requests: sub-millisecond memory adapters up to slow backends.
 HTTP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -151,6 +155,8 @@ class OrchestratorMetrics:
             ("reason",),
             registry=registry,
         )
+        for reason in get_args(Missed):  # both series at 0 from the start, for increase()
+            self.submit_pushes_missed.labels(reason=reason)
         self.reconcile_runs = Counter(
             "orchestrator_reconcile_runs", "Reconcile passes started.", registry=registry
         )
