@@ -608,12 +608,7 @@ class TryConnection:
             False, with nothing queued, when the statement cannot be bound on the client (the
             caller sends it and checks its row count itself).
         """
-        bound = bind_on_client(self.raw, guarded(query), params)
-        if bound is None:
-            return False
-        self._deferred.append(bound)
-        self._guards.append(what)
-        return True
+        return self.send_check(guarded(query), params, what)
 
     def send_check(
         self,
@@ -622,10 +617,11 @@ class TryConnection:
         what: str,
         on_row: Callable[[TupleRow], None] | None = None,
     ) -> bool:
-        """Queue a check of a row this try has not read (``sql.CONFIRM_TASK``, already in the
-        guard's form: 22012 unless it matches) for the next request; its failure raises
-        ``ConcurrentUpdate`` naming ``what`` from the request that carries it, and nothing
-        after it runs. ``on_row`` gets the check's answer row (a result whose first column is
+        """Queue a statement in the guard's form (22012 unless it matched its row: a wrapped
+        compare-and-set, :meth:`send_guarded`, or a check of a row this try has not read,
+        ``sql.CONFIRM_TASK``) for the next request; its failure raises ``ConcurrentUpdate``
+        naming ``what`` from the request that carries it, and nothing after it runs.
+        ``on_row`` gets the statement's answer row (a result whose first column is
         ``sql.CONFIRMED_COLUMN``) when that request returns.
 
         Returns:
@@ -699,13 +695,12 @@ class TryConnection:
         if opening:
             cur.nextset()  # the BEGIN's now()
             await self._take_now(cur, time.monotonic() - sent_at)
-        if not answers:
-            while cur.nextset():
-                pass
-            return cur
-        while True:  # the checks' answers, from the current result on
-            described = cur.description
-            if answers and described and described[0].name == sql.CONFIRMED_COLUMN:
+        while True:  # to the last result; the checks' answers on the way
+            if (
+                answers
+                and (described := cur.description)
+                and (described[0].name == sql.CONFIRMED_COLUMN)
+            ):
                 row = await cur.fetchone()
                 if row is not None:
                     answers.pop(0)(row)

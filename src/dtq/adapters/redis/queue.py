@@ -302,8 +302,14 @@ class RedisQueue(RedisLeases):
             task, job = _SNAPSHOT_DECODER.decode(body)
         except (msgspec.DecodeError, ValueError, TypeError):
             return None
-        times = (task.scheduled_at, task.created_at, task.updated_at, job.created_at)
-        if any(moment.tzinfo is None for moment in (*times, job.updated_at)):
+        times = (
+            task.scheduled_at,
+            task.created_at,
+            task.updated_at,
+            job.created_at,
+            job.updated_at,
+        )
+        if any(moment.tzinfo is None for moment in times):
             return None  # not one this adapter wrote (its times are aware)
         return CarriedTask(task=task, job=job)
 
