@@ -97,6 +97,7 @@ REFERENCE_COLUMNS: dict[str, list[tuple[str, str, bool]]] = {  # (name, type, nu
         ("hostname", "text", True),
         ("last_heartbeat_at", TS, False),
         ("metadata", "jsonb", True),
+        ("redis_key_prefix", "text", True),
     ],
     "api_tokens": [
         ("id", "uuid", False),

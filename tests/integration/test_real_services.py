@@ -22,7 +22,9 @@ from dtq.application.commands import Claim, SubmitJob, TaskSpec
 from dtq.domain.status import JobStatus, RunStatus, TaskStatus
 from dtq.entrypoints.api import create_app
 from dtq.entrypoints.bundles import Services
+from dtq.entrypoints.config import Settings
 from dtq.entrypoints.metrics import OrchestratorMetrics, new_registry
+from tests.integration.conftest import delete_prefix_keys
 from tests.integration.wiring import POLICY, services_on
 from tests.single import claim_one, complete_one, pop_one
 
@@ -215,3 +217,43 @@ async def test_redis_loss_reclaims_no_healthy_run_on_postgres_and_redis(
         view = await services.api.queries.get_task(claim.task.id)
         assert view.task.status is TaskStatus.RUNNING and view.task.reclaims == 0
         assert [r.status for r in view.runs] == [RunStatus.RUNNING]
+
+
+async def test_a_reconciler_on_another_prefix_leaves_a_live_workers_runs_alone(
+    pg_store: CockroachStore, redis_client: Redis, redis_prefix: str
+) -> None:
+    """Two deployments on one database, their Redis key prefixes different (one mistyped):
+    neither finds the other's leases, so without a guard each reconciler reclaimed the other's
+    healthy runs (dead runs, tasks run twice). Runs of a live worker registered with another
+    prefix are held back, reported by prefix; a dead worker's runs are still reclaimed."""
+    other = f"{redis_prefix}other:"
+    deployments = []
+    try:
+        for prefix in (redis_prefix, other):
+            await redis_client.set(f"{tagged_prefix(prefix)}epoch", "fixture|0")
+            deployments.append(
+                services_on(
+                    pg_store,
+                    queue=RedisQueue(redis_client, prefix=prefix),
+                    settings=Settings(api_auth="none", redis_key_prefix=prefix),
+                )
+            )
+        mine, theirs = deployments
+        await mine.api.submit.submit_job(
+            SubmitJob(tasks=tuple(TaskSpec(f"t{i}", "echo") for i in range(2)))
+        )
+        ids = await mine.queue.pop_many(["default"], timeout=0, max_count=2)
+        live = await claim_one(mine.worker.execution, ids[0], "a")
+        dead = await claim_one(mine.worker.execution, ids[1], "b")
+        assert live is not None and dead is not None
+        await mine.worker.registry.heartbeat("a", "host", {})  # alive; "b" never registered
+        await asyncio.sleep(POLICY.stale_running_after + 0.2)
+        report = await theirs.reconciler.reconcile.reconcile_once()
+        assert report.reclaimed == 1  # the unregistered worker's run: no sign it is alive
+        assert report.reclaims_held == {tagged_prefix(redis_prefix): 1}
+        view = await mine.api.queries.get_task(live.task.id)
+        assert view.task.status is TaskStatus.RUNNING and view.task.reclaims == 0
+        assert (await complete_one(mine.worker.execution, live)).value == "recorded"
+        assert (await complete_one(mine.worker.execution, dead)).value == "stale"
+    finally:
+        await delete_prefix_keys(redis_client, other)

@@ -153,7 +153,14 @@ async def test_workers_lists_those_seen_within_the_default_two_minutes(api: Api)
     assert [w["id"] for w in workers] == ["new"]
     assert workers[0]["hostname"] == "host-b"
     assert workers[0]["metadata"] == {"kinds": ["echo"]}
-    assert set(workers[0]) == {"id", "hostname", "last_heartbeat_at", "metadata"}
+    assert workers[0]["redis_key_prefix"] == "{dto}:"  # the default REDIS_KEY_PREFIX's tag
+    assert set(workers[0]) == {
+        "id",
+        "hostname",
+        "last_heartbeat_at",
+        "metadata",
+        "redis_key_prefix",
+    }
 
 
 @pytest.mark.parametrize(("window", "expected"), [("5m", {"old", "new"}), ("90s", {"new"})])

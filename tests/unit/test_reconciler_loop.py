@@ -303,6 +303,28 @@ async def test_a_queue_reset_is_logged_as_a_warning() -> None:
     assert any("new queue epoch" in event for event, _ in log.warnings())
 
 
+async def test_runs_held_for_another_prefix_set_the_gauge_and_warn_until_none_are() -> None:
+    registry, log = CollectorRegistry(), RecordingLog()
+    reconciler = Reconciler(
+        ScriptedReports(
+            ReconcileReport(reclaims_held={"{typo}:": 2, "{other}:": 1}),
+            ReconcileReport(),
+        ),  # type: ignore[arg-type]
+        interval=1,
+        promote_interval=1,
+        batch=10,
+        metrics=OrchestratorMetrics(registry),
+        logger=log,
+    )
+    await reconciler.run_pass()
+    assert registry.get_sample_value("orchestrator_reclaims_held") == 3
+    [(event, fields)] = log.warnings()
+    assert "REDIS_KEY_PREFIX" in event and fields == {"held": {"{typo}:": 2, "{other}:": 1}}
+    await reconciler.run_pass()
+    assert registry.get_sample_value("orchestrator_reclaims_held") == 0
+    assert len(log.warnings()) == 1
+
+
 async def test_a_worker_records_the_priorities_it_polls_for_the_unpolled_check() -> None:
     from tests.unit.runtime_harness import build_harness
 

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from dtq.application.commands import ExecutionPolicy, TaskSpec
 from dtq.application.ports import QueueEpoch
-from dtq.application.reconcile import LEASE_EXPIRED, LEASE_LOST_WITH_QUEUE
+from dtq.application.reconcile import (
+    LEASE_EXPIRED,
+    LEASE_LOST_WITH_QUEUE,
+    ReconcileService,
+)
+from dtq.application.registry import WorkerRegistryService
 from dtq.domain.entities import WORKER_LOST
 from dtq.domain.status import JobStatus, RunStatus, TaskStatus
 from tests.single import claim_one, complete_one, enqueue_one, pop_one
@@ -159,6 +164,7 @@ async def test_worker_registry_lists_recent_heartbeats(app: App) -> None:
     await app.registry.heartbeat("new", "h2", {"concurrency": 4})
     workers = await app.queries.list_workers(active_within=120)
     assert [(w.id, w.hostname, w.metadata) for w in workers] == [("new", "h2", {"concurrency": 4})]
+    assert workers[0].redis_key_prefix == "{dto}:"  # the default REDIS_KEY_PREFIX's hash tag
     assert {w.id for w in await app.queries.list_workers(active_within=600)} == {"old", "new"}
 
 
@@ -294,3 +300,38 @@ async def test_a_deferred_pass_reads_the_queue_epoch_once_not_once_per_page() ->
     app.queue.epoch = counted  # type: ignore[method-assign]
     report = await app.reconcile.reconcile_once(limit=5)
     assert report.reclaim_deferred and reads == 1
+
+
+async def test_runs_of_a_live_worker_on_another_prefix_are_held_until_it_stops_heartbeating(
+    app: App,
+) -> None:
+    """A reconciler whose queue has another Redis key prefix than a worker's registry row finds
+    none of that worker's leases: it leaves the runs while the worker is live, and reports them
+    by prefix; a row without the prefix (an older worker) and a stale row are reclaimed."""
+    other = ReconcileService(
+        store=app.store, queue=app.queue, policy=POLICY, queue_prefix="{typo}:"
+    )
+    await app.submit_tasks(TaskSpec("a", "echo"), TaskSpec("b", "echo"))
+    live, old = await pop_claim(app, "w-live"), await pop_claim(app, "w-old")
+    await app.registry.heartbeat("w-live", "h1", {})  # stamped with this deployment's prefix
+    await WorkerRegistryService(store=app.store).heartbeat("w-old", "h2", {})  # no prefix
+    await app.queue.delete_leases([(live.task.id, live.run.id), (old.task.id, old.run.id)])
+    app.clock.advance(POLICY.stale_running_after + 1)
+    report = await other.reconcile_once()
+    assert (report.reclaimed, report.reclaims_held) == (1, {"{dto}:": 1})
+    assert await status_of(app, live.task.id) is TaskStatus.RUNNING
+    assert await status_of(app, old.task.id) is TaskStatus.QUEUED
+    app.clock.advance(91)  # past worker_alive_within: w-live stopped heartbeating
+    report = await other.reconcile_once()
+    assert (report.reclaimed, report.reclaims_held) == (1, {})
+    assert await status_of(app, live.task.id) is TaskStatus.QUEUED
+
+
+async def test_its_own_prefix_does_not_hold_a_live_workers_lost_lease(app: App) -> None:
+    await app.submit_tasks(TaskSpec("a", "echo"))
+    claim = await pop_claim(app, "w1")
+    await app.registry.heartbeat("w1", "h1", {})
+    await app.queue.delete_leases([(claim.task.id, claim.run.id)])
+    app.clock.advance(POLICY.stale_running_after + 1)
+    report = await app.reconcile.reconcile_once()
+    assert (report.reclaimed, report.reclaims_held) == (1, {})

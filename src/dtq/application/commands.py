@@ -203,6 +203,9 @@ class ReconcileReport:
             with some), or None when this pass did not finish counting the due tasks.
         queue_reset: the pass found the queue's data lost (a new queue epoch).
         reclaim_deferred: reclaims were held back: the queue's data is younger than a lease TTL.
+        reclaims_held: runs without a lease not reclaimed because their live worker is
+            registered with another Redis key prefix, counted by that prefix
+            (``ReconcileService.reclaim_stale``); empty when there were none.
     """
 
     enqueued: int = 0
@@ -212,3 +215,4 @@ class ReconcileReport:
     unpolled: dict[str, int] | None = None
     queue_reset: bool = False
     reclaim_deferred: bool = False
+    reclaims_held: dict[str, int] = field(default_factory=dict)

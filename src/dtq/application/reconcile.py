@@ -9,13 +9,14 @@ through the pending marker, and reclaims are fenced on the run id.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from uuid import UUID, uuid4
 
 from dtq.application.commands import ExecutionPolicy, ReconcileReport
 from dtq.application.ports import DueTask, Queue, RunningTask, Store, Transaction
 from dtq.application.transitions import cascade_failure, mark_job_failed
-from dtq.domain.entities import DEFAULT_PRIORITY, Task, Worker
+from dtq.domain.entities import DEFAULT_PRIORITY, Task, TaskRun, Worker
 from dtq.domain.errors import StaleRun
 from dtq.domain.status import TaskStatus
 
@@ -38,8 +39,12 @@ class ReconcileService:
         queue: the fast path.
         policy: stale threshold, lease TTL and crash budget.
         worker_alive_within: seconds since its last registry heartbeat within which a worker
-            counts as live, for the priorities live workers poll (default: three times the default
-            ``WORKER_HEARTBEAT_INTERVAL``).
+            counts as live, for the priorities live workers poll and for the runs held back
+            below (default: three times the default ``WORKER_HEARTBEAT_INTERVAL``).
+        queue_prefix: the Redis key prefix this orchestrator's queue uses (its hash-tagged
+            form). The runs of a live worker whose registry row names another prefix are not
+            reclaimed: their leases are under that prefix, where this queue does not look
+            (``reclaim_stale``). None reclaims without looking at the registry.
     """
 
     def __init__(
@@ -49,6 +54,7 @@ class ReconcileService:
         queue: Queue,
         policy: ExecutionPolicy,
         worker_alive_within: float = 90.0,
+        queue_prefix: str | None = None,
     ) -> None:
         self._store = store
         self._queue = queue
@@ -61,6 +67,8 @@ class ReconcileService:
         self._due_counts: Counter[str] = Counter()  # due queued tasks per priority, this cycle
         self._due_cycle: dict[str, int] | None = None  # the counts of the last complete cycle
         self._worker_alive_within = timedelta(seconds=worker_alive_within)
+        self._queue_prefix = queue_prefix
+        self._held: Counter[str] = Counter()  # runs held back this pass, by their worker's prefix
 
     async def enqueue_due(self, limit: int = 500) -> int:
         """Push ``queued`` tasks with ``scheduled_at <= now`` behind the pending marker.
@@ -96,6 +104,13 @@ class ReconcileService:
         re-queues the task with its attempt rolled back; then the pending marker left by the
         abandoned delivery is released and the id pushed again (spec §5, third release path).
         A task past its crash budget fails instead (DESIGN §3), cascading to its dependents.
+
+        A run without a lease whose worker is live (a registry heartbeat within
+        ``worker_alive_within``) and registered with another Redis key prefix than
+        ``queue_prefix`` is held back, not reclaimed: its lease is under that prefix (two
+        deployments on one database, or a mistyped ``REDIS_KEY_PREFIX``). It is counted by
+        that prefix in the pass's ``ReconcileReport.reclaims_held``, and reclaimed once its
+        worker's heartbeat is older than that window (the worker died).
 
         A lease that vanished together with all the queue's data is no sign that its worker
         died. So each call first reads the queue's epoch (``Queue.epoch``): while the queue's
@@ -133,9 +148,12 @@ class ReconcileService:
         if not candidates:
             return 0
         leased = await self._queue.leases_present([c.id for c in candidates])
+        unleased = [c for c in candidates if c.id not in leased]
+        held = await self._leased_elsewhere(unleased) if unleased else {}
+        self._held.update(held.values())
         reclaimed = 0
-        for candidate in candidates:
-            if candidate.id in leased:
+        for candidate in unleased:
+            if candidate.run_id in held:
                 continue
             lost_with_queue = candidate.started_at < queue_began
             task = await self._reclaim_one(candidate, lost_with_queue=lost_with_queue)
@@ -146,6 +164,28 @@ class ReconcileService:
             if task.status is TaskStatus.QUEUED:
                 await self._queue.enqueue_many([(task.id, task.priority)])
         return reclaimed
+
+    async def _leased_elsewhere(self, candidates: Sequence[RunningTask]) -> dict[UUID, str]:
+        """The candidates' runs whose worker is live and registered with another Redis key
+        prefix than this queue's, each mapped to that prefix (one read of the runs and the live
+        workers; nothing when ``queue_prefix`` is None)."""
+        mine = self._queue_prefix
+        if mine is None:
+            return {}
+        alive_within = self._worker_alive_within
+
+        async def read(tx: Transaction) -> tuple[list[TaskRun], list[Worker]]:
+            runs = await tx.runs.get_many([c.run_id for c in candidates])
+            return runs, await tx.workers.list_active(since=await tx.now() - alive_within)
+
+        runs, workers = await self._store.run(read)
+        prefixes = {worker.id: worker.redis_key_prefix for worker in workers}
+        held: dict[UUID, str] = {}
+        for run in runs:
+            prefix = prefixes.get(run.worker_id)
+            if prefix is not None and prefix != mine:
+                held[run.id] = prefix
+        return held
 
     async def _reclaim_one(self, candidate: RunningTask, *, lost_with_queue: bool) -> Task | None:
         max_reclaims = self._policy.max_reclaims
@@ -198,6 +238,7 @@ class ReconcileService:
             BackendUnavailable: the database or Redis failed mid-pass.
         """
         reclaimed = enqueued = 0
+        self._held.clear()
         for _ in range(max_pages):
             reclaimed += await self.reclaim_stale(limit)
             if self._stale_cursor is None or self._reclaim_deferred:
@@ -214,6 +255,7 @@ class ReconcileService:
             unpolled=await self._unpolled(),
             queue_reset=self._queue_reset,
             reclaim_deferred=self._reclaim_deferred,
+            reclaims_held=dict(sorted(self._held.items())),
         )
 
     async def _unpolled(self) -> dict[str, int] | None:

@@ -13,10 +13,14 @@ class WorkerRegistryService:
 
     Args:
         store: the system of record.
+        queue_prefix: the Redis key prefix (hash-tagged form) the leases of the workers this
+            service registers live under, written to each row (``Worker.redis_key_prefix``: a
+            reconciler on another prefix leaves their runs alone); None leaves it unset.
     """
 
-    def __init__(self, *, store: Store) -> None:
+    def __init__(self, *, store: Store, queue_prefix: str | None = None) -> None:
         self._store = store
+        self._queue_prefix = queue_prefix
 
     async def heartbeat(
         self, worker_id: str, hostname: str | None, metadata: dict[str, Any]
@@ -35,7 +39,13 @@ class WorkerRegistryService:
         async def upsert(tx: Transaction) -> None:
             now = await tx.now()
             await tx.workers.upsert(
-                Worker(id=worker_id, hostname=hostname, last_heartbeat_at=now, metadata=metadata)
+                Worker(
+                    id=worker_id,
+                    hostname=hostname,
+                    last_heartbeat_at=now,
+                    metadata=metadata,
+                    redis_key_prefix=self._queue_prefix,
+                )
             )
 
         await self._store.run(upsert)

@@ -494,9 +494,12 @@ class Worker:
 
     Attributes:
         metadata: free-form JSON object, e.g. ``{"kinds": [...], "concurrency": 4}``.
+        redis_key_prefix: the hash-tagged Redis key prefix its leases live under; None for a
+            row written by a worker older than the field.
     """
 
     id: str
     hostname: str | None
     last_heartbeat_at: datetime
     metadata: dict[str, Any] = field(default_factory=dict)
+    redis_key_prefix: str | None = None

@@ -92,6 +92,13 @@ async def _cockroach_store(
         await pool.close()
 
 
+def _queue_prefix(prefix: str) -> str:
+    """What every Redis key of ``REDIS_KEY_PREFIX`` ``prefix`` starts with (its hash tag)."""
+    from dtq.adapters.redis.keys import tagged_prefix
+
+    return tagged_prefix(prefix)
+
+
 async def _redis_queue(addr: str, prefix: str, marker_ttl: float) -> AsyncIterator[Queue]:
     """Connect to Redis, warn about an evicting memory policy, yield a ``RedisQueue``.
 
@@ -260,6 +267,8 @@ class Container(containers.DeclarativeContainer):
     )
     store = providers.Selector(backend, memory=memory_store, real=real_store)
     queue = providers.Selector(backend, memory=memory_queue, real=real_queue)
+    #: the prefix every Redis key of this deployment starts with (ReconcileService, registry)
+    queue_prefix = providers.Callable(_queue_prefix, settings.provided.redis_key_prefix)
 
     artifact_store = providers.Singleton(_artifact_store, settings)
     artifacts = providers.Factory(ArtifactService, store=artifact_store)
@@ -281,8 +290,9 @@ class Container(containers.DeclarativeContainer):
         queue=queue,
         policy=policy,
         worker_alive_within=providers.Callable(worker_alive_within, settings),
+        queue_prefix=queue_prefix,
     )
-    registry = providers.Factory(WorkerRegistryService, store=store)
+    registry = providers.Factory(WorkerRegistryService, store=store, queue_prefix=queue_prefix)
     remote = providers.Factory(
         RemoteWorkerService,
         execution=execution,

@@ -110,6 +110,9 @@ class OrchestratorMetrics:
         queued_unpolled: ``orchestrator_tasks_queued_unpolled{priority}``: due ``queued``
             tasks of a priority that no live worker polls, as last counted by the reconciler;
             a priority's series exists only while it has some (bounded label set).
+        reclaims_held: ``orchestrator_reclaims_held``: runs without a lease the last reconcile
+            pass did not reclaim because their live worker is registered with another Redis key
+            prefix (two deployments on one database, or a mistyped ``REDIS_KEY_PREFIX``).
         pruned: ``orchestrator_pruned_total{what}``: rows deleted by the retention pass,
             ``what`` one of ``jobs``, ``tasks``, ``runs``, ``tombstones`` (expired
             idempotency tombstones) (issue 14 item 8), ``sessions`` (expired dashboard
@@ -188,6 +191,12 @@ class OrchestratorMetrics:
             "orchestrator_tasks_queued_unpolled",
             "Due queued tasks of a priority that no live worker polls, by priority.",
             ("priority",),
+            registry=registry,
+        )
+        self.reclaims_held = Gauge(
+            "orchestrator_reclaims_held",
+            "Runs without a lease the last reconcile pass held back: their live worker is"
+            " registered with another Redis key prefix.",
             registry=registry,
         )
         self.store_retries = Counter(

@@ -11,7 +11,8 @@ Independent loops share one stop event (spec §2 invariant, §5, DESIGN §5):
   its traceback. Each
   pass's report also drives a warning when the queue lost its data and, per priority,
   the ``orchestrator_tasks_queued_unpolled`` gauge and a warning for due tasks no live
-  worker polls;
+  worker polls, and the ``orchestrator_reclaims_held`` gauge and a warning for runs of live
+  workers registered with another Redis key prefix;
 * the **retention loop** (when a retention service is given; issue 14 item 8) runs
   ``RetentionService.prune_once`` at once, then every ``interval`` seconds; a pass that stopped
   at its page bound with work left is followed at once by the next, so a backlog drains at the
@@ -198,13 +199,22 @@ class Reconciler:
         return report
 
     def _report_queue_state(self, report: ReconcileReport) -> None:
-        """Warn about a new queue (first used, or its data lost) and about due tasks no live worker
-        polls; set the gauge."""
+        """Warn about a new queue (first used, or its data lost), about runs held back for
+        their workers' other Redis key prefix and about due tasks no live worker polls; set the
+        gauges."""
         if report.queue_reset:
             self._log.warning(
                 "new queue epoch (the first use of this Redis prefix, or its data was lost): "
                 "reclaims held back for one lease TTL while workers re-create their leases"
             )
+        if report.reclaims_held:
+            self._log.warning(
+                "running tasks of live workers registered with another REDIS_KEY_PREFIX are not"
+                " reclaimed: every process on one database must use the same prefix",
+                held=report.reclaims_held,
+            )
+        if self._metrics is not None:
+            self._metrics.reclaims_held.set(sum(report.reclaims_held.values()))
         if report.unpolled is None:
             return  # this pass did not finish counting: the gauge keeps the last count
         for priority, queued in report.unpolled.items():

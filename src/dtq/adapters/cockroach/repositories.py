@@ -945,7 +945,13 @@ class PgWorkerRepository:
         """Insert or overwrite the worker row (``INSERT ... ON CONFLICT (id) DO UPDATE``)."""
         await self._conn.execute(
             sql.UPSERT_WORKER,
-            (worker.id, worker.hostname, worker.last_heartbeat_at, encode_json(worker.metadata)),
+            (
+                worker.id,
+                worker.hostname,
+                worker.last_heartbeat_at,
+                encode_json(worker.metadata),
+                worker.redis_key_prefix,
+            ),
         )
 
     async def list_active(self, since: datetime) -> list[Worker]:

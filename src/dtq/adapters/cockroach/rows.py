@@ -150,7 +150,13 @@ def run_from_row(row: TupleRow) -> TaskRun:
 def worker_from_row(row: TupleRow) -> Worker:
     """Map a ``sql.LIST_ACTIVE_WORKERS`` row to a ``Worker`` (NULL metadata becomes ``{}``)."""
     metadata = decode_json(row[3])
-    return Worker(id=row[0], hostname=row[1], last_heartbeat_at=row[2], metadata=metadata or {})
+    return Worker(
+        id=row[0],
+        hostname=row[1],
+        last_heartbeat_at=row[2],
+        metadata=metadata or {},
+        redis_key_prefix=row[4],
+    )
 
 
 def token_from_row(row: TupleRow) -> ApiToken:

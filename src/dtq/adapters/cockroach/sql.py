@@ -478,15 +478,16 @@ LIST_RUNS_FOR_TASK: Final = (
 # --- workers ----------------------------------------------------------------------------------
 
 UPSERT_WORKER: Final = (
-    "INSERT INTO workers (id, hostname, last_heartbeat_at, metadata)"
-    " VALUES (%s, %s, %s, %s::jsonb)"
+    "INSERT INTO workers (id, hostname, last_heartbeat_at, metadata, redis_key_prefix)"
+    " VALUES (%s, %s, %s, %s::jsonb, %s)"
     " ON CONFLICT (id) DO UPDATE SET hostname = excluded.hostname,"
-    " last_heartbeat_at = excluded.last_heartbeat_at, metadata = excluded.metadata"
+    " last_heartbeat_at = excluded.last_heartbeat_at, metadata = excluded.metadata,"
+    " redis_key_prefix = excluded.redis_key_prefix"
 )
 
 # Served by idx_workers_last_heartbeat, read backwards.
 LIST_ACTIVE_WORKERS: Final = (
-    "SELECT id, hostname, last_heartbeat_at, metadata::text FROM workers"
+    "SELECT id, hostname, last_heartbeat_at, metadata::text, redis_key_prefix FROM workers"
     " WHERE last_heartbeat_at >= %s ORDER BY last_heartbeat_at DESC, id"
 )
 

@@ -212,6 +212,7 @@ def workers_body(workers: list[Worker]) -> WorkersBody:
                 hostname=w.hostname,
                 last_heartbeat_at=w.last_heartbeat_at,
                 metadata=w.metadata,
+                redis_key_prefix=w.redis_key_prefix,
             )
             for w in workers
         ]

@@ -450,6 +450,13 @@ class WorkerBody(msgspec.Struct, kw_only=True):
     hostname: str | None
     last_heartbeat_at: datetime
     metadata: dict[str, Any]
+    redis_key_prefix: Annotated[
+        str | None,
+        msgspec.Meta(
+            description="The Redis key prefix (hash tag included) its leases live under; null"
+            " for a worker older than the field"
+        ),
+    ] = None
 
 
 class WorkersBody(msgspec.Struct, kw_only=True):
