@@ -1,11 +1,14 @@
 """The push breaker of the submit service (ARCHITECTURE.md, "Group commit of submissions"):
 after a push following a commit fails, the pushes of the open period are not sent (the jobs are
-committed; the reconciler pushes their tasks), then one is tried again and a success closes it.
-The submits succeed throughout. Memory adapters; the breaker's clock is a plain counter."""
+committed; the reconciler pushes their tasks), then one is tried again and a success closes it;
+that trial gets no more than the breaker's trial bound, so a Redis that hangs costs it a fraction
+of the client's reply timeout. The submits succeed throughout. Memory adapters; the breaker's clock
+is a plain counter (the trial bound alone is real time)."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 from uuid import UUID
 
@@ -16,7 +19,7 @@ from structlog.testing import capture_logs
 from dtq.adapters.memory.clock import FakeClock
 from dtq.adapters.memory.queue import InMemoryQueue
 from dtq.adapters.memory.store import InMemoryStore
-from dtq.application.breaker import PUSH_BREAKER_OPEN_FOR, Missed, PushBreaker
+from dtq.application.breaker import PUSH_BREAKER_OPEN_FOR, Missed, PushBreaker, PushTimedOut
 from dtq.application.commands import SubmitJob, SubmitResult, TaskSpec
 from dtq.application.ports import CarriedTask
 from dtq.application.reconcile import ReconcileService
@@ -27,22 +30,32 @@ from dtq.entrypoints.container import build_container, open_services
 from dtq.entrypoints.metrics import OrchestratorMetrics, new_registry
 from tests.unit.conftest import POLICY
 
+#: The trial bound of the tests' breakers, in seconds of real time (the default is longer).
+TRIAL = 0.05
+
 
 class FlakyQueue(InMemoryQueue):
-    """The memory queue whose ``enqueue_many`` raises ``BackendUnavailable`` while ``down``;
-    ``calls`` counts the pushes that reached it."""
+    """The memory queue whose ``enqueue_many`` raises ``BackendUnavailable`` while ``down``, or
+    never answers while ``down`` and ``hangs`` (a stopped Redis); one that answers first waits
+    ``takes`` seconds. ``calls`` counts the pushes that reached it."""
 
     def __init__(self) -> None:
         super().__init__(FakeClock())
         self.down = True
+        self.hangs = False
+        self.takes = 0.0
         self.calls = 0
 
     async def enqueue_many(
         self, items: Sequence[tuple[UUID, str]], *, carried: Sequence[CarriedTask] = ()
     ) -> int:
         self.calls += 1
+        if self.down and self.hangs:
+            await asyncio.Event().wait()
         if self.down:
             raise BackendUnavailable("redis did not answer")
+        if self.takes:
+            await asyncio.sleep(self.takes)
         return await super().enqueue_many(items, carried=carried)
 
 
@@ -102,7 +115,7 @@ def seen() -> Recorder:
 def service(
     store: InMemoryStore, queue: FlakyQueue, seconds: Seconds, seen: Recorder
 ) -> SubmitService:
-    breaker = PushBreaker(open_for=1.0, clock=seconds, watcher=seen)
+    breaker = PushBreaker(open_for=1.0, trial_timeout=TRIAL, clock=seconds, watcher=seen)
     return SubmitService(store=store, queue=queue, pushes=breaker)
 
 
@@ -167,6 +180,71 @@ async def test_a_successful_trial_closes_the_breaker(
     assert all(r.task_ids["t"] not in queue.ready_ids("default") for r in first)
 
 
+async def test_a_trial_push_that_hangs_is_given_up_at_the_trial_bound_and_reopens(
+    service: SubmitService, queue: FlakyQueue, seconds: Seconds, seen: Recorder
+) -> None:
+    """Redis hangs: the trial push gets no answer. It is given up after the trial bound, not
+    the client's reply timeout (here: never), and counts as a failed push; the breaker opens
+    again and the submit is answered, its job committed."""
+    await submit(service, 1)  # fails: opens
+    queue.hangs = True
+    seconds.now += PUSH_BREAKER_OPEN_FOR
+
+    started = time.monotonic()
+    async with asyncio.timeout(2):  # a trial without a bound waits for this queue forever
+        trial = await service.submit_job(job())
+    took = time.monotonic() - started
+    later = await submit(service, 2)
+
+    assert trial.created and all(r.created for r in later)
+    assert took < 1.0
+    assert queue.calls == 2  # the later two were skipped: open again
+    assert seen.misses == {"failed": 2, "skipped": 2}
+    assert len(seen.opens) == 2
+    assert "no answer within 0.05 s" in seen.opens[1]
+
+
+async def test_a_lane_whose_trial_push_hangs_goes_on_after_the_trial_bound(
+    store: InMemoryStore, queue: FlakyQueue, seconds: Seconds, seen: Recorder
+) -> None:
+    """A group is answered at its commit, then its lane pushes: the lane's trial push is given
+    up at the bound, so the submission waiting for the lane is written (and skipped: the breaker
+    opened again) instead of waiting on Redis."""
+    breaker = PushBreaker(open_for=1.0, trial_timeout=TRIAL, clock=seconds, watcher=seen)
+    service = SubmitService(store=store, queue=queue, pushes=breaker, lanes=1)
+    await submit(service, 1)  # fails: opens
+    queue.hangs = True
+    seconds.now += PUSH_BREAKER_OPEN_FOR
+
+    group = await asyncio.gather(*(service.submit_job(job()) for _ in range(5)))
+    async with asyncio.timeout(2):  # a trial without a bound holds the lane forever
+        behind = await service.submit_job(job())
+
+    assert all(r.created for r in [*group, behind])
+    assert len(store._tables.jobs) == 7
+    assert queue.calls == 2  # the first push and the group's trial
+    assert seen.misses == {"failed": 1 + 5, "skipped": 1}
+    assert breaker.is_open
+
+
+async def test_a_push_with_the_breaker_closed_is_not_held_to_the_trial_bound(
+    store: InMemoryStore, queue: FlakyQueue, seconds: Seconds, seen: Recorder
+) -> None:
+    """A slow but working Redis: while the breaker is closed a push may take longer than the
+    trial bound (only the client's reply timeout bounds it), so slowness alone never opens it."""
+    breaker = PushBreaker(open_for=1.0, trial_timeout=TRIAL, clock=seconds, watcher=seen)
+    service = SubmitService(store=store, queue=queue, pushes=breaker)
+    queue.down = False
+    queue.takes = 4 * TRIAL
+
+    result = await service.submit_job(job())
+
+    assert queue.ready_ids("default") == [result.task_ids["t"]]
+    assert not breaker.is_open
+    assert seen.misses == {}
+    assert seen.opens == []
+
+
 async def test_the_reconciler_pushes_the_skipped_tasks(
     service: SubmitService, store: InMemoryStore, queue: FlakyQueue
 ) -> None:
@@ -198,16 +276,38 @@ async def test_a_cancelled_trial_does_not_keep_the_breaker_open(
     queue: FlakyQueue, seconds: Seconds
 ) -> None:
     breaker = PushBreaker(open_for=1.0, clock=seconds)
-    with pytest.raises(BackendUnavailable), breaker.attempt(1):
-        raise BackendUnavailable("down")
+    with pytest.raises(BackendUnavailable):
+        async with breaker.attempt(1):
+            raise BackendUnavailable("down")
     seconds.now += 1.0
-    with pytest.raises(asyncio.CancelledError), breaker.attempt(1):
-        raise asyncio.CancelledError  # the trial's push was cancelled mid-flight
+    with pytest.raises(asyncio.CancelledError):
+        async with breaker.attempt(1):
+            raise asyncio.CancelledError  # the trial's push was cancelled mid-flight
 
-    with breaker.attempt(1):  # the next push is the trial
+    async with breaker.attempt(1):  # the next push is the trial
         pass
 
     assert not breaker.is_open
+
+
+async def test_a_trial_given_up_at_its_bound_raises_backend_unavailable(
+    seconds: Seconds,
+) -> None:
+    """The breaker's own contract: the trial body is cut at ``trial_timeout`` and the cut is
+    raised as a ``BackendUnavailable`` (``PushTimedOut``), which the caller already handles."""
+    breaker = PushBreaker(open_for=1.0, trial_timeout=TRIAL, clock=seconds)
+    with pytest.raises(BackendUnavailable):
+        async with breaker.attempt(1):
+            raise BackendUnavailable("down")
+    seconds.now += 1.0
+
+    with pytest.raises(PushTimedOut) as cut:
+        async with asyncio.timeout(2), breaker.attempt(1):
+            await asyncio.Event().wait()
+
+    assert isinstance(cut.value, BackendUnavailable)
+    assert isinstance(cut.value.__cause__, TimeoutError)
+    assert breaker.is_open
 
 
 async def test_the_container_counts_missed_pushes_in_the_metric_and_warns_once() -> None:

@@ -709,7 +709,9 @@ class Queue(Protocol):
 
     Every operation takes a batch; a single item is a one-item list, and an empty batch costs
     nothing. Durations are in seconds (float). Nothing here is authoritative: the store wins.
-    Adapters wrap their driver's errors as ``BackendUnavailable``.
+    Adapters wrap their driver's errors as ``BackendUnavailable``. A call cancelled in flight
+    (``asyncio.timeout``: the push breaker's trial) may still take effect on the server, but
+    leaves nothing for a later call to read (the Redis adapter drops that connection).
     """
 
     async def enqueue_many(

@@ -358,17 +358,19 @@ class SubmitService:
         once Redis is back; failing the requests would invite clients to submit again. For
         the same reason, for a while after a push failed the pushes are not sent at all (the
         breaker raises ``PushSkipped``, suppressed here): a hung Redis would make each wait
-        the client's reply timeout."""
+        the client's reply timeout; and the push that tries again is cut short by the breaker
+        (``PushTimedOut``, suppressed too)."""
         if not created:
             return
         now_items = [r for s in created for r in s.roots() if r[0] not in s.later]
         carried = created[0].carried() if len(created) == 1 else []  # a lone submit's
-        with contextlib.suppress(BackendUnavailable), self._pushes.attempt(len(created)):
-            await self._queue.enqueue_many(now_items, carried=carried)
-            for s in created:
-                for task_id, priority in s.roots():
-                    if task_id in s.later:  # due later: the promoter pushes it on time
-                        await self._queue.schedule(task_id, priority, s.due[task_id])
+        with contextlib.suppress(BackendUnavailable):
+            async with self._pushes.attempt(len(created)):
+                await self._queue.enqueue_many(now_items, carried=carried)
+                for s in created:
+                    for task_id, priority in s.roots():
+                        if task_id in s.later:  # due later: the promoter pushes it on time
+                            await self._queue.schedule(task_id, priority, s.due[task_id])
 
 
 def _created(submission: _Submission) -> bool:

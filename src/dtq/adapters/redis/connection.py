@@ -18,6 +18,13 @@ Timeouts: an unreachable Redis must be noticed in seconds. A connection attempt 
 pop into BRPOPs of at most 2 s so that a healthy wait never reaches it), and a command that
 timed out is not re-sent (a server that did not answer in 3 s would make every re-send wait as
 long), so one call costs at most about 3 s while Redis is down.
+
+Cancellation (the push breaker's trial is cut by ``asyncio.timeout`` in the application): a
+command cancelled after it was sent may still run and reply once the server answers; that reply
+must not be read as the next command's. redis-py (since 4.5.4, CVE-2023-28859) disconnects a
+connection whose reply read is interrupted by any ``BaseException``, the connection handshake
+included, and ``_InlineSend`` disconnects one whose write is; the pool then reconnects it on
+next use. ``tests/integration/test_submit_paused_redis.py`` checks it on a stopped server.
 """
 
 from __future__ import annotations
