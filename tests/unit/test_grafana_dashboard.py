@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from dtq.entrypoints.metrics import OrchestratorMetrics, WorkerMetrics, new_registry
+from tests.unit.promql import family_of, metric_names, registered
 from tests.unit.promtool import check_rules
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,10 +21,6 @@ DASHBOARD = ROOT / "deploy" / "grafana" / "dtq.json"
 
 #: Grafana's interval variables, replaced by a duration for promtool.
 GRAFANA_INTERVALS = re.compile(r"\$__(rate_interval|interval|range)")
-
-#: PromQL words that look like metric names: keywords, aggregation modifiers, functions.
-PROMQL_WORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool"}
-PROMQL_WORDS |= {"and", "or", "unless", "offset", "inf", "nan"}
 
 
 def load() -> dict[str, Any]:
@@ -42,48 +38,6 @@ def panels(node: dict[str, Any] | None = None) -> Iterator[dict[str, Any]]:
 
 def expressions() -> list[str]:
     return [target["expr"] for panel in panels() for target in panel.get("targets", [])]
-
-
-def metric_names(expr: str) -> set[str]:
-    """The metric names a PromQL expression selects (not functions, labels or keywords)."""
-    text = re.sub(r'"(?:[^"\\]|\\.)*"', "", expr)  # string literals
-    text = re.sub(r"\{[^}]*\}", "", text)  # label matchers
-    text = re.sub(r"\[[^\]]*\]", "", text)  # range selectors
-    text = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", "", text)
-    names = set()
-    for match in re.finditer(r"[A-Za-z_:][A-Za-z0-9_:]*", text):
-        following = text[match.end() :].lstrip()
-        if following.startswith("(") or match.group().lower() in PROMQL_WORDS:
-            continue
-        before = text[: match.start()]
-        if re.search(r"[0-9.]$", before):  # the exponent of a number such as 1e-9
-            continue
-        names.add(match.group())
-    return names
-
-
-def registered() -> tuple[set[str], set[str]]:
-    """(every series name the code can expose, the orchestrator_*/worker_* metric families)."""
-    registry = new_registry()
-    OrchestratorMetrics(registry)
-    WorkerMetrics(registry)
-    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count")}
-    series: set[str] = set()
-    families: set[str] = set()
-    for family in registry.collect():
-        series.update(sample.name for sample in family.samples)
-        series.update(family.name + suffix for suffix in suffixes.get(family.type, ("",)))
-        if family.name.startswith(("orchestrator_", "worker_")):
-            families.add(family.name)
-    return series, families
-
-
-def family_of(series: str, families: set[str]) -> str | None:
-    for suffix in ("_total", "_bucket", "_sum", "_count", ""):
-        name = series.removesuffix(suffix) if suffix else series
-        if name in families:
-            return name
-    return None
 
 
 def test_the_dashboard_names_its_data_source_as_a_variable_for_import() -> None:
