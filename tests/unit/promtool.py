@@ -50,3 +50,12 @@ def check_config(path: Path) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
         [promtool(), "check", "config", str(path)], capture_output=True, timeout=30, check=False
     )
+
+
+def run_rule_tests(path: Path) -> subprocess.CompletedProcess[bytes]:
+    """``promtool test rules PATH``: runs a rule unit-test file, whose ``rule_files`` are
+    resolved from the test file's folder. (Not named ``test_rules``: imported into a test module,
+    pytest would collect it as a test.)"""
+    return subprocess.run(
+        [promtool(), "test", "rules", str(path)], capture_output=True, timeout=60, check=False
+    )

@@ -1,7 +1,8 @@
 """docker-compose.yml's whole-stack service set (issue 16 item 6): the services, their start order
 (crdb and redis healthy -> migrate completed -> orchestrator healthy -> worker), a healthcheck
 on every long-running service, nothing but DSNs and dtq settings in the dtq services'
-environment, and the monitoring profile's Prometheus scraping both dtq endpoints; plus
+environment, and the monitoring profile's Prometheus scraping both dtq endpoints with its rule
+files mounted; plus
 ``docker compose config -q`` on every compose file where a Compose v2 CLI exists (no Docker
 engine is needed for it).
 """
@@ -256,6 +257,17 @@ def test_prometheus_scrapes_the_orchestrator_and_every_worker_on_their_ports() -
     }
     mounts = services()["prometheus"]["volumes"]
     assert "./deploy/prometheus/prometheus.yml:/etc/prometheus/prometheus.yml:ro" in mounts
+
+
+def test_prometheus_mounts_its_rule_files_next_to_its_config() -> None:
+    config = yaml.safe_load(PROMETHEUS_CONFIG.read_text())
+    mounts = services()["prometheus"]["volumes"]
+
+    assert config["rule_files"], "prometheus.yml loads no rule file"
+    for name in config["rule_files"]:
+        source = f"./deploy/prometheus/{name}"
+        assert (ROOT / source).is_file(), source
+        assert f"{source}:/etc/prometheus/{name}:ro" in mounts
 
 
 def test_promtool_accepts_the_prometheus_config() -> None:
