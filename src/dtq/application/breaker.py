@@ -104,18 +104,22 @@ class PushBreaker:
             BackendUnavailable: the push's own, re-raised after it opened the breaker.
         """
         trial = self._enter(jobs)
-        bound = asyncio.timeout(self._trial_timeout if trial else None)  # None: no deadline
+        bound = asyncio.timeout(self._trial_timeout) if trial else None  # closed: no deadline
         try:
-            async with bound:
+            if bound is None:
                 yield
+            else:
+                async with bound:
+                    yield
         except BackendUnavailable as exc:
             self._failed(exc, jobs, trial=trial)
             raise
         except BaseException as exc:
-            if isinstance(exc, TimeoutError) and bound.expired():  # not a cancel from outside
+            if isinstance(exc, TimeoutError) and bound is not None and bound.expired():
                 timed_out = PushTimedOut(
                     f"the trial push got no answer within {self._trial_timeout} s"
                 )
+                # the trial's own deadline, not a cancel from outside
                 self._failed(timed_out, jobs, trial=True)
                 raise timed_out from exc
             if trial:  # cancelled: the next push after the period is the trial
