@@ -259,24 +259,33 @@ class RecordingLog:
         return [(event, fields) for level, event, fields in self.records if level == "warning"]
 
 
+def reporting(
+    *reports: ReconcileReport, log: RecordingLog, registry: CollectorRegistry | None = None
+) -> Reconciler:
+    """A reconciler whose passes answer ``reports`` in turn, logging to ``log`` (metrics into
+    ``registry`` when given)."""
+    return Reconciler(
+        ScriptedReports(*reports),  # type: ignore[arg-type]
+        interval=1,
+        promote_interval=1,
+        batch=10,
+        metrics=None if registry is None else OrchestratorMetrics(registry),
+        logger=log,
+    )
+
+
 def unpolled(registry: CollectorRegistry, priority: str) -> float | None:
     return registry.get_sample_value("orchestrator_tasks_queued_unpolled", {"priority": priority})
 
 
 async def test_unpolled_priorities_set_the_gauge_warn_and_clear_when_polled_again() -> None:
     registry, log = CollectorRegistry(), RecordingLog()
-    scripted = ScriptedReports(
+    reconciler = reporting(
         ReconcileReport(unpolled={"high": 3, "batch": 1}),
         ReconcileReport(unpolled=None),  # a pass that did not finish counting: gauge kept
         ReconcileReport(unpolled={"batch": 2}),
-    )
-    reconciler = Reconciler(
-        scripted,  # type: ignore[arg-type]
-        interval=1,
-        promote_interval=1,
-        batch=10,
-        metrics=OrchestratorMetrics(registry),
-        logger=log,
+        log=log,
+        registry=registry,
     )
     await reconciler.run_pass()
     assert (unpolled(registry, "high"), unpolled(registry, "batch")) == (3, 1)
@@ -292,29 +301,18 @@ async def test_unpolled_priorities_set_the_gauge_warn_and_clear_when_polled_agai
 
 async def test_a_queue_reset_is_logged_as_a_warning() -> None:
     log = RecordingLog()
-    reconciler = Reconciler(
-        ScriptedReports(ReconcileReport(queue_reset=True, reclaim_deferred=True)),  # type: ignore[arg-type]
-        interval=1,
-        promote_interval=1,
-        batch=10,
-        logger=log,
-    )
+    reconciler = reporting(ReconcileReport(queue_reset=True, reclaim_deferred=True), log=log)
     await reconciler.run_pass()
     assert any("new queue epoch" in event for event, _ in log.warnings())
 
 
 async def test_runs_held_for_another_prefix_set_the_gauge_and_warn_until_none_are() -> None:
     registry, log = CollectorRegistry(), RecordingLog()
-    reconciler = Reconciler(
-        ScriptedReports(
-            ReconcileReport(reclaims_held={"{typo}:": 2, "{other}:": 1}),
-            ReconcileReport(),
-        ),  # type: ignore[arg-type]
-        interval=1,
-        promote_interval=1,
-        batch=10,
-        metrics=OrchestratorMetrics(registry),
-        logger=log,
+    reconciler = reporting(
+        ReconcileReport(reclaims_held={"{typo}:": 2, "{other}:": 1}),
+        ReconcileReport(),
+        log=log,
+        registry=registry,
     )
     await reconciler.run_pass()
     assert registry.get_sample_value("orchestrator_reclaims_held") == 3
