@@ -11,6 +11,7 @@ from uuid import UUID, uuid4
 import pytest
 
 from dtq.application.ports import QueueSnapshot
+from dtq.application.registry import WorkerRegistryService
 from dtq.domain.errors import BackendUnavailable
 from tests.single import claim_one, complete_one, pop_one
 from tests.unit.api_harness import Api, running_api
@@ -182,6 +183,19 @@ async def test_a_worker_silent_past_the_live_window_does_not_count(api: Api) -> 
     task_id = await submit(api)
 
     assert (await explain(api, task_id))["reason"] == "queued_no_worker"
+
+
+async def test_a_worker_on_another_redis_key_prefix_does_not_count(api: Api) -> None:
+    """It pops another deployment's lists (a mistyped REDIS_KEY_PREFIX): nothing it registered
+    serves this queue's tasks."""
+    typo = WorkerRegistryService(store=api.services.store, queue_prefix="{typo}:")
+    await typo.heartbeat("w-typo", "host", ECHO)
+    task_id = await submit(api)
+
+    body = await explain(api, task_id)
+
+    assert body["reason"] == "queued_no_worker"
+    assert body["details"]["live_workers"] == 0
 
 
 # --- queued, delivery_in_flight ---------------------------------------------------------------

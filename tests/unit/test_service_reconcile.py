@@ -271,6 +271,10 @@ async def test_a_pass_reports_due_tasks_of_priorities_no_live_worker_polls(app: 
     await app.registry.heartbeat("w-default", "h", {"kinds": ["echo"]})  # the default tier
     await app.registry.heartbeat("w-high", "h", {"priorities": ["high", "default"]})
     assert (await app.reconcile.reconcile_once()).unpolled == {"batch": 1}
+    # a worker with a mistyped REDIS_KEY_PREFIX pops other lists: it polls nothing here
+    typo = WorkerRegistryService(store=app.store, queue_prefix="{typo}:")
+    await typo.heartbeat("w-typo", "h", {"priorities": ["batch"]})
+    assert (await app.reconcile.reconcile_once()).unpolled == {"batch": 1}
 
 
 async def test_unpolled_counts_are_reported_once_the_due_listing_is_complete(app: App) -> None:

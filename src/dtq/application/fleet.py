@@ -6,7 +6,9 @@ A worker advertises, in its registry row's metadata (``entrypoints/worker/sessio
 ``"priorities"`` (a worker older than this field) polls the default tier only, as the
 reconciler's unpolled check reads it; a row without ``"kinds"`` is taken to serve every kind
 (nothing is known); a field that is not a list of strings counts as serving everything, so a
-malformed row never produces a false alarm.
+malformed row never produces a false alarm. A worker whose row names another Redis key prefix
+than this deployment's queue (``Worker.redis_key_prefix``) serves nothing here: it pops other
+lists (``on_queue``).
 """
 
 from __future__ import annotations
@@ -55,6 +57,15 @@ class SubmitWarning:
     code: WarningCode
     task: str
     message: str
+
+
+def on_queue(workers: Sequence[Worker], queue_prefix: str | None) -> list[Worker]:
+    """The ``workers`` that pop this deployment's ready lists: those whose row names
+    ``queue_prefix`` or no prefix at all (a worker older than the field); all of them when
+    ``queue_prefix`` is None."""
+    if queue_prefix is None:
+        return list(workers)
+    return [w for w in workers if w.redis_key_prefix in (None, queue_prefix)]
 
 
 def _advertised(worker: Worker, key: str, default: list[str] | None) -> frozenset[str] | None:
@@ -125,6 +136,8 @@ class FleetService:
             (the default window of ``GET /v1/workers``).
         cache_for: seconds ``cached`` reuses a read (default ``CACHE_FOR``).
         read_timeout: seconds ``cached`` waits for a read (default ``READ_TIMEOUT``).
+        queue_prefix: the hash-tagged Redis key prefix of this deployment's queue: workers
+            registered with another one serve nothing here (``on_queue``); None counts all.
     """
 
     def __init__(
@@ -135,8 +148,10 @@ class FleetService:
         alive_within: float,
         cache_for: float = CACHE_FOR,
         read_timeout: float = READ_TIMEOUT,
+        queue_prefix: str | None = None,
     ) -> None:
         self._store = store
+        self._queue_prefix = queue_prefix
         self._clock = clock
         self._alive_within = alive_within
         self._cache_for = timedelta(seconds=cache_for)
@@ -151,7 +166,8 @@ class FleetService:
     async def read(self, tx: Transaction) -> Fleet:
         """The live workers by ``tx``'s database clock (inside the caller's transaction)."""
         since = await tx.now() - timedelta(seconds=self._alive_within)
-        return Fleet(await tx.workers.list_active(since=since), self._alive_within)
+        workers = on_queue(await tx.workers.list_active(since=since), self._queue_prefix)
+        return Fleet(workers, self._alive_within)
 
     async def cached(self) -> Fleet | None:
         """The fleet read at most ``cache_for`` ago; concurrent callers share one read.

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from uuid import UUID, uuid4
 
 from dtq.application.commands import ExecutionPolicy, ReconcileReport
+from dtq.application.fleet import on_queue
 from dtq.application.ports import DueTask, Queue, RunningTask, Store, Transaction
 from dtq.application.transitions import cascade_failure, mark_job_failed
 from dtq.domain.entities import DEFAULT_PRIORITY, Task, TaskRun, Worker
@@ -265,7 +266,8 @@ class ReconcileService:
         A worker polls the priorities its registry row lists under ``metadata["priorities"]``;
         a row without that field polls the default tier only (workers older than issue 14 item
         7 recorded it only when they polled something else; workers now always record it); a
-        malformed field counts as polling every priority.
+        malformed field counts as polling every priority. A worker registered with another
+        Redis key prefix polls none of this queue's lists (``fleet.on_queue``).
         """
         counts, self._due_cycle = self._due_cycle, None
         if counts is None:
@@ -276,7 +278,7 @@ class ReconcileService:
             return await tx.workers.list_active(since=await tx.now() - alive_within)
 
         polled: set[str] = set()
-        for worker in await self._store.run(read):
+        for worker in on_queue(await self._store.run(read), self._queue_prefix):
             priorities = worker.metadata.get("priorities", [DEFAULT_PRIORITY])
             if not isinstance(priorities, list):
                 return {}

@@ -303,7 +303,11 @@ class Container(containers.DeclarativeContainer):
     )
     inspector = providers.Factory(_queue_inspector, queue)
     fleet = providers.Singleton(
-        FleetService, store=store, clock=clock, alive_within=FLEET_ALIVE_WITHIN
+        FleetService,
+        store=store,
+        clock=clock,
+        alive_within=FLEET_ALIVE_WITHIN,
+        queue_prefix=queue_prefix,
     )
     explain = providers.Factory(
         ExplainService,
