@@ -91,6 +91,7 @@ def test_every_variable_is_parsed() -> None:
         "API_MAX_RESULT_BYTES": "4096",
         "DB_POOL_SIZE": "3",
         "DB_ACQUIRE_TIMEOUT": "1500ms",
+        "REDIS_PUSH_TRIAL_TIMEOUT": "800ms",
         "DTQ_EVENT_LOOP": "asyncio",
         "ARTIFACT_BACKEND": "S3",
         "ARTIFACT_DIR": "/srv/artifacts",
@@ -139,6 +140,7 @@ def test_every_variable_is_parsed() -> None:
         api_max_result_bytes=4096,
         db_pool_size=3,
         db_acquire_timeout=1.5,
+        redis_push_trial_timeout=0.8,
         artifact_backend="s3",
         artifact_dir=Path("/srv/artifacts"),
         artifact_s3_bucket="dtq-artifacts",
@@ -370,6 +372,7 @@ DURATION_VARIABLES = [
     "PENDING_MARKER_TTL",
     "PROMOTE_INTERVAL",
     "DB_ACQUIRE_TIMEOUT",
+    "REDIS_PUSH_TRIAL_TIMEOUT",
 ]
 
 
@@ -394,6 +397,13 @@ def test_db_acquire_timeout_is_capped_at_a_minute() -> None:
     assert load_settings({"DB_ACQUIRE_TIMEOUT": "60s"}).db_acquire_timeout == 60.0
     with pytest.raises(ConfigError, match=r"^DB_ACQUIRE_TIMEOUT: must be at most 60s"):
         load_settings({"DB_ACQUIRE_TIMEOUT": "61s"})
+
+
+def test_the_push_trial_timeout_is_capped_at_the_redis_reply_timeout() -> None:
+    assert load_settings({}).redis_push_trial_timeout == 0.5
+    assert load_settings({"REDIS_PUSH_TRIAL_TIMEOUT": "3s"}).redis_push_trial_timeout == 3.0
+    with pytest.raises(ConfigError, match=r"^REDIS_PUSH_TRIAL_TIMEOUT: must be at most 3s"):
+        load_settings({"REDIS_PUSH_TRIAL_TIMEOUT": "3100ms"})
 
 
 def test_stale_running_after_below_the_lease_is_refused() -> None:

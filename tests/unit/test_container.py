@@ -48,6 +48,12 @@ async def test_the_pending_marker_ttl_comes_from_the_settings() -> None:
         assert not queue.has_marker(task_id)
 
 
+def test_the_push_breakers_trial_timeout_comes_from_the_settings() -> None:
+    container = build_container(Settings(redis_push_trial_timeout=1.5), backend="memory")
+
+    assert container.push_breaker().trial_timeout == 1.5
+
+
 async def test_the_execution_policy_comes_from_the_settings() -> None:
     settings = Settings(lease_duration=7.0, retry_backoff=2.0, stale_running_after=9.0)
 

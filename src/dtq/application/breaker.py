@@ -88,6 +88,11 @@ class PushBreaker:
         self._missed = 0  # jobs whose push failed or was skipped since the breaker opened
 
     @property
+    def trial_timeout(self) -> float:
+        """Seconds the half-open trial push may take."""
+        return self._trial_timeout
+
+    @property
     def is_open(self) -> bool:
         """A push failed and none succeeded since."""
         return self._open_until is not None

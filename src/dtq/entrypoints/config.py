@@ -90,6 +90,7 @@ ENV_VARS: tuple[str, ...] = (
     "API_MAX_RESULT_BYTES",
     "DB_POOL_SIZE",
     "DB_ACQUIRE_TIMEOUT",
+    "REDIS_PUSH_TRIAL_TIMEOUT",
     "DTQ_EVENT_LOOP",
     "ARTIFACT_BACKEND",
     "ARTIFACT_DIR",
@@ -135,6 +136,9 @@ MAX_RETENTION = 3650 * 86400.0
 _DAY = 86400.0
 #: Longest ``DB_ACQUIRE_TIMEOUT``: past a minute a request is better failed (503) than held.
 _MAX_ACQUIRE_TIMEOUT = 60.0
+#: Longest ``REDIS_PUSH_TRIAL_TIMEOUT``: the Redis client's own reply timeout (3 s) bounds a push
+#: anyway.
+_MAX_PUSH_TRIAL_TIMEOUT = 3.0
 #: Upper bounds of the integer variables: far past any sensible value, and far below what
 #: overflows the database's BIGINT or a Python allocation.
 _MAX_CONCURRENCY = 4096
@@ -191,6 +195,9 @@ class Settings:
         db_acquire_timeout: seconds a request waits for a database connection before it fails
             with ``BackendUnavailable`` (HTTP 503), and the connect timeout of one connection
             attempt (``DB_ACQUIRE_TIMEOUT``).
+        redis_push_trial_timeout: seconds the push breaker's half-open trial push may take
+            before it is given up as failed (``REDIS_PUSH_TRIAL_TIMEOUT``, at most 3 s; the
+            push after a submit's commit, ARCHITECTURE.md "The push breaker").
         artifact_backend: ``fs`` (a directory) or ``s3`` (a bucket) (``ARTIFACT_BACKEND``).
         artifact_dir: the fs backend's directory (``ARTIFACT_DIR``); None means ``./artifacts``
             (``dtq dev``: a new temporary directory).
@@ -254,6 +261,7 @@ class Settings:
     api_max_result_bytes: int = _MIB
     db_pool_size: int = 8
     db_acquire_timeout: float = 3.0
+    redis_push_trial_timeout: float = 0.5
     artifact_backend: ArtifactBackend = "fs"
     artifact_dir: Path | None = None
     artifact_s3_bucket: str | None = None
@@ -515,6 +523,9 @@ def load_settings(environ: Mapping[str, str]) -> Settings:
         ),
         db_pool_size=env.integer("DB_POOL_SIZE", 8, minimum=1, maximum=_MAX_POOL_SIZE),
         db_acquire_timeout=env.duration("DB_ACQUIRE_TIMEOUT", 3.0, maximum=_MAX_ACQUIRE_TIMEOUT),
+        redis_push_trial_timeout=env.duration(
+            "REDIS_PUSH_TRIAL_TIMEOUT", 0.5, maximum=_MAX_PUSH_TRIAL_TIMEOUT
+        ),
         **_artifact_settings(env),
         api_auth=env.choice("API_AUTH", "tokens", _API_AUTHS, {}),
         metrics_auth=env.choice("METRICS_AUTH", "false", _BOOLEANS, _BOOLEAN_ALIASES) == "true",

@@ -274,7 +274,9 @@ class Container(containers.DeclarativeContainer):
     artifacts = providers.Factory(ArtifactService, store=artifact_store)
 
     push_breaker = providers.Singleton(
-        PushBreaker, watcher=providers.Singleton(PushReport, count=push_missed_hook)
+        PushBreaker,
+        trial_timeout=settings.provided.redis_push_trial_timeout,
+        watcher=providers.Singleton(PushReport, count=push_missed_hook),
     )
     submit = providers.Factory(SubmitService, store=store, queue=queue, pushes=push_breaker)
     queries = providers.Factory(QueryService, store=store)
