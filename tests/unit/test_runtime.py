@@ -107,6 +107,25 @@ async def test_handler_success_completes_the_task_and_job() -> None:
     assert h.counter("worker_tasks_succeeded_total", kind="echo") == 1
 
 
+async def test_a_registered_kinds_counters_exist_at_zero_before_its_first_task() -> None:
+    """``rate()`` and ``increase()`` see an increment only from a series that existed before
+    it: a kind's first failure would escape the failure-ratio alert."""
+    h = build_harness()
+    runtime = Runtime(FAST)
+    runtime.register("echo", lambda task: None)
+    async with h.running(runtime, reconcile=False):
+        await asyncio.sleep(0.05)
+        for name in (
+            "worker_tasks_claimed_total",
+            "worker_tasks_succeeded_total",
+            "worker_tasks_failed_total",
+            "worker_tasks_retried_total",
+            "worker_lease_extensions_total",
+            "worker_lease_losses_total",
+        ):
+            assert h.metrics.registry.get_sample_value(name, {"kind": "echo"}) == 0.0, name
+
+
 async def test_failures_are_retried_until_the_handler_succeeds() -> None:
     h = build_harness()
     runtime = Runtime(FAST)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
@@ -131,6 +131,17 @@ class Meters:
     def __init__(self, metrics: WorkerMetrics) -> None:
         self.metrics = metrics
         self._by_kind: dict[str, KindMetrics] = {}
+
+    def start_at_zero(self, kinds: Iterable[str]) -> None:
+        """Create every per-kind series of ``kinds`` at 0 (a series born at its first increment
+        hides that increment from ``rate()``/``increase()``: a kind's first failure would escape
+        an alert)."""
+        m = self.metrics
+        for kind in kinds:
+            self.kind(kind)
+            m.tasks_failed.labels(kind=kind)
+            m.tasks_retried.labels(kind=kind)
+            m.lease_losses.labels(kind=kind)
 
     def kind(self, kind: str) -> KindMetrics:
         """The children labelled ``kind=kind`` (created on first use)."""

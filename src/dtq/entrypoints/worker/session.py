@@ -74,6 +74,7 @@ class Session:
         self._registry = services.registry
         self._metrics = metrics
         self._meters = Meters(metrics)
+        self._meters.start_at_zero(self._handlers)
         self._log = log
         self._debug = log.is_enabled_for(logging.DEBUG)
         self._tasks: set[asyncio.Task[None]] = set()  # one per claim, until it settles
