@@ -8,6 +8,7 @@ import re
 import signal
 import socket
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -205,6 +206,17 @@ def test_bad_app_specs_are_one_clear_line(
 
     assert status == 2
     assert one_error_line(capsys.readouterr().err) == f"dtq: {message}"
+
+
+def test_a_bad_app_leaves_no_artifact_directory_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where mkdtemp makes its directories
+
+    assert cli.main(["dev", "--app", "dtq_no_such_module:runtime"]) == 2
+
+    assert list(tmp_path.iterdir()) == []
+    assert "artifacts in" not in capsys.readouterr().out
 
 
 def test_an_app_module_that_raises_on_import_is_one_line_with_its_location(

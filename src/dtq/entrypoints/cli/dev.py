@@ -59,9 +59,9 @@ def cmd_dev(args: argparse.Namespace) -> int:
         host, _ = listen_address(settings.orchestrator_listen)
         settings = dataclasses.replace(settings, orchestrator_listen=f"[{host}]:{args.port}")
     check_dev_auth(settings)
+    runtime = load_runtime(args.app)  # a bad --app fails before any directory is made
     chosen = settings
     settings = dev_artifact_dir(settings)
-    runtime = load_runtime(args.app)
     try:
         code = run(serve(settings, backend="memory", runtime=runtime))
     finally:
