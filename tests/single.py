@@ -39,20 +39,24 @@ async def complete_one(execution: ExecutionService, claim: Claim) -> ReportOutco
     return (await execution.complete_many([claim]))[0]
 
 
+def queued_task(job_id: UUID, at: datetime, *, name: str = "a", kind: str = "k") -> Task:
+    """A fresh ``queued`` task of ``job_id`` (version 0, no payload), dated ``at``."""
+    return Task(
+        id=uuid4(),
+        job_id=job_id,
+        name=name,
+        kind=kind,
+        payload=None,
+        status=TaskStatus.QUEUED,
+        scheduled_at=at,
+        created_at=at,
+        updated_at=at,
+    )
+
+
 def carried_snapshot() -> CarriedTask:
     """The snapshot a lone submit of a fresh one-task job carries with its task's id (a
     ``queued`` task at version 0 and its ``pending`` job, dated now, without a payload)."""
     now = datetime.now(UTC)
     job = Job(id=uuid4(), name="", status=JobStatus.PENDING, created_at=now, updated_at=now)
-    task = Task(
-        id=uuid4(),
-        job_id=job.id,
-        name="a",
-        kind="k",
-        payload=None,
-        status=TaskStatus.QUEUED,
-        scheduled_at=now,
-        created_at=now,
-        updated_at=now,
-    )
-    return CarriedTask(task=task, job=job)
+    return CarriedTask(task=queued_task(job.id, now), job=job)

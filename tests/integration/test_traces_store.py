@@ -13,7 +13,8 @@ from dtq.adapters.memory.store import InMemoryStore
 from dtq.application.filters import JobFilter
 from dtq.application.ports import Store, Transaction
 from dtq.domain.entities import Job, Task
-from dtq.domain.status import JobStatus, TaskStatus
+from dtq.domain.status import JobStatus
+from tests.single import queued_task
 
 TRACE_CONTEXT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
@@ -41,17 +42,7 @@ def job_at(now: datetime, trace_context: str | None, *, key: str | None = None) 
 
 
 def task_of(job: Job, now: datetime) -> Task:
-    return Task(
-        id=uuid4(),
-        job_id=job.id,
-        name="t",
-        kind="k",
-        payload=None,
-        status=TaskStatus.QUEUED,
-        scheduled_at=now,
-        created_at=now,
-        updated_at=now,
-    )
+    return queued_task(job.id, now, name="t")
 
 
 async def test_every_job_read_returns_the_stored_trace_context_and_writes_keep_it(

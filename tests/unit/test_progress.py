@@ -21,7 +21,7 @@ from dtq.domain.payload import MAX_PROGRESS_BYTES, check_progress
 from dtq.domain.status import TaskStatus
 from dtq.worker import Task as HandlerTask
 from dtq.worker import UnstorableProgress
-from tests.single import enqueue_one, pop_one
+from tests.single import enqueue_one, pop_one, queued_task
 from tests.unit.conftest import POLICY, App
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -40,17 +40,7 @@ async def stored_progress(app: App, claim: Claim) -> Any:
 
 
 def running_task() -> Task:
-    task = Task(
-        id=uuid4(),
-        job_id=uuid4(),
-        name="a",
-        kind="echo",
-        payload=None,
-        status=TaskStatus.QUEUED,
-        scheduled_at=NOW,
-        created_at=NOW,
-        updated_at=NOW,
-    )
+    task = queued_task(uuid4(), NOW, kind="echo")
     task.claim(run_id=uuid4(), worker_id="w1", at=NOW)
     return task
 

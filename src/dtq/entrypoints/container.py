@@ -267,7 +267,7 @@ class Container(containers.DeclarativeContainer):
     )
     store = providers.Selector(backend, memory=memory_store, real=real_store)
     queue = providers.Selector(backend, memory=memory_queue, real=real_queue)
-    #: the prefix every Redis key of this deployment starts with (ReconcileService, registry)
+    #: the prefix every Redis key of this deployment starts with (reconcile, registry, fleet)
     queue_prefix = providers.Callable(_queue_prefix, settings.provided.redis_key_prefix)
 
     artifact_store = providers.Singleton(_artifact_store, settings)
