@@ -210,8 +210,9 @@ def _decode(body: bytes) -> SubmitTaskRequest | None:
     """The request as the route's guard accepts it (JSON, strictly typed, no repeated key), or
     None when the guard would refuse it."""
     try:
-        data = msgspec.convert(msgspec.json.decode(body), type=SubmitTaskRequest, strict=True)
-        reject_duplicate_keys(body)
+        document = msgspec.json.decode(body)
+        data = msgspec.convert(document, type=SubmitTaskRequest, strict=True)
+        reject_duplicate_keys(body, document)
     except (msgspec.DecodeError, msgspec.ValidationError, DuplicateKey, RecursionError):
         return None
     return data
