@@ -56,3 +56,21 @@ def test_a_run_id_for_a_uuid4_task_keeps_its_version_and_variant() -> None:
     run_id = run_id_for(task_id, randbits=lambda n: (1 << n) - 1)
     assert run_id.version == 4 and run_id.variant == uuid.RFC_4122
     assert run_id.int >> 42 == task_id.int >> 42 and run_id.int & ((1 << 42) - 1) == (1 << 42) - 1
+
+
+def test_a_job_draws_its_random_bits_once_per_64_tasks() -> None:
+    draws: list[int] = []
+    rng = random.Random(11)
+
+    def counted(bits: int) -> int:
+        draws.append(bits)
+        return rng.getrandbits(bits)
+
+    assert len(job_task_ids(1, randbits=counted)) == 1
+    assert draws == [48 + 42]  # the job's prefix and the task's bits, one system call
+    draws.clear()
+    ids = job_task_ids(130, randbits=counted)
+    assert draws == [48 + 42 * 64, 42 * 64, 42 * 2]
+    low = [i.int & ((1 << 42) - 1) for i in ids]
+    assert len(set(low)) == 130  # every task takes its own 42 bits of the draws
+    assert len({i.int >> 80 for i in ids}) == 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 from collections import deque
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -133,8 +134,11 @@ class _Submission:
         job, tasks = self.made
         if len(tasks) != 1 or tasks[0].id in self.later:
             return []
-        task = replace(tasks[0], payload=None, transitions=())
-        return [CarriedTask(task=task, job=replace(job, transitions=()))]
+        task = copy.copy(tasks[0])  # a fresh task: cheaper than dataclasses.replace
+        task.payload, task.transitions = None, ()
+        if job.transitions:
+            job = replace(job, transitions=())
+        return [CarriedTask(task=task, job=job)]
 
 
 class SubmitService:
@@ -395,7 +399,8 @@ def _validate(cmd: SubmitJob) -> None:
             raise ValidationError("kind must not be empty", field=f"tasks[{i}].kind")
         check_storable(spec.payload, field=f"tasks[{i}].payload")
     check_metadata(cmd.metadata)
-    validate_dag([TaskNode(spec.name, tuple(spec.depends_on)) for spec in cmd.tasks])
+    if len(cmd.tasks) > 1 or cmd.tasks[0].depends_on:  # else one task, no edge: nothing to check
+        validate_dag([TaskNode(spec.name, tuple(spec.depends_on)) for spec in cmd.tasks])
 
 
 def _due(spec: TaskSpec, now: datetime) -> datetime:

@@ -36,6 +36,10 @@ from uuid import UUID
 
 #: Most tasks a job's ids can number (the position has 32 bits).
 MAX_POSITION = (1 << 32) - 1
+#: Tasks whose random bits :func:`job_task_ids` draws at once.
+_DRAW_TASKS = 64
+_LOW_42 = (1 << 42) - 1
+_LOW_48 = (1 << 48) - 1
 
 
 def job_task_ids(count: int, *, randbits: Callable[[int], int] = secrets.randbits) -> list[UUID]:
@@ -50,18 +54,26 @@ def job_task_ids(count: int, *, randbits: Callable[[int], int] = secrets.randbit
     """
     if count < 0 or count > MAX_POSITION + 1:
         raise ValueError(f"a job's task ids number 0..{MAX_POSITION + 1}, not {count}")
-    prefix = randbits(48) << 80
-    ids = []
-    for position in range(count):
-        value = (
-            prefix
-            | (0x8 << 76)
-            | ((position >> 20) & 0xFFF) << 64
-            | (0b10 << 62)
-            | (position & 0xFFFFF) << 42
-            | randbits(42)
-        )
-        ids.append(UUID(int=value))
+    ids: list[UUID] = []
+    prefix = 0
+    for start in range(0, count, _DRAW_TASKS):
+        # one draw per chunk of tasks (the job's prefix with the first): each draw is a
+        # system call with the default source
+        k = min(_DRAW_TASKS, count - start)
+        bits = randbits(42 * k + (48 if start == 0 else 0))
+        if start == 0:
+            prefix, bits = (bits & _LOW_48) << 80, bits >> 48
+        for position in range(start, start + k):
+            value = (
+                prefix
+                | (0x8 << 76)
+                | ((position >> 20) & 0xFFF) << 64
+                | (0b10 << 62)
+                | (position & 0xFFFFF) << 42
+                | (bits & _LOW_42)
+            )
+            bits >>= 42
+            ids.append(UUID(int=value))
     return ids
 
 
