@@ -52,6 +52,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from dtq.application.aio import wait_within
 from dtq.domain.errors import BackendUnavailable
 
 T = TypeVar("T")
@@ -188,10 +189,10 @@ class _InlineSend(AbstractConnection):
     turn of the event loop per command (~25 µs of CPU and ~30 µs of wall time per script call
     on the machines of benchmarks/PROFILE.md, eleventh pass). Here the bytes go to the
     transport at once and only the wait for its buffer to drain is bounded, by
-    ``asyncio.timeout``; a write that cannot drain within ``socket_timeout`` seconds, or fails,
-    closes the connection and raises as redis-py's own path does (``TimeoutError``,
-    ``ConnectionError``). Connecting, and a connection without a socket timeout, take
-    redis-py's path.
+    ``application.aio.wait_within`` (a timer only when the buffer is full); a write that
+    cannot drain within ``socket_timeout`` seconds, or fails, closes the connection and raises
+    as redis-py's own path does (``TimeoutError``, ``ConnectionError``). Connecting, and a
+    connection without a socket timeout, take redis-py's path.
     """
 
     async def send_packed_command(
@@ -213,8 +214,7 @@ class _InlineSend(AbstractConnection):
             command = [command]
         try:
             writer.writelines(command)
-            async with asyncio.timeout(timeout):
-                await writer.drain()
+            await wait_within(timeout, writer.drain())  # a timer only if the buffer is full
         except TimeoutError:
             await self.disconnect(nowait=True)
             raise RedisTimeoutError("Timeout writing to socket") from None

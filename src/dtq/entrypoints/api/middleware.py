@@ -30,14 +30,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-import types
-from collections.abc import Awaitable, Coroutine, Generator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from litestar.enums import ScopeType
 from prometheus_client import Counter, Histogram
 
+from dtq.application.aio import wait_by
 from dtq.application.commands import SubmitJob, SubmitResult
 from dtq.application.fleet import FleetService, SubmitWarning
 from dtq.application.submit import SubmitService
@@ -165,7 +164,7 @@ class _BodyChannel:
         if self._complete:
             return await self._receive()
         try:
-            message = await _by(self._deadline, self._receive())
+            message = await wait_by(self._deadline, self._receive())  # no timer when buffered
         except TimeoutError:
             raise RequestTimeout(
                 detail=f"the request body did not arrive within {self._timeout:g} s",
@@ -202,54 +201,6 @@ class _BodyChannel:
                     if not message.get("more_body", False):
                         break
         self._complete = True
-
-
-async def _by(deadline: float, receiving: Awaitable[ReceiveMessage]) -> ReceiveMessage:
-    """``await receiving``, cut at ``deadline`` (the loop's clock) if it has to wait.
-
-    A body already buffered by the server (a small request's usual case) is returned without
-    a timer: the coroutine is stepped once, and only if it suspends does the rest run under
-    ``asyncio.timeout_at`` (a timer costs ~10 µs per request on uvloop).
-
-    Raises:
-        TimeoutError: ``deadline`` passed while waiting.
-    """
-    if not isinstance(receiving, Coroutine):
-        async with asyncio.timeout_at(deadline):
-            return await receiving
-    try:
-        waiting_on = receiving.send(None)
-    except StopIteration as done:
-        message: ReceiveMessage = done.value
-        return message
-    async with asyncio.timeout_at(deadline):
-        return await _resumed(receiving, waiting_on)
-
-
-@types.coroutine
-def _resumed(
-    coroutine: Coroutine[Any, Any, ReceiveMessage], waiting_on: Any
-) -> Generator[Any, Any, ReceiveMessage]:
-    """Go on with ``coroutine``, which was stepped once and is waiting on ``waiting_on``: what
-    the task sends or throws (a cancellation) goes to it, what it yields goes to the task."""
-    while True:
-        try:
-            sent = yield waiting_on
-        except GeneratorExit:
-            coroutine.close()
-            raise
-        except BaseException as exc:  # a cancellation (the deadline's) is the coroutine's to see
-            try:
-                waiting_on = coroutine.throw(exc)
-            except StopIteration as done:
-                result: ReceiveMessage = done.value
-                return result
-        else:
-            try:
-                waiting_on = coroutine.send(sent)
-            except StopIteration as done:
-                result = done.value
-                return result
 
 
 class CountingSubmit:

@@ -1,6 +1,7 @@
-"""The body guard's receive under its deadline (``middleware._by``): a message already there
-costs no timer, one that has to be waited for is cut at the deadline, and a cancellation
-from outside reaches the receiving coroutine."""
+"""A deadline that costs a timer only when the call waits (``application.aio.wait_by``, used by
+the API's body guard and the Redis adapter's writes): a result already there costs no timer,
+a call that has to wait is cut at the deadline, and a cancellation from outside reaches the
+waiting coroutine."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from dtq.entrypoints.api import middleware
+from dtq.application import aio
 
 MESSAGE: Any = {"type": "http.request", "body": b"{}", "more_body": False}
 
@@ -26,7 +27,7 @@ async def test_a_message_already_there_is_returned_without_a_timer(
         return MESSAGE
 
     deadline = asyncio.get_running_loop().time() + 5
-    assert await middleware._by(deadline, ready()) is MESSAGE
+    assert await aio.wait_by(deadline, ready()) is MESSAGE
 
 
 async def test_a_message_that_arrives_in_time_is_returned() -> None:
@@ -38,7 +39,7 @@ async def test_a_message_that_arrives_in_time_is_returned() -> None:
         return await arrived
 
     loop.call_later(0.05, arrived.set_result, MESSAGE)
-    assert await middleware._by(loop.time() + 5, later()) is MESSAGE
+    assert await aio.wait_by(loop.time() + 5, later()) is MESSAGE
 
 
 async def test_a_message_that_does_not_arrive_by_the_deadline_is_a_timeout() -> None:
@@ -54,7 +55,7 @@ async def test_a_message_that_does_not_arrive_by_the_deadline_is_a_timeout() -> 
 
     started = loop.time()
     with pytest.raises(TimeoutError):
-        await middleware._by(started + 0.1, never())
+        await aio.wait_by(started + 0.1, never())
     assert seen == ["cancelled"]
     assert 0.09 <= loop.time() - started < 2
 
@@ -72,12 +73,24 @@ async def test_a_cancellation_from_outside_reaches_the_receiving_coroutine() -> 
             seen.append("cancelled")
             raise
 
-    task = asyncio.create_task(middleware._by(loop.time() + 5, blocked()))
+    task = asyncio.create_task(aio.wait_by(loop.time() + 5, blocked()))
     await waiting.wait()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
     assert seen == ["cancelled"]
+
+
+async def test_wait_within_counts_from_now_and_takes_any_awaitable() -> None:
+    loop = asyncio.get_running_loop()
+    pending: asyncio.Future[Any] = loop.create_future()
+    started = loop.time()
+    with pytest.raises(TimeoutError):
+        await aio.wait_within(0.05, pending)  # a future, not a coroutine: under the timer
+    assert loop.time() - started >= 0.04
+    done: asyncio.Future[Any] = loop.create_future()
+    done.set_result(MESSAGE)
+    assert await aio.wait_within(5, done) is MESSAGE
 
 
 async def test_an_error_of_the_receive_is_raised_as_is() -> None:
@@ -90,6 +103,6 @@ async def test_an_error_of_the_receive_is_raised_as_is() -> None:
 
     deadline = asyncio.get_running_loop().time() + 5
     with pytest.raises(OSError, match="gone"):
-        await middleware._by(deadline, broken())
+        await aio.wait_by(deadline, broken())
     with pytest.raises(OSError, match="gone later"):
-        await middleware._by(deadline, broken_later())
+        await aio.wait_by(deadline, broken_later())
