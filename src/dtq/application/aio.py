@@ -17,10 +17,10 @@ async def wait_by(deadline: float, awaitable: Awaitable[T]) -> T:
 
     A coroutine is stepped once first: one that finishes without suspending (a buffered
     request body, a socket write that does not fill the buffer) costs no timer, which
-    ``asyncio.timeout_at`` would (~10 µs on uvloop, benchmarks/PROFILE.md, twenty-first pass).
-    One that suspends goes on under ``asyncio.timeout_at(deadline)``, which cancels it at the
-    deadline exactly as if it had been awaited there from the start. Any other awaitable is
-    awaited under the timer.
+    ``asyncio.timeout_at`` would (benchmarks/PROFILE.md, twenty-first pass). One that
+    suspends goes on under ``asyncio.timeout_at(deadline)``, which cancels it at the deadline
+    exactly as if it had been awaited there from the start. Any other awaitable is awaited
+    under the timer.
 
     Raises:
         TimeoutError: ``deadline`` passed while waiting.

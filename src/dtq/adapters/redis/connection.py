@@ -233,13 +233,12 @@ class _InlineSend(AbstractConnection):
             await self.disconnect(nowait=True)  # a half-written command: never reuse it
             raise
 
-
     def pack_command(self, *args: Any) -> list[bytes]:
-        """The command in the Redis protocol, packed by hiredis (in C, ~15x faster than
-        redis-py's asyncio packer for a script call of ~40 arguments, as redis-py's own
-        synchronous connection does); redis-py's packer for what hiredis does not take (a
-        value redis-py refuses with ``DataError``, a ``memoryview``), and without hiredis or
-        with an encoding other than UTF-8 (hiredis encodes ``str`` as UTF-8)."""
+        """The command in the Redis protocol, packed by hiredis in C (as redis-py's own
+        synchronous connection does; its asyncio packer is Python: ARCHITECTURE.md, "Writes in
+        the caller's task"). redis-py's packer for what hiredis does not take (a value redis-py
+        refuses with ``DataError``), and without hiredis or with an encoding other than UTF-8
+        (hiredis encodes ``str`` as UTF-8)."""
         if _pack is None or self.encoder.encoding != "utf-8" or not args:
             return super().pack_command(*args)
         first = args[0]
