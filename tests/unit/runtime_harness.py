@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import tempfile
 import time
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -77,12 +79,16 @@ class Harness:
     registry: WorkerRegistryService
     settings: Settings
     metrics: WorkerMetrics = field(default_factory=lambda: WorkerMetrics(CollectorRegistry()))
-    # artifacts in a fresh directory under the system temp dir, created on first write
-    artifacts: ArtifactService = field(
-        default_factory=lambda: ArtifactService(
-            store=FsArtifactStore(Path(tempfile.gettempdir()) / "dtq-test-artifacts" / uuid4().hex)
-        )
+    # artifacts in a fresh directory under the system temp dir, created on first write and
+    # removed when the harness is collected (or at exit)
+    artifacts_dir: Path = field(
+        default_factory=lambda: Path(tempfile.gettempdir()) / "dtq-test-artifacts" / uuid4().hex
     )
+    artifacts: ArtifactService = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.artifacts = ArtifactService(store=FsArtifactStore(self.artifacts_dir))
+        weakref.finalize(self, shutil.rmtree, self.artifacts_dir, ignore_errors=True)
 
     @property
     def services(self) -> WorkerServices:

@@ -4,9 +4,11 @@ missing artifact fails the task at once with ``ArtifactNotFound`` (issue 13 item
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import io
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -89,3 +91,18 @@ async def test_a_task_built_by_hand_says_it_has_no_artifact_store() -> None:
     task = Task(id=uuid.uuid4(), job_id=uuid.uuid4(), kind="k", payload=None, attempt=1)
     with pytest.raises(RuntimeError, match="no artifact store"):
         await task.artifacts.put(b"x")
+
+
+async def test_a_harness_removes_its_artifact_directory_when_it_goes() -> None:
+    async def chunks() -> AsyncIterator[bytes]:
+        yield b"kept until the harness goes"
+
+    harness = build_harness()
+    ref = await harness.artifacts.put(chunks())
+    assert ref.size == len(b"kept until the harness goes")
+    root = harness.artifacts_dir
+    assert root.is_dir()
+
+    del harness, ref
+    gc.collect()
+    assert not root.exists()
