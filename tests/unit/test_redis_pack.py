@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import hiredis
 import pytest
 from redis.asyncio.connection import Connection
 from redis.exceptions import DataError
@@ -32,14 +33,14 @@ def test_a_command_packs_to_redis_pys_bytes(args: tuple[Any, ...]) -> None:
 
 def test_hiredis_packs_the_common_commands(monkeypatch: pytest.MonkeyPatch) -> None:
     packed: list[tuple[Any, ...]] = []
-    real = redis_connection._pack
-    assert real is not None
+    real = hiredis.pack_command
 
     def counting(args: tuple[Any, ...]) -> bytes:
         packed.append(args)
-        return real(args)
+        out: bytes = real(args)
+        return out
 
-    monkeypatch.setattr(redis_connection, "_pack", counting)
+    monkeypatch.setattr(hiredis, "pack_command", counting)
     _inline().pack_command("SCRIPT LOAD", "return 1")
     assert packed == [(b"SCRIPT", b"LOAD", "return 1")]
 

@@ -48,20 +48,17 @@ from redis.asyncio.connection import (
 )
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
+from redis.connection import HiredisRespSerializer
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.utils import HIREDIS_AVAILABLE
 
 from dtq.application.aio import wait_within
 from dtq.domain.errors import BackendUnavailable
 
-_pack: Callable[[tuple[Any, ...]], bytes] | None
-try:
-    from hiredis import pack_command as _hiredis_pack
-except ImportError:  # pragma: no cover - redis[hiredis] is a dependency
-    _pack = None
-else:
-    _pack = _hiredis_pack
+#: redis-py's hiredis packer (what its synchronous connection uses), when hiredis is installed
+_HIREDIS_PACKER = HiredisRespSerializer() if HIREDIS_AVAILABLE else None
 
 T = TypeVar("T")
 
@@ -234,23 +231,18 @@ class _InlineSend(AbstractConnection):
             raise
 
     def pack_command(self, *args: Any) -> list[bytes]:
-        """The command in the Redis protocol, packed by hiredis in C (as redis-py's own
+        """The command in the Redis protocol, packed by redis-py's hiredis packer (in C, as its
         synchronous connection does; its asyncio packer is Python: ARCHITECTURE.md, "Writes in
-        the caller's task"). redis-py's packer for what hiredis does not take (a value redis-py
-        refuses with ``DataError``), and without hiredis or with an encoding other than UTF-8
-        (hiredis encodes ``str`` as UTF-8)."""
-        if _pack is None or self.encoder.encoding != "utf-8" or not args:
+        the caller's task"). redis-py's asyncio packer without hiredis or with an encoding
+        other than UTF-8 (hiredis encodes ``str`` as UTF-8).
+
+        Raises:
+            DataError: an argument is not ``str``, ``bytes``, ``int`` or ``float``.
+        """
+        if _HIREDIS_PACKER is None or self.encoder.encoding != "utf-8":
             return super().pack_command(*args)
-        first = args[0]
-        # a command name holding its subcommand ("SCRIPT LOAD") is sent as separate words
-        if isinstance(first, str) and " " in first:
-            args = (*first.encode().split(), *args[1:])
-        elif isinstance(first, bytes) and b" " in first:
-            args = (*first.split(), *args[1:])
-        try:
-            return [_pack(args)]
-        except TypeError:
-            return super().pack_command(*args)
+        packed: list[bytes] = _HIREDIS_PACKER.pack(*args)
+        return packed
 
 
 class _InlineTcp(_InlineSend, Connection):
