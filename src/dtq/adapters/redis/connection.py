@@ -57,8 +57,12 @@ from redis.utils import HIREDIS_AVAILABLE
 from dtq.application.aio import wait_within
 from dtq.domain.errors import BackendUnavailable
 
+#: redis-py's serializer class, typed as a constructor: since redis 8.2 its ``__init__`` takes
+#: unannotated parameters, which mypy --strict refuses to call as such
+_new_serializer: Callable[[], HiredisRespSerializer] = HiredisRespSerializer
+
 #: redis-py's hiredis packer (what its synchronous connection uses), when hiredis is installed
-_HIREDIS_PACKER = HiredisRespSerializer() if HIREDIS_AVAILABLE else None
+_HIREDIS_PACKER: HiredisRespSerializer | None = _new_serializer() if HIREDIS_AVAILABLE else None
 
 T = TypeVar("T")
 
