@@ -193,6 +193,29 @@ async def test_a_snapshot_spelling_a_json_value_otherwise_is_refused(
     assert metadata == {"n": 1, "k": "v"} and type(metadata["n"]) is int
 
 
+async def test_a_snapshot_whose_job_says_otherwise_about_dependencies_is_refused(
+    services: Services, retries: list[str], redis_client: Redis, redis_prefix: str
+) -> None:
+    """What the claim carries of the job's dependencies decides whether its success searches
+    for dependents, so the confirmation compares it too: a snapshot saying otherwise than the
+    row is refused, and the claim carries what the row says."""
+    await services.api.submit.submit_job(SubmitJob(tasks=(TaskSpec("a", "k"),)))
+    queue = services.worker.queue
+    [task_id] = await queue.pop_many(["default"], timeout=1.0, max_count=1)
+    real = queue.carried(task_id)
+    assert real is not None and real.job.has_dependencies is False
+    forged = CarriedTask(task=real.task, job=replace(real.job, has_dependencies=None))
+    entry = carried_entry(forged)
+    assert entry is not None
+    await redis_client.lpush(KeyLayout(redis_prefix).ready("default"), entry)
+    assert await queue.pop_many(["default"], timeout=1.0, max_count=1) == [task_id]
+
+    [claim] = await services.worker.execution.claim_many([task_id], "w")
+
+    assert retries == [CONCURRENT_UPDATE]
+    assert claim.job_has_dependencies is False
+
+
 async def test_a_clock_reading_that_lags_the_tasks_due_time_does_not_cost_a_rerun(
     services: Services, retries: list[str], one_connection: Pool
 ) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import psycopg
 import pytest
 from redis.asyncio import Redis
 
@@ -73,7 +74,7 @@ async def test_settling_a_finished_job_reads_it_with_its_endings_in_one_statemen
     with counting_statements() as sent:
         await services.worker.execution.complete_many(claims)
 
-    assert sent.count(label(sql.GET_FINISHED_JOBS)) == 1
+    assert sum(label(sql.GET_FINISHED_JOBS) in request for request in sent) == 1
     assert label(sql.JOB_HAS_STATUS) not in sent
     assert label(sql.GET_JOB) not in sent
     job = await services.api.queries.get_job(result.job_id)
@@ -108,14 +109,16 @@ async def test_a_batch_settles_its_jobs_in_as_many_round_trips_whatever_their_nu
 async def test_a_completion_learns_the_time_with_begin_and_commits_with_its_outbox(
     services: Services,
 ) -> None:
-    """A one-task job's completion: 5 round trips (BEGIN and COMMIT were 2 more, the time a
-    ``SELECT now()`` of its own, and settling the job two). Its first statement needs the
-    time, so the BEGIN goes alone, with ``SELECT now()``. The task write compares the version
-    of the claim (read by an earlier transaction), so it waits for its row count; the run
-    write (its task just written) rides with the next read, the job write (of a job just
-    read) with the COMMIT."""
+    """A one-task job's completion: 4 round trips (BEGIN and COMMIT were 2 more, the time a
+    ``SELECT now()`` of its own, settling the job two, and the search for dependents one).
+    Its first statement needs the time, so the BEGIN goes alone, with ``SELECT now()``. The
+    task write compares the version of the claim (read by an earlier transaction), so it waits
+    for its row count; the run write (its task just written) rides with the next read, the job
+    write (of a job just read) with the COMMIT. The claim read that the job has no
+    dependencies, so no dependents are searched for."""
     result = await services.api.submit.submit_job(SubmitJob(tasks=(TaskSpec("a", "k"),)))
     claims = await services.worker.execution.claim_many([result.task_ids["a"]], "w")
+    assert [claim.job_has_dependencies for claim in claims] == [False]
 
     with counting_statements() as sent:
         await services.worker.execution.complete_many(claims)
@@ -123,14 +126,90 @@ async def test_a_completion_learns_the_time_with_begin_and_commits_with_its_outb
     assert sent == [
         label(sql.BEGIN_WITH_NOW),
         label(sql.UPDATE_TASK),
-        f"{guarded(sql.UPDATE_RUN)}; {label(sql.DEPENDENTS_ONE)}",
-        label(sql.GET_FINISHED_JOBS),
+        f"{guarded(sql.UPDATE_RUN)}; {label(sql.GET_FINISHED_JOBS)}",
         f"{guarded(sql.UPDATE_JOB)}; {OUTBOX_WITH_COMMIT}",
     ]
     assert label(sql.NOW) not in sent
     view = await services.api.queries.get_task(result.task_ids["a"])
     assert view.task.status is TaskStatus.COMPLETED
     assert [run.status for run in view.runs] == [RunStatus.SUCCEEDED]
+
+
+async def test_a_job_stores_whether_it_has_dependencies(services: Services, pg_dsn: str) -> None:
+    flat = await services.api.submit.submit_job(SubmitJob(tasks=(TaskSpec("a", "k"),)))
+    dag = await services.api.submit.submit_job(
+        SubmitJob(tasks=(TaskSpec("a", "k"), TaskSpec("b", "k", depends_on=("a",))))
+    )
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        stored: dict[object, object] = dict(
+            conn.execute(
+                "SELECT id, has_dependencies FROM jobs WHERE id = ANY(%s)",
+                ([flat.job_id, dag.job_id],),
+            ).fetchall()
+        )
+    assert stored == {flat.job_id: False, dag.job_id: True}
+    assert (await services.api.queries.get_job(dag.job_id)).job.has_dependencies is True
+
+
+async def test_a_batch_of_a_flat_jobs_successes_searches_for_no_dependents(
+    services: Services,
+) -> None:
+    result = await services.api.submit.submit_job(
+        SubmitJob(tasks=tuple(TaskSpec(f"t{i}", "k") for i in range(4)))
+    )
+    claims = await services.worker.execution.claim_many(list(result.task_ids.values()), "w")
+    assert [claim.job_has_dependencies for claim in claims] == [False] * 4
+
+    with counting_statements() as sent:
+        await services.worker.execution.complete_many(claims)
+
+    assert not any("task_dependencies" in request for request in sent)
+    job = await services.api.queries.get_job(result.job_id)
+    assert job.job.status is JobStatus.COMPLETED
+
+
+async def test_the_successes_of_a_dag_job_still_promote_its_dependents(
+    services: Services,
+) -> None:
+    result = await services.api.submit.submit_job(
+        SubmitJob(
+            tasks=(
+                TaskSpec("a", "k"),
+                TaskSpec("b", "k"),
+                TaskSpec("c", "k", depends_on=("a", "b")),
+            )
+        )
+    )
+    roots = [result.task_ids["a"], result.task_ids["b"]]
+    claims = await services.worker.execution.claim_many(roots, "w")
+    assert [claim.job_has_dependencies for claim in claims] == [True, True]
+
+    with counting_statements() as sent:
+        await services.worker.execution.complete_many(claims)
+
+    assert any(label(sql.DEPENDENTS_MANY) in request for request in sent)
+    child = (await services.api.queries.get_task(result.task_ids["c"])).task
+    assert child.status is TaskStatus.QUEUED
+
+
+async def test_a_job_stored_before_its_dependencies_were_recorded_is_searched(
+    services: Services, pg_dsn: str
+) -> None:
+    """``has_dependencies`` NULL (a row older than migration 0075): unknown, searched."""
+    result = await services.api.submit.submit_job(
+        SubmitJob(tasks=(TaskSpec("a", "k"), TaskSpec("b", "k", depends_on=("a",))))
+    )
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("UPDATE jobs SET has_dependencies = NULL WHERE id = %s", (result.job_id,))
+    claims = await services.worker.execution.claim_many([result.task_ids["a"]], "w")
+    assert [claim.job_has_dependencies for claim in claims] == [None]
+
+    with counting_statements() as sent:
+        await services.worker.execution.complete_many(claims)
+
+    assert any(label(sql.DEPENDENTS_ONE) in request for request in sent)
+    child = (await services.api.queries.get_task(result.task_ids["b"])).task
+    assert child.status is TaskStatus.QUEUED
 
 
 async def test_a_submission_sends_its_inserts_with_its_commit(
@@ -193,8 +272,9 @@ async def test_a_lone_claim_and_completion_run_cached_generic_plans(
     """PostgreSQL plans a prepared statement afresh for each execution while the plan for the
     parameters at hand looks cheaper than its generic plan; for ``= ANY($1)`` (an array of
     unknown length) it always does, so a lone claim's read and a lone completion's dependents
-    read were planned on every call (~0.1 ms of the database's CPU each). By equality for one
-    id, every statement of an idle task's path runs a cached generic plan after five calls."""
+    read (a job with dependencies has one) were planned on every call (~0.1 ms of the
+    database's CPU each). By equality for one id, every statement of an idle task's path runs a
+    cached generic plan after five calls."""
     pool = await open_pool(pg_dsn, min_size=1, max_size=1)  # one session: its statements
     try:
         async with pool.connection() as conn:
@@ -204,7 +284,8 @@ async def test_a_lone_claim_and_completion_run_cached_generic_plans(
         store = CockroachStore(pool, base_backoff=0.001)
         svc = services_on(store, queue=RedisQueue(redis_client, prefix=redis_prefix))
         for _ in range(8):
-            result = await svc.api.submit.submit_job(SubmitJob(tasks=(TaskSpec("a", "k"),)))
+            dag = (TaskSpec("a", "k"), TaskSpec("b", "k", depends_on=("a",)))
+            result = await svc.api.submit.submit_job(SubmitJob(tasks=dag))
             claims = await svc.worker.execution.claim_many([result.task_ids["a"]], "w")
             assert len(claims) == 1
             await svc.worker.execution.complete_many(claims)

@@ -52,6 +52,7 @@ REFERENCE_COLUMNS: dict[str, list[tuple[str, str, bool]]] = {  # (name, type, nu
         ("created_at", TS, False),
         ("updated_at", TS, False),
         ("trace_context", "text", True),
+        ("has_dependencies", "boolean", True),
     ],
     "tasks": [
         ("id", "uuid", False),

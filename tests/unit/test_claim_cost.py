@@ -71,3 +71,73 @@ async def test_a_root_written_since_its_submit_is_looked_up_again(
 
     assert second.parents == {}
     assert looked_up == [[result.task_ids["r"]]]
+
+
+# --- the success of a claim: the search for dependents only where the job has some ------------
+
+
+@pytest.fixture
+def searched(monkeypatch: pytest.MonkeyPatch) -> list[list[UUID]]:
+    """The ``task_ids`` of every ``dependents_many`` call on the memory store."""
+    calls: list[list[UUID]] = []
+    real = memory_store._Tasks.dependents_many
+
+    async def spy(self: Any, task_ids: Sequence[UUID]) -> list[tuple[UUID, UUID]]:
+        calls.append(list(task_ids))
+        return await real(self, task_ids)
+
+    monkeypatch.setattr(memory_store._Tasks, "dependents_many", spy)
+    return calls
+
+
+async def test_a_job_records_at_submit_whether_it_has_dependencies(app: App) -> None:
+    flat = await app.submit_tasks(TaskSpec("a", "echo"), TaskSpec("b", "echo"))
+    dag = await app.submit_tasks(TaskSpec("a", "echo"), TaskSpec("b", "echo", depends_on=("a",)))
+
+    assert (await app.queries.get_job(flat.job_id)).job.has_dependencies is False
+    assert (await app.queries.get_job(dag.job_id)).job.has_dependencies is True
+
+
+async def test_the_successes_of_a_flat_job_search_for_no_dependents(
+    app: App, searched: list[list[UUID]]
+) -> None:
+    result = await app.submit_tasks(*(TaskSpec(f"t{i}", "echo") for i in range(4)))
+    claims = await app.execution.claim_many(list(result.task_ids.values()), "w1")
+    assert [claim.job_has_dependencies for claim in claims] == [False] * 4
+
+    await app.execution.complete_many(claims)
+
+    assert searched == []
+    assert (await app.queries.get_job(result.job_id)).job.status.value == "completed"
+
+
+async def test_the_successes_of_a_dag_job_search_and_promote(
+    app: App, searched: list[list[UUID]]
+) -> None:
+    result = await app.submit_tasks(
+        TaskSpec("a", "echo"), TaskSpec("b", "echo"), TaskSpec("c", "echo", depends_on=("a", "b"))
+    )
+    roots = [result.task_ids["a"], result.task_ids["b"]]
+    claims = await app.execution.claim_many(roots, "w1")
+    assert [claim.job_has_dependencies for claim in claims] == [True, True]
+
+    await app.execution.complete_many(claims)
+
+    assert searched == [roots]
+    child = (await app.queries.get_task(result.task_ids["c"])).task
+    assert child.status.value == "queued"
+
+
+async def test_a_job_whose_dependencies_are_unknown_is_searched(
+    app: App, searched: list[list[UUID]]
+) -> None:
+    """A job stored before ``has_dependencies`` was recorded (None) is searched as before."""
+    result = await app.submit_tasks(TaskSpec("a", "echo"), TaskSpec("b", "echo", depends_on=("a",)))
+    app.store._tables.jobs[result.job_id].has_dependencies = None
+    [claim] = await app.execution.claim_many([result.task_ids["a"]], "w1")
+    assert claim.job_has_dependencies is None
+
+    await app.execution.complete_many([claim])
+
+    assert searched == [[result.task_ids["a"]]]
+    assert (await app.queries.get_task(result.task_ids["b"])).task.status.value == "queued"

@@ -177,6 +177,9 @@ class Claim:
     dependency to its result, read in the claim transaction (fan-in, issue 13); empty for a
     task without dependencies. ``trace_context`` is the job's ``Job.trace_context`` (opaque;
     issue 16 item 5), read with the job rows the claim reads anyway; None when the job has none.
+    ``job_has_dependencies`` is the job's ``Job.has_dependencies`` from the same rows: False
+    lets the success of the claim skip the search for dependents to promote (no task of the
+    job depends on another); None (unknown) and True search.
     """
 
     task: Task
@@ -184,6 +187,7 @@ class Claim:
     worker_id: str
     parents: Mapping[str, Any] = field(default_factory=dict)
     trace_context: str | None = None
+    job_has_dependencies: bool | None = None
 
 
 class ReportOutcome(StrEnum):

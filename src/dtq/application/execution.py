@@ -647,6 +647,7 @@ async def _claim_tx(
     now = await tx.now()
     batch = _ClaimBatch(now=now)
     roots: set[UUID] = set()
+    claimed: list[tuple[Task, TaskRun]] = []
     for task_id in task_ids:
         task = tasks.get(task_id)
         if task is None:
@@ -663,15 +664,14 @@ async def _claim_tx(
             if refused.not_before is not None and refused.priority is not None:
                 batch.not_due.append((task_id, refused.priority, refused.not_before))
             continue
-        batch.claims.append(Claim(task=task, run=run, worker_id=worker_id))
-    if batch.claims:
-        await tx.tasks.save_many([claim.task for claim in batch.claims])
-        await tx.runs.add_many([claim.run for claim in batch.claims])
+        claimed.append((task, run))
+    if claimed:
+        await tx.tasks.save_many([task for task, _ in claimed])
+        await tx.runs.add_many([run for _, run in claimed])
         if jobs is None:
-            jobs = await tx.jobs.get_many(list({claim.task.job_id for claim in batch.claims}))
+            jobs = await tx.jobs.get_many(list({task.job_id for task, _ in claimed}))
         started = await mark_jobs_started(tx, jobs, at=now)
-        batch.claims = _with_trace_contexts(batch.claims, started)
-        batch.claims = await _with_parents(tx, batch.claims, roots=roots)
+        batch.claims = await _with_parents(tx, _claims(claimed, started, worker_id), roots=roots)
     return batch
 
 
@@ -716,22 +716,32 @@ async def _claim_carried(
     await tx.tasks.save_many([task])
     await tx.runs.add_many([run])
     started = await mark_jobs_started(tx, [job], at=now)
-    claims = [Claim(task=task, run=run, worker_id=worker_id)]  # a root: no parents
-    return _ClaimBatch(now=now, claims=_with_trace_contexts(claims, started))
+    # a root: no parents
+    return _ClaimBatch(now=now, claims=_claims([(task, run)], started, worker_id))
 
 
-def _with_trace_contexts(claims: list[Claim], jobs: Sequence[Job]) -> list[Claim]:
-    """The claims with their job's ``trace_context`` (issue 16 item 5); ``claims`` itself when
-    no job of the batch has one (tracing off: the claims are not copied)."""
-    contexts = {job.id: job.trace_context for job in jobs if job.trace_context is not None}
-    if not contexts:
-        return claims
-    return [
-        dataclasses.replace(claim, trace_context=contexts[claim.task.job_id])
-        if claim.task.job_id in contexts
-        else claim
-        for claim in claims
-    ]
+def _claims(
+    claimed: Sequence[tuple[Task, TaskRun]], jobs: Sequence[Job], worker_id: str
+) -> list[Claim]:
+    """A claim per ``(task, run)``, with what it carries of its job (found in ``jobs``): the
+    ``trace_context`` (issue 16 item 5) and ``job_has_dependencies``; None for both when the
+    job is not among ``jobs``."""
+    by_id = {job.id: job for job in jobs}
+    claims = []
+    for task, run in claimed:
+        job = by_id.get(task.job_id)
+        claims.append(
+            Claim(task=task, run=run, worker_id=worker_id)
+            if job is None
+            else Claim(
+                task=task,
+                run=run,
+                worker_id=worker_id,
+                trace_context=job.trace_context,
+                job_has_dependencies=job.has_dependencies,
+            )
+        )
+    return claims
 
 
 async def _with_parents(
@@ -766,14 +776,14 @@ async def _claim_recovered(
     tasks = {task.id: task for task in await tx.tasks.get_many(list(run_ids))}
     runs = {run.id: run for run in await tx.runs.get_many(list(run_ids.values()))}
     batch = _ClaimBatch()
+    claimed: list[tuple[Task, TaskRun]] = []
     for task_id, run_id in run_ids.items():
         task, run = tasks.get(task_id), runs.get(run_id)
         if task is not None and run is not None and task.current_run_id == run_id:
-            batch.claims.append(Claim(task=task, run=run, worker_id=worker_id))
-    if batch.claims:
-        jobs = await tx.jobs.get_many(list({claim.task.job_id for claim in batch.claims}))
-        batch.claims = _with_trace_contexts(batch.claims, jobs)
-        batch.claims = await _with_parents(tx, batch.claims)
+            claimed.append((task, run))
+    if claimed:
+        jobs = await tx.jobs.get_many(list({task.job_id for task, _ in claimed}))
+        batch.claims = await _with_parents(tx, _claims(claimed, jobs, worker_id))
     return batch
 
 
@@ -817,13 +827,23 @@ async def _complete_as_claimed(
     except ConcurrentUpdate:
         return None
     await tx.runs.save_many(runs)
-    promoted = await _after_completion(tx, tasks, at=now)
+    promoted = await _after_completion(tx, tasks, claims, at=now)
     return [ReportOutcome.RECORDED] * len(claims), promoted
 
 
-async def _after_completion(tx: Transaction, done: Sequence[Task], *, at: datetime) -> list[Task]:
-    """Promote the dependents of ``done`` (just completed) and settle their jobs."""
-    promoted = await promote_dependents(tx, done, at=at)
+async def _after_completion(
+    tx: Transaction, done: Sequence[Task], claims: Sequence[Claim], *, at: datetime
+) -> list[Task]:
+    """Promote the dependents of ``done`` (just completed; ``claims[i]`` is the claim of
+    ``done[i]``) and settle their jobs. A task whose claim says its job has no dependencies
+    (``Claim.job_has_dependencies`` False) has no dependents and is not looked up: a batch of
+    such tasks sends no statement for the promotion."""
+    searched = [
+        task
+        for task, claim in zip(done, claims, strict=True)
+        if claim.job_has_dependencies is not False
+    ]
+    promoted = await promote_dependents(tx, searched, at=at)
     await settle_jobs(tx, (task.job_id for task in done), at=at)
     return promoted
 
@@ -838,7 +858,7 @@ async def _complete_tx(
     runs = {r.id: r for r in await tx.runs.get_many([c.run.id for c in claims])}
     now = await tx.now()
     outcomes: list[ReportOutcome] = []
-    done: list[tuple[Task, TaskRun]] = []
+    done: list[tuple[Task, TaskRun, Claim]] = []
     for claim, result in zip(claims, results, strict=True):
         task, run = tasks.get(claim.task.id), runs.get(claim.run.id)
         if task is None or run is None:
@@ -852,12 +872,14 @@ async def _complete_tx(
             continue
         outcomes.append(ReportOutcome.RECORDED if changed else ReportOutcome.DUPLICATE)
         if changed:
-            done.append((task, run))
+            done.append((task, run, claim))
     if not done:
         return outcomes, []
-    await tx.tasks.save_many([task for task, _ in done])
-    await tx.runs.save_many([run for _, run in done])
-    return outcomes, await _after_completion(tx, [task for task, _ in done], at=now)
+    tasks_done = [task for task, _, _ in done]
+    await tx.tasks.save_many(tasks_done)
+    await tx.runs.save_many([run for _, run, _ in done])
+    claims_done = [claim for _, _, claim in done]
+    return outcomes, await _after_completion(tx, tasks_done, claims_done, at=now)
 
 
 async def _complete_replayed(

@@ -97,6 +97,7 @@ class _Submission:
             idempotency_key=cmd.idempotency_key,
             request_hash=cmd.request_hash,
             trace_context=cmd.trace_context,
+            has_dependencies=any(spec.depends_on for spec in cmd.tasks),
         )
         ids = self.task_ids
         tasks = [

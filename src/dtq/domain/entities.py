@@ -442,6 +442,8 @@ class Job:
         trace_context: the trace context of the submit request (issue 16 item 5), an opaque
             string (a W3C ``traceparent``) that only the entrypoints interpret; fixed at
             creation; None when tracing was off.
+        has_dependencies: whether some task of the job depends on another (it has edges);
+            fixed at creation. None when unknown (a job stored before it was recorded).
     """
 
     id: UUID
@@ -454,6 +456,7 @@ class Job:
     request_hash: str | None = None
     version: int = 0
     trace_context: str | None = None
+    has_dependencies: bool | None = None
     # status moves not yet written to the outbox (issue 16 item 1), as on ``Task``
     transitions: tuple[Transition, ...] = field(default=(), compare=False, repr=False)
 

@@ -67,6 +67,7 @@ _JOB_COLUMNS = (
     ("t.created_at", "created_at"),
     ("t.updated_at", "updated_at"),
     ("t.trace_context", "trace_context"),
+    ("t.has_dependencies", "has_dependencies"),
 )
 
 _TASK_ORDER = ("created_at", "job_position", "id")

@@ -214,6 +214,11 @@ async def _write_guarded(
     return True
 
 
+def _bool_text(value: bool | None) -> str | None:
+    """A boolean as the text ``INSERT_JOBS`` casts to ``bool`` (its arrays are typed ones)."""
+    return None if value is None else ("true" if value else "false")
+
+
 def _job_row(job: Job) -> tuple[Any, ...]:
     """Parameters of ``sql.INSERT_JOB`` (and of ``sql.CONFIRM_JOB``, in the same order)."""
     return (
@@ -227,6 +232,7 @@ def _job_row(job: Job) -> tuple[Any, ...]:
         job.created_at,
         job.updated_at,
         job.trace_context,
+        job.has_dependencies,
     )
 
 
@@ -301,6 +307,7 @@ class PgJobRepository:
             TimestamptzArray([j.created_at for j, _, _ in jobs]),
             TimestamptzArray([j.updated_at for j, _, _ in jobs]),
             TextArray([j.trace_context for j, _, _ in jobs]),
+            TextArray([_bool_text(j.has_dependencies) for j, _, _ in jobs]),
         )
         if any(j.idempotency_key is not None for j, _, _ in jobs):
             cur = await self._conn.execute(sql.INSERT_JOBS, columns)
@@ -342,7 +349,7 @@ class PgJobRepository:
             ),
         )
         return [
-            (self._read(job_from_row(row)), bool(row[10]), bool(row[11]))
+            (self._read(job_from_row(row)), bool(row[11]), bool(row[12]))
             for row in await cur.fetchall()
         ]
 

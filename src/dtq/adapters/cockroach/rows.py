@@ -101,6 +101,7 @@ def job_from_row(row: TupleRow) -> Job:
         created_at=row[7],
         updated_at=row[8],
         trace_context=row[9],
+        has_dependencies=row[10],
     )
 
 
