@@ -18,7 +18,8 @@ the worker connection's estimate, taken before its one request is bound and sent
 ``created_at``, which a submission on a connection that has read the clock already dates by
 an estimate that lags ``now()`` by about one request (``Transaction.write_time``), so the
 ``submit`` split can be negative and ``to_claim`` longer by as much. The database, the client
-and the workers share this machine's clock. ``--variant`` as in ``benchmarks.profile_submit``.
+and the workers share this machine's clock. ``--variant`` as in ``benchmarks.profile_submit``
+(the order reversed every other round: whichever variant runs first in a round reads slower).
 ``--pause-ms`` waits after each sample, so the previous task's completion no longer overlaps
 the next submit and claim. ``--client httpx`` posts through httpx's sync client instead of the
 scenario's ``KeepAliveClient``.
@@ -49,7 +50,7 @@ from benchmarks.common import (
     temp_prefix,
 )
 from benchmarks.dtq_bench import Cluster
-from benchmarks.profile_submit import Variant, _store_retries, wait_healthy
+from benchmarks.profile_submit import Variant, _store_retries, run_order, wait_healthy
 
 SPLIT_SQL = (
     "SELECT extract(epoch FROM j.created_at), extract(epoch FROM r.started_at)"
@@ -165,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     logs = Path(tempfile.mkdtemp(prefix="dtq-plat-"))
     results: dict[str, dict[str, list[float]]] = {}
     for run in range(args.runs):
-        for variant in variants:
+        for variant in run_order(variants, run):
             split = one_run(args, variant, logs)
             say(f"run {run + 1} " + _line(variant.name, split))
             if args.counts:

@@ -12,7 +12,9 @@ Redis round trips, and how large the group transactions were.
 httpx (whose connection pool costs ~1 ms of CPU per request at 32 connections), so the client
 takes less of the two cores from the server. ``--variant NAME=SRC[,KEY=VALUE...]`` runs the
 orchestrator from another source tree (e.g. a ``git archive`` of the base revision) and/or
-with extra environment; variants are interleaved run by run. ``--spy FILE`` records the
+with extra environment; variants are interleaved run by run, in the given order in odd runs and
+reversed in even ones (``run_order``), so a cost that falls on whichever runs first in a round
+is shared alike. ``--spy FILE`` records the
 orchestrator with py-spy (raw stacks; the last run's).
 
 Usage::
@@ -33,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,6 +73,12 @@ class Variant:
         src, *pairs = rest.split(",")
         env = dict(p.split("=", 1) for p in pairs if p)
         return cls(name, Path(src or ROOT / "src").resolve(), env)
+
+
+def run_order(variants: Sequence[Variant], run: int) -> list[Variant]:
+    """The variants of round ``run`` (0-based): as given in even rounds, reversed in odd ones
+    (A B, B A, A B, ...), so over an even number of rounds each variant runs first as often."""
+    return list(variants) if run % 2 == 0 else list(reversed(variants))
 
 
 def _cpu(pid: int) -> float:
@@ -265,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     logs = Path(tempfile.mkdtemp(prefix="dtq-psubmit-"))
     results: list[dict[str, Any]] = []
     for run in range(args.runs):
-        for variant in variants:
+        for variant in run_order(variants, run):
             spy = args.spy.with_suffix(f".{variant.name}.txt") if args.spy else None
             r = one_run(args, variant, logs, spy if run == args.runs - 1 else None)
             results.append(r)
