@@ -14,6 +14,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from psycopg.adapt import PyFormat, Transformer
 
 from dtq.adapters.clock import SystemClock
 from dtq.adapters.cockroach.arrays import Int8Array, TextArray, TimestamptzArray, UuidArray
@@ -175,6 +176,18 @@ def test_literals_of_a_group_of_nine_single_submits(benchmark: Any) -> None:
     assert text.count("::timestamptz[]") == 2
     assert "None" not in text
     assert '\'{"{}","{}",' in text
+
+
+def test_binary_uuid_array_of_a_claim_batch(benchmark: Any) -> None:
+    """The binary ``uuid[]`` parameter of a 256-task claim or completion batch
+    (``arrays._UuidArrayDumper``): 20-byte header, then length and 16 bytes per id."""
+    ids = UuidArray([uuid.uuid4() for _ in range(256)])
+    dumper = Transformer().get_dumper(ids, PyFormat.BINARY)
+
+    data = bytes(benchmark(lambda: dumper.dump(ids)))
+    assert len(data) == 20 + 256 * 20
+    assert data[20 + 4 : 20 + 20] == ids[0].bytes
+    assert data[-16:] == ids[-1].bytes
 
 
 def test_literal_of_payloads_full_of_quotes(benchmark: Any) -> None:

@@ -30,6 +30,7 @@ def _dumped(value: list[Any]) -> tuple[int, bytes]:
         (Int8Array([3, None]), [Int8(3), None]),
         (UuidArray([UUID(int=1), UUID(int=2**128 - 1)]), [UUID(int=1), UUID(int=2**128 - 1)]),
         (UuidArray([None, UUID(int=7)]), [None, UUID(int=7)]),
+        (UuidArray([UUID(int=7), UUID(int=8), None]), [UUID(int=7), UUID(int=8), None]),
         (TextArray(["completed", "", "é\u20ac"]), ["completed", "", "é\u20ac"]),
         (TextArray(["a", None]), ["a", None]),
         (

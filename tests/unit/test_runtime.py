@@ -9,6 +9,7 @@ from dataclasses import replace
 from uuid import uuid4
 
 import pytest
+import structlog
 from structlog.testing import capture_logs
 
 from dtq.application.commands import TaskSpec
@@ -437,6 +438,31 @@ async def test_task_log_lines_carry_the_task_fields() -> None:
         "error": "RuntimeError: nope",
     }
     assert "job_id" in failed[0]
+
+
+async def test_each_handler_call_carries_its_own_jobs_id_in_the_log_context() -> None:
+    """The runner keeps the text of the last job id it saw; tasks of two jobs interleaved
+    must each log under their own job."""
+    h = build_harness()
+    runtime = Runtime(replace(FAST, claim_batch=1))
+    seen: list[tuple[str, str, str]] = []
+
+    @runtime.handler("ctx")
+    async def ctx(task: Task) -> None:
+        bound = structlog.contextvars.get_contextvars()
+        seen.append((str(task.job_id), bound["job_id"], bound["task_id"]))
+
+    first = await h.one("ctx")
+    second = await h.one("ctx")
+    third = await h.one("ctx")
+    async with h.running(runtime):
+        for task_id in (first, second, third):
+            await h.wait_task(task_id, [TaskStatus.COMPLETED])
+
+    assert len(seen) == 3
+    assert len({job for job, _, _ in seen}) == 3  # three jobs
+    assert all(job == bound for job, bound, _ in seen)
+    assert {task for _, _, task in seen} == {str(first), str(second), str(third)}
 
 
 async def test_demo_runtime_echo_logs_kind_attempt_and_payload() -> None:

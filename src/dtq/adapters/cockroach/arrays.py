@@ -135,8 +135,17 @@ class _Int8ArrayDumper(_ArrayDumper):
 class _UuidArrayDumper(_ArrayDumper):
     element = "uuid"
 
-    def _items(self, obj: list[Any]) -> bytes:
-        return b"".join([_UUID_LEN + item.bytes for item in obj])
+    def dump(self, obj: Any) -> Buffer | None:
+        # Each element's 16 bytes from its int (a slot) rather than its ``bytes`` property, and
+        # no ``None in obj`` scan first (UUID.__eq__ is Python code): a None fails the join
+        # with AttributeError and the array is dumped again by the general path.
+        if not obj:
+            return _empty_head(0, 0, self._element_oid)
+        try:
+            items = b"".join([_UUID_LEN + item.int.to_bytes(16, "big") for item in obj])
+        except AttributeError:
+            return super().dump(obj)
+        return _head(1, 0, self._element_oid, len(obj), 1) + items
 
 
 class _TextArrayDumper(_ArrayDumper):

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
+from uuid import UUID
 
 import structlog
 
@@ -59,6 +60,8 @@ class HandlerRunner:
         self._kind_timeouts = dict(kind_timeouts or {})
         self._max_result_bytes = max_result_bytes
         self._pool = ThreadPoolExecutor(sync_threads, thread_name_prefix="dtq-handler")
+        # the log context's job_id text of the last job seen: a batch's tasks mostly share a job
+        self._job_text: tuple[UUID | None, str] = (None, "")
 
     async def invoke(
         self,
@@ -93,8 +96,12 @@ class HandlerRunner:
             _report=report_progress,
             **({} if self._artifacts is None else {"artifacts": self._artifacts}),
         )
+        job_id, job_text = self._job_text
+        if job_id != task.job_id:
+            job_text = str(task.job_id)
+            self._job_text = (task.job_id, job_text)
         structlog.contextvars.bind_contextvars(
-            task_id=str(task.id), job_id=str(task.job_id), kind=task.kind, attempt=task.attempt
+            task_id=str(task.id), job_id=job_text, kind=task.kind, attempt=task.attempt
         )
         timeout = self.timeout_for(claim)
         if timeout is None:
