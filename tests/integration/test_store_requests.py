@@ -419,3 +419,29 @@ async def test_a_group_of_payloads_full_of_quotes_is_bound_without_psycopg_s_dum
         return [(await tx.tasks.list_by_job(job.id))[0].payload for job, _, _ in jobs]
 
     assert await pg_store.run(read) == [{"q": '"\\' * 500}] * 4
+
+
+async def test_a_database_error_reaches_the_caller_as_one_line_without_the_sql(
+    pg_store: CockroachStore,
+) -> None:
+    """An error the store does not retry (here PostgreSQL's ``out of shared memory``, raised
+    with its hint from inside a function so that it carries a CONTEXT naming the SQL) becomes
+    a BackendUnavailable whose text (what the API answers in its 503 body) is the SQLSTATE,
+    the message and the hint on one line: no SQL statement, no CONTEXT."""
+
+    async def failing(tx: Transaction) -> None:
+        assert isinstance(tx, PgTransaction)
+        await tx.conn.execute(
+            "DO $$ BEGIN PERFORM 1 FROM tasks WHERE id IS NULL;"
+            " RAISE EXCEPTION 'out of shared memory' USING ERRCODE = '53200',"
+            " HINT = 'You might need to increase max_pred_locks_per_transaction.'; END $$"
+        )
+
+    with pytest.raises(BackendUnavailable) as raised:
+        await pg_store.run(failing)
+    text = str(raised.value)
+    assert text == (
+        "database error (53200): out of shared memory"
+        " (hint: You might need to increase max_pred_locks_per_transaction.)"
+    )
+    assert "\n" not in text and "CONTEXT" not in text and "PL/pgSQL" not in text

@@ -224,8 +224,8 @@ class CockroachStore:
                     f"COMMIT outcome unknown ({reason}); re-read before acting again"
                 ) from exc
             if isinstance(exc, psycopg.DataError):
-                raise InvalidPayload(f"the database refused a value: {exc}") from exc
-            raise BackendUnavailable(f"database error ({reason}): {exc}") from exc
+                raise InvalidPayload(f"the database refused a value: {_described(exc)}") from exc
+            raise BackendUnavailable(f"database error ({reason}): {_described(exc)}") from exc
 
     def _drop_broken_connections(self) -> None:
         """After a lost connection, have the pool test its idle connections in the background.
@@ -278,6 +278,15 @@ async def _roll_back(conn: AsyncConnection[TupleRow]) -> None:
         return
     with contextlib.suppress(psycopg.Error):
         await conn.execute(sql.ROLLBACK, prepare=False)
+
+
+def _described(exc: psycopg.Error) -> str:
+    """The server's message of ``exc`` and its hint, on one line: an API answer carries it, so
+    the CONTEXT (the SQL statement or function that failed) and the DETAIL are left out."""
+    diag = exc.diag
+    message = diag.message_primary or _one_line(exc)
+    hint = diag.message_hint
+    return f"{message} (hint: {' '.join(hint.split())})" if hint else message
 
 
 def _one_line(exc: BaseException) -> str:
