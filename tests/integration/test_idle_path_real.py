@@ -17,7 +17,7 @@ from redis.asyncio import Redis
 from dtq.adapters.cockroach import CockroachStore, sql
 from dtq.adapters.cockroach.store import open_pool
 from dtq.adapters.redis import RedisQueue
-from dtq.application.commands import SubmitJob, TaskSpec
+from dtq.application.commands import ReportOutcome, SubmitJob, TaskSpec
 from dtq.domain.status import JobStatus, RunStatus, TaskStatus
 from dtq.entrypoints.bundles import Services
 from tests.integration.wiring import (
@@ -66,10 +66,14 @@ async def test_a_lone_claim_reads_its_task_and_job_in_one_statement(services: Se
 async def test_settling_a_finished_job_reads_it_with_its_endings_in_one_statement(
     services: Services,
 ) -> None:
-    """The last task's completion asks "anything unfinished?" and reads the job with "any
-    failed?" and "any cancelled?" in one statement (not a probe, a job read and two more)."""
-    result = await services.api.submit.submit_job(SubmitJob(tasks=(TaskSpec("a", "k"),)))
-    claims = await services.worker.execution.claim_many([result.task_ids["a"]], "w")
+    """The last tasks' completion asks "anything unfinished?" and reads the job with "any
+    failed?" and "any cancelled?" in one statement (not a probe, a job read and two more).
+    A job of two tasks: a one-task job settles from its claim (no read at all)."""
+    result = await services.api.submit.submit_job(
+        SubmitJob(tasks=(TaskSpec("a", "k"), TaskSpec("b", "k")))
+    )
+    claims = await services.worker.execution.claim_many(list(result.task_ids.values()), "w")
+    assert len(claims) == 2
 
     with counting_statements() as sent:
         await services.worker.execution.complete_many(claims)
@@ -85,7 +89,7 @@ async def test_a_batch_settles_its_jobs_in_as_many_round_trips_whatever_their_nu
     services: Services,
 ) -> None:
     """A batch of successes of one-task jobs (what single submits make) settles every job with
-    one read and one write: its round trips do not grow with the number of jobs."""
+    one write from its claims, no read: its round trips do not grow with the number of jobs."""
     round_trips = {}
     for jobs in (2, 8):
         results = [
@@ -99,6 +103,8 @@ async def test_a_batch_settles_its_jobs_in_as_many_round_trips_whatever_their_nu
         with counting_statements() as sent:
             await services.worker.execution.complete_many(claims)
 
+        assert not any(label(sql.GET_FINISHED_JOBS) in request for request in sent)
+        assert sum(label(sql.UPDATE_JOBS) in request for request in sent) == 1
         round_trips[jobs] = len(sent)
         for result in results:
             job = await services.api.queries.get_job(result.job_id)
@@ -109,13 +115,14 @@ async def test_a_batch_settles_its_jobs_in_as_many_round_trips_whatever_their_nu
 async def test_a_completion_learns_the_time_with_begin_and_commits_with_its_outbox(
     services: Services,
 ) -> None:
-    """A one-task job's completion: 4 round trips (BEGIN and COMMIT were 2 more, the time a
+    """A one-task job's completion: 3 round trips (BEGIN and COMMIT were 2 more, the time a
     ``SELECT now()`` of its own, settling the job two, and the search for dependents one).
     Its first statement needs the time, so the BEGIN goes alone, with ``SELECT now()``. The
     task write compares the version of the claim (read by an earlier transaction), so it waits
-    for its row count; the run write (its task just written) rides with the next read, the job
-    write (of a job just read) with the COMMIT. The claim read that the job has no
-    dependencies, so no dependents are searched for."""
+    for its row count; the run write (its task just written), the check that the job is still
+    as its claim left it and the job write ride with the COMMIT. The claim read that the job
+    has no dependencies, so no dependents are searched for, and that it has one task, so the
+    job is settled from the claim's row, not read."""
     result = await services.api.submit.submit_job(SubmitJob(tasks=(TaskSpec("a", "k"),)))
     claims = await services.worker.execution.claim_many([result.task_ids["a"]], "w")
     assert [claim.job_has_dependencies for claim in claims] == [False]
@@ -126,8 +133,8 @@ async def test_a_completion_learns_the_time_with_begin_and_commits_with_its_outb
     assert sent == [
         label(sql.BEGIN_WITH_NOW),
         label(sql.UPDATE_TASK),
-        f"{guarded(sql.UPDATE_RUN)}; {label(sql.GET_FINISHED_JOBS)}",
-        f"{guarded(sql.UPDATE_JOB)}; {OUTBOX_WITH_COMMIT}",
+        f"{guarded(sql.UPDATE_RUN)}; {label(sql.CONFIRM_JOB)}; {guarded(sql.UPDATE_JOB)};"
+        f" {OUTBOX_WITH_COMMIT}",
     ]
     assert label(sql.NOW) not in sent
     view = await services.api.queries.get_task(result.task_ids["a"])
@@ -210,6 +217,96 @@ async def test_a_job_stored_before_its_dependencies_were_recorded_is_searched(
     assert any(label(sql.DEPENDENTS_ONE) in request for request in sent)
     child = (await services.api.queries.get_task(result.task_ids["b"])).task
     assert child.status is TaskStatus.QUEUED
+
+
+async def test_a_job_stores_its_task_count(services: Services, pg_dsn: str) -> None:
+    one = await services.api.submit.submit_job(SubmitJob(tasks=(TaskSpec("a", "k"),)))
+    three = await services.api.submit.submit_job(
+        SubmitJob(tasks=tuple(TaskSpec(name, "k") for name in "abc"))
+    )
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT id, task_count FROM jobs WHERE id = ANY(%s)", ([one.job_id, three.job_id],)
+        ).fetchall()
+    assert dict(rows) == {one.job_id: 1, three.job_id: 3}
+
+
+@pytest.mark.parametrize("jobs", [1, 3])
+async def test_a_one_task_job_changed_since_its_claim_is_read_on_the_re_run(
+    services: Services, pg_dsn: str, jobs: int
+) -> None:
+    """The claim's copy of the job is stale (another writer moved its version and metadata):
+    the first try's compare-and-set fails, the re-run reads the job and settles it as stored,
+    keeping the other writer's change. One job: the check that rides with the COMMIT; several:
+    the batch write."""
+    results = [
+        await services.api.submit.submit_job(SubmitJob(tasks=(TaskSpec("a", "k"),)))
+        for _ in range(jobs)
+    ]
+    claims = await services.worker.execution.claim_many(
+        [result.task_ids["a"] for result in results], "w"
+    )
+    assert [claim.job.task_count for claim in claims if claim.job] == [1] * jobs
+    changed = results[-1].job_id
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(
+            'UPDATE jobs SET metadata = \'{"by": "other"}\', version = version + 1 WHERE id = %s',
+            (changed,),
+        )
+
+    with counting_statements() as sent:
+        outcomes = await services.worker.execution.complete_many(claims)
+
+    assert outcomes == [ReportOutcome.RECORDED] * jobs
+    assert sum(label(sql.GET_FINISHED_JOBS) in request for request in sent) == 1
+    for result in results:
+        job = (await services.api.queries.get_job(result.job_id)).job
+        assert job.status is JobStatus.COMPLETED
+    assert (await services.api.queries.get_job(changed)).job.metadata == {"by": "other"}
+
+
+async def test_a_job_stored_before_its_task_count_was_recorded_is_read(
+    services: Services, pg_dsn: str
+) -> None:
+    """``task_count`` NULL (a row older than migration 0076): unknown, read as before."""
+    result = await services.api.submit.submit_job(SubmitJob(tasks=(TaskSpec("a", "k"),)))
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("UPDATE jobs SET task_count = NULL WHERE id = %s", (result.job_id,))
+    claims = await services.worker.execution.claim_many([result.task_ids["a"]], "w")
+    assert [claim.job.task_count for claim in claims if claim.job] == [None]
+
+    with counting_statements() as sent:
+        await services.worker.execution.complete_many(claims)
+
+    assert sum(label(sql.GET_FINISHED_JOBS) in request for request in sent) == 1
+    assert not any(label(sql.CONFIRM_JOB) in request for request in sent)
+    job = (await services.api.queries.get_job(result.job_id)).job
+    assert job.status is JobStatus.COMPLETED
+
+
+async def test_a_batch_of_one_task_jobs_and_a_larger_job_reads_only_the_larger(
+    services: Services,
+) -> None:
+    singles = [
+        await services.api.submit.submit_job(SubmitJob(tasks=(TaskSpec("a", "k"),)))
+        for _ in range(2)
+    ]
+    pair = await services.api.submit.submit_job(
+        SubmitJob(tasks=(TaskSpec("a", "k"), TaskSpec("b", "k")))
+    )
+    ids = [r.task_ids["a"] for r in singles] + list(pair.task_ids.values())
+    claims = await services.worker.execution.claim_many(ids, "w")
+    assert len(claims) == 4
+
+    with counting_statements() as sent:
+        await services.worker.execution.complete_many(claims)
+
+    finished = [request for request in sent if label(sql.GET_FINISHED_JOBS) in request]
+    assert len(finished) == 1
+    assert sum(label(sql.UPDATE_JOBS) in request for request in sent) == 1
+    for result in [*singles, pair]:
+        job = (await services.api.queries.get_job(result.job_id)).job
+        assert job.status is JobStatus.COMPLETED
 
 
 async def test_a_submission_sends_its_inserts_with_its_commit(

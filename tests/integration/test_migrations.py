@@ -53,6 +53,7 @@ REFERENCE_COLUMNS: dict[str, list[tuple[str, str, bool]]] = {  # (name, type, nu
         ("updated_at", TS, False),
         ("trace_context", "text", True),
         ("has_dependencies", "boolean", True),
+        ("task_count", "bigint", True),
     ],
     "tasks": [
         ("id", "uuid", False),

@@ -141,3 +141,62 @@ async def test_a_job_whose_dependencies_are_unknown_is_searched(
 
     assert searched == [[result.task_ids["a"]]]
     assert (await app.queries.get_task(result.task_ids["b"])).task.status.value == "queued"
+
+
+@pytest.fixture
+def finished_reads(monkeypatch: pytest.MonkeyPatch) -> list[list[UUID]]:
+    """The ``job_ids`` of every ``get_finished`` call on the memory store."""
+    calls: list[list[UUID]] = []
+    real = memory_store._Jobs.get_finished
+
+    async def spy(self: Any, job_ids: Sequence[UUID], unfinished: Any) -> Any:
+        calls.append(list(job_ids))
+        return await real(self, job_ids, unfinished)
+
+    monkeypatch.setattr(memory_store._Jobs, "get_finished", spy)
+    return calls
+
+
+async def test_one_task_jobs_settle_from_their_claims_without_a_read(
+    app: App, finished_reads: list[list[UUID]]
+) -> None:
+    singles = [await app.submit_tasks(TaskSpec("a", "echo")) for _ in range(3)]
+    pair = await app.submit_tasks(TaskSpec("a", "echo"), TaskSpec("b", "echo"))
+    ids = [r.task_ids["a"] for r in singles] + list(pair.task_ids.values())
+    claims = await app.execution.claim_many(ids, "w1")
+    assert [c.job.task_count for c in claims if c.job] == [1, 1, 1, 2, 2]
+
+    await app.execution.complete_many(claims)
+
+    assert finished_reads == [[pair.job_id]]
+    for result in [*singles, pair]:
+        assert (await app.queries.get_job(result.job_id)).job.status.value == "completed"
+
+
+async def test_a_one_task_job_changed_since_its_claim_is_read(
+    app: App, finished_reads: list[list[UUID]]
+) -> None:
+    result = await app.submit_tasks(TaskSpec("a", "echo"))
+    [claim] = await app.execution.claim_many([result.task_ids["a"]], "w1")
+    stored = app.store._tables.jobs[result.job_id]
+    stored.metadata, stored.version = {"by": "other"}, stored.version + 1
+
+    await app.execution.complete_many([claim])
+
+    assert finished_reads == [[result.job_id]]
+    job = (await app.queries.get_job(result.job_id)).job
+    assert job.status.value == "completed" and job.metadata == {"by": "other"}
+    assert claim.job is not None and claim.job.status.value == "running"  # the claim's copy
+
+
+async def test_a_job_whose_task_count_is_unknown_is_read(
+    app: App, finished_reads: list[list[UUID]]
+) -> None:
+    result = await app.submit_tasks(TaskSpec("a", "echo"))
+    app.store._tables.jobs[result.job_id].task_count = None
+    [claim] = await app.execution.claim_many([result.task_ids["a"]], "w1")
+
+    await app.execution.complete_many([claim])
+
+    assert finished_reads == [[result.job_id]]
+    assert (await app.queries.get_job(result.job_id)).job.status.value == "completed"

@@ -179,7 +179,10 @@ class Claim:
     issue 16 item 5), read with the job rows the claim reads anyway; None when the job has none.
     ``job_has_dependencies`` is the job's ``Job.has_dependencies`` from the same rows: False
     lets the success of the claim skip the search for dependents to promote (no task of the
-    job depends on another); None (unknown) and True search.
+    job depends on another); None (unknown) and True search. ``job`` is the job row as the
+    claim transaction left it (shared by the claims of one batch: not to be changed); the
+    success of the only task of a job (``Job.task_count`` 1) settles the job from it rather
+    than from a read. None when the claim was rebuilt without its job (a worker over HTTP).
     """
 
     task: Task
@@ -188,6 +191,7 @@ class Claim:
     parents: Mapping[str, Any] = field(default_factory=dict)
     trace_context: str | None = None
     job_has_dependencies: bool | None = None
+    job: Job | None = None
 
 
 class ReportOutcome(StrEnum):

@@ -367,15 +367,21 @@ class ExecutionService:
         elif len(results) != len(claims):
             raise ValueError(f"{len(results)} results for {len(claims)} claims")
 
+        tries = 0
+
         async def tx_fn(tx: Transaction) -> tuple[list[ReportOutcome], list[Task]]:
             # Every try, a re-run after a conflict included, first writes from the claims: a
             # failed try committed nothing, and the compare-and-set still sends any claim whose
             # task changed meanwhile to the checked path (issue 17: a re-run that reads every
-            # task and run is slower and conflicts more).
-            recorded = await _complete_as_claimed(tx, claims, results, progress)
+            # task and run is slower and conflicts more). The claims' job rows are trusted on
+            # the first try only: a job changed since its claim fails that try.
+            nonlocal tries
+            tries += 1
+            trust = tries == 1
+            recorded = await _complete_as_claimed(tx, claims, results, progress, trust_jobs=trust)
             if recorded is not None:
                 return recorded
-            return await _complete_tx(tx, claims, results, progress)
+            return await _complete_tx(tx, claims, results, progress, trust_jobs=trust)
 
         try:
             outcomes, promoted = await self._store.run(tx_fn)
@@ -723,9 +729,9 @@ async def _claim_carried(
 def _claims(
     claimed: Sequence[tuple[Task, TaskRun]], jobs: Sequence[Job], worker_id: str
 ) -> list[Claim]:
-    """A claim per ``(task, run)``, with what it carries of its job (found in ``jobs``): the
-    ``trace_context`` (issue 16 item 5) and ``job_has_dependencies``; None for both when the
-    job is not among ``jobs``."""
+    """A claim per ``(task, run)``, with what it carries of its job (found in ``jobs``, as the
+    claim transaction left it): the job itself, its ``trace_context`` (issue 16 item 5) and
+    ``job_has_dependencies``; None for all three when the job is not among ``jobs``."""
     by_id = {job.id: job for job in jobs}
     claims = []
     for task, run in claimed:
@@ -739,6 +745,7 @@ def _claims(
                 worker_id=worker_id,
                 trace_context=job.trace_context,
                 job_has_dependencies=job.has_dependencies,
+                job=job,
             )
         )
     return claims
@@ -800,6 +807,8 @@ async def _complete_as_claimed(
     claims: Sequence[Claim],
     results: Sequence[Any],
     progress: Mapping[UUID, Any] | None,
+    *,
+    trust_jobs: bool,
 ) -> tuple[list[ReportOutcome], list[Task]] | None:
     """Record every claim's success from the claim itself, or nothing (returns None).
 
@@ -827,24 +836,42 @@ async def _complete_as_claimed(
     except ConcurrentUpdate:
         return None
     await tx.runs.save_many(runs)
-    promoted = await _after_completion(tx, tasks, claims, at=now)
+    promoted = await _after_completion(tx, tasks, claims, at=now, trust_jobs=trust_jobs)
     return [ReportOutcome.RECORDED] * len(claims), promoted
 
 
 async def _after_completion(
-    tx: Transaction, done: Sequence[Task], claims: Sequence[Claim], *, at: datetime
+    tx: Transaction,
+    done: Sequence[Task],
+    claims: Sequence[Claim],
+    *,
+    at: datetime,
+    trust_jobs: bool,
 ) -> list[Task]:
     """Promote the dependents of ``done`` (just completed; ``claims[i]`` is the claim of
     ``done[i]``) and settle their jobs. A task whose claim says its job has no dependencies
     (``Claim.job_has_dependencies`` False) has no dependents and is not looked up: a batch of
-    such tasks sends no statement for the promotion."""
+    such tasks sends no statement for the promotion. With ``trust_jobs``, the job of a task
+    that is its only task (``Claim.job`` with ``task_count`` 1) is settled from a copy of the
+    claim's row, not read (``settle_jobs``'s ``completed_alone``); its write still compares
+    the version, so a job changed since the claim fails the try (``ConcurrentUpdate``) and
+    the re-run, which passes ``trust_jobs`` False, reads it."""
     searched = [
         task
         for task, claim in zip(done, claims, strict=True)
         if claim.job_has_dependencies is not False
     ]
     promoted = await promote_dependents(tx, searched, at=at)
-    await settle_jobs(tx, (task.job_id for task in done), at=at)
+    alone = (
+        [
+            dataclasses.replace(claim.job, transitions=())
+            for claim in claims
+            if claim.job is not None and claim.job.task_count == 1
+        ]
+        if trust_jobs
+        else []
+    )
+    await settle_jobs(tx, (task.job_id for task in done), at=at, completed_alone=alone)
     return promoted
 
 
@@ -853,6 +880,8 @@ async def _complete_tx(
     claims: Sequence[Claim],
     results: Sequence[Any],
     progress: Mapping[UUID, Any] | None,
+    *,
+    trust_jobs: bool,
 ) -> tuple[list[ReportOutcome], list[Task]]:
     tasks = {t.id: t for t in await tx.tasks.get_many([c.task.id for c in claims])}
     runs = {r.id: r for r in await tx.runs.get_many([c.run.id for c in claims])}
@@ -879,7 +908,9 @@ async def _complete_tx(
     await tx.tasks.save_many(tasks_done)
     await tx.runs.save_many([run for _, run, _ in done])
     claims_done = [claim for _, _, claim in done]
-    return outcomes, await _after_completion(tx, tasks_done, claims_done, at=now)
+    return outcomes, await _after_completion(
+        tx, tasks_done, claims_done, at=now, trust_jobs=trust_jobs
+    )
 
 
 async def _complete_replayed(
@@ -896,7 +927,7 @@ async def _complete_replayed(
     and the dependents of those tasks now ``queued`` and due (or promoted but due later) are
     returned to be pushed (or scheduled) again.
     """
-    outcomes, promoted = await _complete_tx(tx, claims, results, progress)
+    outcomes, promoted = await _complete_tx(tx, claims, results, progress, trust_jobs=False)
     if ReportOutcome.RECORDED in outcomes:
         return outcomes, promoted
     landed = [

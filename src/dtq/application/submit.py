@@ -98,6 +98,7 @@ class _Submission:
             request_hash=cmd.request_hash,
             trace_context=cmd.trace_context,
             has_dependencies=any(spec.depends_on for spec in cmd.tasks),
+            task_count=len(cmd.tasks),
         )
         ids = self.task_ids
         tasks = [

@@ -13,6 +13,7 @@ from uuid import UUID
 
 from dtq.application.ports import Transaction
 from dtq.domain.entities import Job, Task
+from dtq.domain.errors import ConcurrentUpdate
 from dtq.domain.policy import derive_job_status
 from dtq.domain.status import JobStatus, TaskStatus
 
@@ -202,7 +203,13 @@ async def mark_job_failed(tx: Transaction, job_id: UUID, *, at: datetime) -> Non
         await tx.jobs.save(job)
 
 
-async def settle_jobs(tx: Transaction, job_ids: Iterable[UUID], *, at: datetime) -> None:
+async def settle_jobs(
+    tx: Transaction,
+    job_ids: Iterable[UUID],
+    *,
+    at: datetime,
+    completed_alone: Sequence[Job] = (),
+) -> None:
     """Re-derive the status of each job in ``job_ids`` after tasks of it finished (spec §4
     RefreshJobStatus).
 
@@ -213,10 +220,26 @@ async def settle_jobs(tx: Transaction, job_ids: Iterable[UUID], *, at: datetime)
     so its row is not read. The jobs that have nothing unfinished come back with whether some
     task failed or was cancelled, and the rows whose status changes are written by one
     statement (DESIGN §3). A batch's jobs cost two statements at most, however many.
+
+    ``completed_alone`` are jobs among ``job_ids`` whose only task just completed, each as the
+    transaction that claimed that task left it (a copy the caller owns): they are settled from
+    that copy, with no read. Their write compares the version they carry, and a lone one is
+    first confirmed whole in the same request (``JobRepository.confirm``): a job changed since
+    the claim raises ``ConcurrentUpdate`` from that request (or at once, in memory, where such
+    a job is read instead); one that cannot be checked without a read is read.
     """
     ids = list(dict.fromkeys(job_ids))
+    alone = {job.id: job for job in completed_alone}
+    if len(alone) == 1:
+        (only,) = alone.values()
+        try:
+            tx.jobs.confirm(only)
+        except ConcurrentUpdate:
+            alone = {}
+    read = [job_id for job_id in ids if job_id not in alone]
+    found = await tx.jobs.get_finished(read, _UNFINISHED) if read else []
     changed = []
-    for job, any_failed, any_cancelled in await tx.jobs.get_finished(ids, _UNFINISHED):
+    for job, any_failed, any_cancelled in [*((j, False, False) for j in alone.values()), *found]:
         if job.status.terminal:
             continue
         status = derive_job_status(

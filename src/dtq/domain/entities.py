@@ -444,6 +444,8 @@ class Job:
             creation; None when tracing was off.
         has_dependencies: whether some task of the job depends on another (it has edges);
             fixed at creation. None when unknown (a job stored before it was recorded).
+        task_count: how many tasks the job has (>= 1); fixed at creation. None when unknown
+            (a job stored before it was recorded).
     """
 
     id: UUID
@@ -457,6 +459,7 @@ class Job:
     version: int = 0
     trace_context: str | None = None
     has_dependencies: bool | None = None
+    task_count: int | None = None
     # status moves not yet written to the outbox (issue 16 item 1), as on ``Task``
     transitions: tuple[Transition, ...] = field(default=(), compare=False, repr=False)
 

@@ -68,6 +68,7 @@ _JOB_COLUMNS = (
     ("t.updated_at", "updated_at"),
     ("t.trace_context", "trace_context"),
     ("t.has_dependencies", "has_dependencies"),
+    ("t.task_count", "task_count"),
 )
 
 _TASK_ORDER = ("created_at", "job_position", "id")

@@ -233,6 +233,7 @@ def _job_row(job: Job) -> tuple[Any, ...]:
         job.updated_at,
         job.trace_context,
         job.has_dependencies,
+        job.task_count,
     )
 
 
@@ -308,6 +309,7 @@ class PgJobRepository:
             TimestamptzArray([j.updated_at for j, _, _ in jobs]),
             TextArray([j.trace_context for j, _, _ in jobs]),
             TextArray([_bool_text(j.has_dependencies) for j, _, _ in jobs]),
+            Int8Array([j.task_count for j, _, _ in jobs]),
         )
         if any(j.idempotency_key is not None for j, _, _ in jobs):
             cur = await self._conn.execute(sql.INSERT_JOBS, columns)
@@ -349,7 +351,7 @@ class PgJobRepository:
             ),
         )
         return [
-            (self._read(job_from_row(row)), bool(row[11]), bool(row[12]))
+            (self._read(job_from_row(row)), bool(row[12]), bool(row[13]))
             for row in await cur.fetchall()
         ]
 

@@ -102,6 +102,7 @@ def job_from_row(row: TupleRow) -> Job:
         updated_at=row[8],
         trace_context=row[9],
         has_dependencies=row[10],
+        task_count=row[11],
     )
 
 

@@ -59,8 +59,8 @@ CHECK_ESTIMATED_NOW: Final = (
 # transaction; any other conflict (a primary-key clash) still raises.
 INSERT_JOB: Final = (
     "INSERT INTO jobs (id, name, status, metadata, idempotency_key, request_hash, version,"
-    " created_at, updated_at, trace_context, has_dependencies)"
-    " VALUES (%s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s, %s, %s)"
+    " created_at, updated_at, trace_context, has_dependencies, task_count)"
+    " VALUES (%s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s, %s, %s, %s)"
     " ON CONFLICT (idempotency_key) DO NOTHING RETURNING id"
 )
 
@@ -68,19 +68,22 @@ INSERT_JOB: Final = (
 # written, so a job whose key another job holds is found missing.
 INSERT_JOBS: Final = (
     "INSERT INTO jobs (id, name, status, metadata, idempotency_key, request_hash, version,"
-    " created_at, updated_at, trace_context, has_dependencies)"
+    " created_at, updated_at, trace_context, has_dependencies, task_count)"
     " SELECT u.id, u.name, u.status, u.metadata::jsonb, u.idempotency_key, u.request_hash,"
-    " u.version, u.created_at, u.updated_at, u.trace_context, u.has_dependencies::bool"
+    " u.version, u.created_at, u.updated_at, u.trace_context, u.has_dependencies::bool,"
+    " u.task_count"
     " FROM unnest(%b::uuid[], %b::text[], %b::text[], %b::text[], %b::text[], %b::text[],"
-    " %b::bigint[], %b::timestamptz[], %b::timestamptz[], %b::text[], %b::text[])"
+    " %b::bigint[], %b::timestamptz[], %b::timestamptz[], %b::text[], %b::text[],"
+    " %b::bigint[])"
     " AS u(id, name, status, metadata, idempotency_key, request_hash, version, created_at,"
-    " updated_at, trace_context, has_dependencies)"
+    " updated_at, trace_context, has_dependencies, task_count)"
     " ON CONFLICT (idempotency_key) DO NOTHING RETURNING id"
 )
 
 GET_JOB: Final = (
     "SELECT id, name, status, metadata::text, idempotency_key, request_hash, version,"
-    " created_at, updated_at, trace_context, has_dependencies FROM jobs WHERE id = %s"
+    " created_at, updated_at, trace_context, has_dependencies, task_count FROM jobs"
+    " WHERE id = %s"
 )
 
 # A job row carried from outside the try (a claim's ``CarriedTask``), checked to be exactly
@@ -94,19 +97,19 @@ CONFIRM_JOB: Final = (
     " AND idempotency_key IS NOT DISTINCT FROM %s"
     " AND request_hash IS NOT DISTINCT FROM %s AND version = %s AND created_at = %s"
     " AND updated_at = %s AND trace_context IS NOT DISTINCT FROM %s"
-    " AND has_dependencies IS NOT DISTINCT FROM %s)"
+    " AND has_dependencies IS NOT DISTINCT FROM %s AND task_count IS NOT DISTINCT FROM %s)"
     " SELECT CAST(1 / count(*) AS BIGINT) FROM matched"
 )
 
 GET_JOB_BY_KEY: Final = (
     "SELECT id, name, status, metadata::text, idempotency_key, request_hash, version,"
-    " created_at, updated_at, trace_context, has_dependencies FROM jobs"
+    " created_at, updated_at, trace_context, has_dependencies, task_count FROM jobs"
     " WHERE idempotency_key = %s"
 )
 
 GET_JOBS: Final = (
     "SELECT id, name, status, metadata::text, idempotency_key, request_hash, version,"
-    " created_at, updated_at, trace_context, has_dependencies FROM jobs"
+    " created_at, updated_at, trace_context, has_dependencies, task_count FROM jobs"
     " WHERE id = ANY(%b::uuid[])"
 )
 
@@ -119,6 +122,7 @@ GET_JOBS: Final = (
 GET_FINISHED_JOBS: Final = (
     "SELECT j.id, j.name, j.status, j.metadata::text, j.idempotency_key, j.request_hash,"
     " j.version, j.created_at, j.updated_at, j.trace_context, j.has_dependencies,"
+    " j.task_count,"
     " EXISTS (SELECT 1 FROM tasks t WHERE t.job_id = j.id AND t.status = %s),"
     " EXISTS (SELECT 1 FROM tasks t WHERE t.job_id = j.id AND t.status = %s)"
     " FROM unnest(%b::uuid[]) AS f(id) JOIN jobs j ON j.id = f.id"
@@ -240,7 +244,7 @@ GET_TASKS_WITH_JOBS: Final = (
     " t.started_at, t.finished_at, t.last_error, t.current_run_id, t.version, t.result::text,"
     " t.job_position, t.progress::text, t.retry_policy::text, t.timeout_ms,"
     " j.id, j.name, j.status, j.metadata::text, j.idempotency_key, j.request_hash, j.version,"
-    " j.created_at, j.updated_at, j.trace_context, j.has_dependencies"
+    " j.created_at, j.updated_at, j.trace_context, j.has_dependencies, j.task_count"
     " FROM tasks AS t JOIN jobs AS j ON j.id = t.job_id WHERE t.id = ANY(%b::uuid[])"
 )
 
