@@ -520,6 +520,20 @@ async def test_tasks_list_retry_cancel_and_explain(
     assert "cancelled" in again
 
 
+async def test_explain_prints_the_reason_once_before_the_message(
+    server: Server, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert await dtq("submit", "echo", "--delay", "1h", "--json") == 0
+    task_id = json.loads(capsys.readouterr().out)["task_id"]
+
+    assert await dtq("explain", task_id) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+
+    # the message reads "scheduled: due at ...": its own label is not printed a second time
+    assert first.startswith("scheduled (queued): due at "), first
+    assert first.count("scheduled") == 1
+
+
 async def test_tasks_list_refuses_an_unknown_status(
     server: Server, capsys: pytest.CaptureFixture[str]
 ) -> None:

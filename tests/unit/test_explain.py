@@ -125,6 +125,19 @@ async def test_a_delayed_task_is_scheduled_until_its_due_time(api: Api) -> None:
     due = datetime.fromisoformat(body["details"]["scheduled_at"])
     assert due == api.clock.now() + timedelta(seconds=90)
     assert body["details"]["due_in"] == pytest.approx(90)
+    assert body["message"] == f"scheduled: due at {due.isoformat()}"
+
+
+async def test_a_task_given_run_at_is_scheduled_without_being_called_a_delay(api: Api) -> None:
+    due = api.clock.now() + timedelta(hours=1)
+    task_id = await submit(api, run_at=due.isoformat())
+
+    body = await explain(api, task_id)
+
+    assert body["reason"] == "scheduled"
+    assert datetime.fromisoformat(body["details"]["scheduled_at"]) == due
+    # the task keeps its due time only, not whether run_at or delay set it
+    assert body["message"] == f"scheduled: due at {due.isoformat()}"
 
 
 async def test_a_retry_waiting_out_its_backoff_is_scheduled(api: Api) -> None:
@@ -139,7 +152,8 @@ async def test_a_retry_waiting_out_its_backoff_is_scheduled(api: Api) -> None:
 
     assert body["reason"] == "scheduled"
     assert body["details"]["attempt"] == 1
-    assert "retry" in body["message"]
+    assert body["message"].startswith("scheduled: due at ")
+    assert body["message"].endswith("(a retry's backoff)")
 
 
 # --- queued_no_worker -------------------------------------------------------------------------

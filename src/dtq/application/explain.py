@@ -200,11 +200,14 @@ class ExplainService:
 
     def _scheduled(self, read: _Read) -> Explanation:
         task = read.task
-        after = "a retry backoff" if task.attempt > 0 else "a delay"
+        # a first attempt's due time came from run_at or delay: the task does not say which
+        message = f"scheduled: due at {task.scheduled_at.isoformat()}"
+        if task.attempt > 0:
+            message += " (a retry's backoff)"
         return self._answer(
             read,
             Reason.SCHEDULED,
-            f"scheduled ({after}): due at {task.scheduled_at.isoformat()}",
+            message,
             scheduled_at=task.scheduled_at,
             due_in=(task.scheduled_at - read.now).total_seconds(),
             attempt=task.attempt,

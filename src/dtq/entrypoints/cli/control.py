@@ -118,14 +118,16 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 @api_command
 def cmd_explain(args: argparse.Namespace) -> int:
-    """Print the task's reason code, message and details."""
+    """Print the task's reason code, status, message and details; a message that opens with
+    the code as its label (``scheduled: due at ...``) is printed without that label."""
     with open_client(args) as client:
         why = client.explain(args.task_id)
     if args.json:
         emit_json(why)
     else:
         out = console()
-        out.print(f"[bold]{why.reason}[/bold] ({why.status}): {why.message}", highlight=False)
+        message = why.message.removeprefix(f"{why.reason}: ")
+        out.print(f"[bold]{why.reason}[/bold] ({why.status}): {message}", highlight=False)
         if why.details:
             out.print(table(None, ["detail", "value"], sorted(why.details.items())))
     return EXIT_OK
