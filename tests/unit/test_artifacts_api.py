@@ -77,13 +77,17 @@ async def test_range_gives_206_with_content_range(
     assert response.headers["content-range"] == f"bytes {start}-{end}/1000"
 
 
-async def test_range_past_the_end_is_416(api: Api) -> None:
+@pytest.mark.parametrize("header", ["bytes=10-20", "bytes=100-", "bytes=-0"])
+async def test_a_range_outside_the_artifact_is_416_naming_range(api: Api, header: str) -> None:
     ref = await _upload(api, b"0123456789")
     response = await api.client.get(
-        f"/v1/artifacts/{ref['artifact_id']}", headers={"Range": "bytes=10-20"}
+        f"/v1/artifacts/{ref['artifact_id']}", headers={"Range": header}
     )
     assert response.status_code == 416
     assert response.headers["content-range"] == "bytes */10"
+    error = response.json()["error"]
+    assert (error["code"], error["field"]) == ("range_not_satisfiable", "Range")
+    assert "10 bytes" in error["message"]
 
 
 @pytest.mark.parametrize("header", ["bytes=5-2", "items=0-1", "bytes=0-1,4-5", "bytes=-", "x"])
@@ -104,11 +108,15 @@ async def test_head_gives_size(api: Api) -> None:
     assert response.content == b""
 
 
-async def test_unknown_id_is_404_and_bad_id_400(api: Api) -> None:
+async def test_unknown_id_is_404_and_bad_id_400_both_naming_id(api: Api) -> None:
     unknown = await api.client.get(f"/v1/artifacts/{uuid.uuid4()}")
     assert unknown.status_code == 404
     assert unknown.json()["error"]["code"] == "artifact_not_found"
+    # the path parameter is {id}, as on /v1/tasks/{id} and /v1/jobs/{id}
+    assert unknown.json()["error"]["field"] == "id"
     assert (await api.client.head(f"/v1/artifacts/{uuid.uuid4()}")).status_code == 404
+    ranged = await api.client.get(f"/v1/artifacts/{uuid.uuid4()}", headers={"Range": "bytes=0-1"})
+    assert (ranged.status_code, ranged.json()["error"]["field"]) == (404, "id")
     bad = await api.client.get("/v1/artifacts/not-a-uuid")
     assert bad.status_code == 400
     assert bad.json()["error"]["field"] == "id"

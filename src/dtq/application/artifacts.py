@@ -62,7 +62,8 @@ class ArtifactStore(Protocol):
     """Where artifact bytes live. Keys are canonical UUID strings (already validated).
 
     Adapters wrap their driver's errors as ``BackendUnavailable``; a key that is not stored
-    raises :class:`ArtifactNotFound`.
+    raises :class:`ArtifactNotFound` naming ``id``, as :func:`parse_artifact_id` names a
+    malformed one.
     """
 
     async def put(self, key: str, chunks: AsyncIterable[bytes]) -> int:

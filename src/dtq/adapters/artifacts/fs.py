@@ -79,7 +79,7 @@ class FsArtifactStore:
         try:
             handle: BinaryIO = await asyncio.to_thread(path.open, "rb")
         except FileNotFoundError:
-            raise ArtifactNotFound(f"no artifact {key}", field="artifact_id") from None
+            raise ArtifactNotFound(f"no artifact {key}", field="id") from None
         except OSError as exc:
             raise BackendUnavailable(f"artifact {key}: {exc}") from exc
         return _read(handle, start, length)
@@ -89,7 +89,7 @@ class FsArtifactStore:
         try:
             return (await asyncio.to_thread(self._path(key).stat)).st_size
         except FileNotFoundError:
-            raise ArtifactNotFound(f"no artifact {key}", field="artifact_id") from None
+            raise ArtifactNotFound(f"no artifact {key}", field="id") from None
         except OSError as exc:
             raise BackendUnavailable(f"artifact {key}: {exc}") from exc
 

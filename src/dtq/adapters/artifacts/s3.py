@@ -126,7 +126,7 @@ class S3ArtifactStore:
         try:
             result = await obstore.get_async(self._store, self._key(key), options=options)  # type: ignore[arg-type]
         except FileNotFoundError:
-            raise ArtifactNotFound(f"no artifact {key}", field="artifact_id") from None
+            raise ArtifactNotFound(f"no artifact {key}", field="id") from None
         except Exception as exc:
             raise self._unavailable(exc) from exc
         return self._stream(result)
@@ -143,7 +143,7 @@ class S3ArtifactStore:
         try:
             meta = await obstore.head_async(self._store, self._key(key))
         except FileNotFoundError:
-            raise ArtifactNotFound(f"no artifact {key}", field="artifact_id") from None
+            raise ArtifactNotFound(f"no artifact {key}", field="id") from None
         except Exception as exc:
             raise self._unavailable(exc) from exc
         return int(meta["size"])

@@ -6,8 +6,9 @@ not apply) and streams the body to the artifact store chunk by chunk, counting i
 whole, as it is when the client hangs up mid-body). ``GET /v1/artifacts/{id}`` streams the bytes;
 with ``Range: bytes=a-b`` (also ``a-`` and the suffix form ``-n``; one range only) it answers
 206 with ``Content-Range``, and 416 with ``Content-Range: bytes */size`` when the range starts
-at or past the end. ``HEAD`` gives the size in ``Content-Length``. Errors: 400 for a malformed
-id or ``Range`` (``field`` names it), 404 for an unknown id.
+at or past the end (``range_not_satisfiable``, field ``Range``). ``HEAD`` gives the size in
+``Content-Length``. Errors: 400 for a malformed id or ``Range`` (``field`` names it), 404 for an
+unknown id (``field`` ``id``, the path parameter, as for a malformed one).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from typing import Annotated, Any
 import msgspec
 from litestar import Controller, MediaType, Request, Response, get, head, post
 from litestar.di import NamedDependency
-from litestar.exceptions import HTTPException
 from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import HeaderParameter
@@ -28,6 +28,7 @@ from litestar.response import Stream
 from dtq.application.artifacts import ArtifactService
 from dtq.domain.errors import ValidationError
 from dtq.entrypoints.api import responses
+from dtq.entrypoints.api.errors import RangeNotSatisfiable
 from dtq.entrypoints.api.params import ResourceId
 from dtq.entrypoints.api.schemas import ErrorBody
 from dtq.entrypoints.config import Settings
@@ -42,12 +43,6 @@ class ArtifactBody(msgspec.Struct, kw_only=True):
     artifact_id: str
     size: int
     sha256: str
-
-
-class RangeNotSatisfiable(HTTPException):
-    """HTTP 416: the requested range starts at or past the artifact's end."""
-
-    status_code = 416
 
 
 class InvalidRange(ValidationError):
@@ -69,7 +64,7 @@ _READ = {
     **responses.READ_BY_ID,
     416: ResponseSpec(
         data_container=ErrorBody,
-        description="Range starts at or past the end",
+        description="Range starts at or past the end (`range_not_satisfiable`, field `Range`)",
         generate_examples=False,
     ),
 }
@@ -85,7 +80,8 @@ def parse_range(header: str, size: int) -> tuple[int, int]:
 
     Raises:
         InvalidRange: malformed, several ranges, or ``b < a`` (HTTP 400, field ``Range``).
-        RangeNotSatisfiable: the range starts at or past ``size`` (HTTP 416).
+        RangeNotSatisfiable: the range starts at or past ``size`` (HTTP 416
+            ``range_not_satisfiable``, field ``Range``).
     """
     match = _RANGE.fullmatch(header.strip())
     if match is None or match.group(1) == match.group(2) == "":

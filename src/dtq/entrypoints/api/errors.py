@@ -100,6 +100,12 @@ class RequestTimeout(HTTPException):
     status_code = 408
 
 
+class RangeNotSatisfiable(HTTPException):
+    """HTTP 416: a download's ``Range`` starts at or past the artifact's end (field ``Range``)."""
+
+    status_code = 416
+
+
 CODE_BY_HTTP_ERROR: Mapping[type[HTTPException], str] = {
     NotFoundException: "route_not_found",
     MethodNotAllowedException: "method_not_allowed",
@@ -107,6 +113,12 @@ CODE_BY_HTTP_ERROR: Mapping[type[HTTPException], str] = {
     UnsupportedMediaType: "unsupported_media_type",
     ClientClosedRequest: "client_closed_request",
     RequestTimeout: "request_timeout",
+    RangeNotSatisfiable: "range_not_satisfiable",
+}
+
+#: Litestar HTTP exceptions about one request field -> that field (the header's name).
+FIELD_BY_HTTP_ERROR: Mapping[type[HTTPException], str] = {
+    RangeNotSatisfiable: "Range",
 }
 
 #: Routes whose body is one task of a one-task job: domain errors drop ``tasks[0].`` there.
@@ -248,9 +260,12 @@ def handle_validation_exception(
 def handle_http_exception(
     request: Request[Any, Any, Any], exc: HTTPException
 ) -> Response[ErrorBody]:
-    """Translate Litestar's HTTP exceptions (unknown route, 405, 413, undecodable body)."""
+    """Translate Litestar's HTTP exceptions (unknown route, 405, 413, undecodable body) and
+    the API's own (415, 416, ...): their code from :data:`CODE_BY_HTTP_ERROR`, their field
+    from :data:`FIELD_BY_HTTP_ERROR`."""
     if exc.status_code >= 500:
         return handle_unexpected(request, exc)
+    field = next((f for cls, f in FIELD_BY_HTTP_ERROR.items() if isinstance(exc, cls)), None)
     if isinstance(exc.__cause__, SerializationException):
         reason = refusals.reason(exc.__cause__.detail)
         code, message = "invalid_json", f"request body is not valid JSON: {reason}"
@@ -269,7 +284,7 @@ def handle_http_exception(
                 f" (allowed: {allowed})" if allowed else ""
             )
     _log(request, exc.status_code, exc, code)
-    return error_response(exc.status_code, code, message, headers=exc.headers)
+    return error_response(exc.status_code, code, message, field, headers=exc.headers)
 
 
 def _body_too_large(request: Request[Any, Any, Any]) -> str | None:
