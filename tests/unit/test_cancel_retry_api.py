@@ -162,7 +162,7 @@ async def test_a_body_is_400_and_changes_nothing(
     assert response.json()["error"] == {
         "code": "validation_error",
         "message": "this route takes no body; send the request without one",
-        "field": None,
+        "field": "body",
     }
     task = (await api.client.get(f"/v1/tasks/{task_id}")).json()
     assert task["status"] == before

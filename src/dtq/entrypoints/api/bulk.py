@@ -25,12 +25,15 @@ BULK_RESPONSES = {200: DRY_RUN, **responses.BULK}
 
 
 def bulk_filter(body: BulkRequest) -> TaskFilter:
-    """The body's filters as a :class:`TaskFilter` (the listing's rules, same 400s).
+    """The body's filters as a :class:`TaskFilter` (the listing's rules, same 400s). An empty
+    ``status`` list is refused: it names no status, and never means "any status".
 
     Raises:
         ValidationError: naming ``status``, ``kind``, ``job_id``, ``priority``, ``since`` or
             ``until``.
     """
+    if body.status == []:
+        raise ValidationError("status must name at least one status", field="status")
     status = [body.status] if isinstance(body.status, str) else body.status
     return filters.task_filter(
         status=status,

@@ -163,11 +163,13 @@ async def no_input(request: Request[Any, Any, Any]) -> None:
     Raises:
         ValidationError: a query parameter (``field`` its name, as the reads'
             :func:`~dtq.entrypoints.api.filters.check_names` refuses it), or a body of any type
-            and length above zero (no ``field``).
+            and length above zero (field ``body``).
     """
     check_names((k for k, _ in request.query_params.multi_items()), frozenset())
     if await request.body():
-        raise ValidationError("this route takes no body; send the request without one")
+        raise ValidationError(
+            "this route takes no body; send the request without one", field="body"
+        )
 
 
 def require_json_content_type(request: Request[Any, Any, Any]) -> None:
