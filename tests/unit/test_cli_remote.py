@@ -149,6 +149,24 @@ async def test_results_lists_every_task_result(
     assert '{"words":3}' in table
 
 
+async def test_results_prints_null_for_a_null_result_and_nothing_for_an_unfinished_task(
+    server: Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    body = {"tasks": [{"name": "done", "kind": "echo"}, {"name": "later", "kind": "echo"}]}
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps(body))
+    assert await dtq("job", "submit", str(path), "--json") == 0
+    created = json.loads(capsys.readouterr().out)
+    await server.complete(UUID(created["tasks"]["done"]), None)
+
+    assert await dtq("results", created["job_id"]) == 0
+    cells = [[c.strip() for c in line.split("│")] for line in capsys.readouterr().out.splitlines()]
+    rows = {row[0]: row[1:] for row in cells}
+
+    assert rows["done"] == [created["tasks"]["done"], "completed", "null"]
+    assert rows["later"] == [created["tasks"]["later"], "queued", ""]  # no result yet: empty
+
+
 async def listed_tasks(capsys: pytest.CaptureFixture[str]) -> list[Any]:
     """What ``dtq tasks list --json`` prints (it must exit 0)."""
     assert await dtq("tasks", "list", "--json") == 0

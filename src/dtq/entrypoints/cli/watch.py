@@ -269,16 +269,21 @@ def snap_json(snap: Snapshot) -> dict[str, Any]:
 
 @api_command
 def cmd_results(args: argparse.Namespace) -> int:
-    """Print every task result of the job in submission order."""
+    """Print every task result of the job in submission order: a completed task's result as
+    JSON (``null`` when its handler returned None), an empty cell for any other task."""
     with open_client(args) as client:
         results = list(client.iter_results(args.job_id))
     if args.json:
         emit_json(results)
     else:
-        rows = [(r.name, r.task_id, r.status, short(_json(r.result), 100)) for r in results]
+        rows = [
+            (r.name, r.task_id, r.status, short(_result(r.status, r.result), 100)) for r in results
+        ]
         console().print(table(None, ["task", "task_id", "status", "result"], rows))
     return EXIT_OK
 
 
-def _json(value: Any) -> str:
-    return "" if value is None else msgspec.json.encode(value).decode()
+def _result(status: TaskStatus, value: Any) -> str:
+    if status != TaskStatus.COMPLETED:
+        return ""  # no result (yet): the API sends null for every task not completed
+    return msgspec.json.encode(value).decode()
