@@ -208,6 +208,26 @@ def test_bad_app_specs_are_one_clear_line(
     assert one_error_line(capsys.readouterr().err) == f"dtq: {message}"
 
 
+def test_dtq_dev_keeps_everything_in_memory_as_the_readme_warns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dtq.entrypoints.cli import orchestrator
+
+    backends: list[str] = []
+
+    async def serve_nothing(settings: Settings, *, backend: str, runtime: Runtime | None) -> int:
+        backends.append(backend)
+        return 0
+
+    monkeypatch.setattr(orchestrator, "serve", serve_nothing)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # its artifact directory goes here
+    readme = " ".join((Path(__file__).resolve().parents[2] / "README.md").read_text().split())
+
+    assert cli.main(["dev"]) == 0
+    assert backends == ["memory"]  # jobs, tasks, results: the process's memory, nothing else
+    assert "stopping it loses every job" in readme
+
+
 def test_a_bad_app_leaves_no_artifact_directory_behind(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -48,6 +48,19 @@ async def test_submit_prints_the_ids_as_a_table_and_as_json(
     assert task.task.priority == "high"
 
 
+async def test_the_table_is_the_default_also_when_piped_as_the_readme_says(
+    server: Server, capsys: pytest.CaptureFixture[str]
+) -> None:
+    readme = " ".join((Path(__file__).resolve().parents[2] / "README.md").read_text().split())
+
+    assert await dtq("submit", "echo") == 0  # capsys: stdout is not a terminal
+    printed = capsys.readouterr().out
+
+    assert "task_id" in printed and "│" in printed and not printed.startswith("{")
+    assert "a table on a terminal" not in readme
+    assert "a table by default, also when piped; `--json` prints JSON for scripts" in readme
+
+
 async def test_submit_prints_its_warnings_on_stderr_one_line_each_in_table_mode(
     server: Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
