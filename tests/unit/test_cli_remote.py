@@ -565,6 +565,24 @@ async def test_explain_prints_the_reason_once_before_the_message(
     assert first.count("scheduled") == 1
 
 
+async def test_an_error_with_brackets_is_printed_as_it_is_not_as_markup(
+    server: Server, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A handler's error text is data: ``[/tmp/x]`` (a closing tag to rich) and ``[bold]``
+    reach the terminal as written, in ``dtq explain`` and in a table (``dtq tasks list``)."""
+    assert await dtq("submit", "echo", "--max-attempts", "1", "--json") == 0
+    created = json.loads(capsys.readouterr().out)
+    error = "OSError: cannot open [/tmp/x] [bold]y"
+    await server.fail(UUID(created["task_id"]), error)
+
+    assert await dtq("explain", created["task_id"]) == 0
+    explained = capsys.readouterr()
+    assert error in " ".join(explained.out.split()), explained
+    assert await dtq("tasks", "list", "--job", created["job_id"]) == 0
+    listed = capsys.readouterr().out
+    assert "[/tmp/x]" in listed and "[bold]" in listed, listed
+
+
 async def test_tasks_list_refuses_an_unknown_status(
     server: Server, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -8,6 +8,8 @@ import itertools
 from collections.abc import Sequence
 from typing import Any
 
+from rich.text import Text
+
 from dtq.entrypoints.cli.common import EXIT_OK, positive_int
 from dtq.entrypoints.cli.remote import (
     api_command,
@@ -127,7 +129,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     else:
         out = console()
         message = why.message.removeprefix(f"{why.reason}: ")
-        out.print(f"[bold]{why.reason}[/bold] ({why.status}): {message}", highlight=False)
+        line = Text.assemble((why.reason, "bold"), f" ({why.status}): {message}")
+        out.print(line, highlight=False)  # the message is data (an error text), never markup
         if why.details:
             out.print(table(None, ["detail", "value"], sorted(why.details.items())))
     return EXIT_OK

@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from dtq.client import ApiError, Client, TransportError
 from dtq.client.config import DEFAULT_URL, idempotency_key_problem, token_problem, url_problem
@@ -217,12 +218,13 @@ def emit_json(value: Any) -> None:
 
 
 def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> Table:
-    """A rich table of ``rows`` (cells shown with ``str``; None as an empty cell)."""
+    """A rich table of ``rows`` (cells shown with ``str`` as plain text, never read as rich
+    markup: an error text's ``[...]`` is printed as it is; None as an empty cell)."""
     out = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
     for column in columns:
         out.add_column(column, overflow="fold")
     for row in rows:
-        out.add_row(*("" if cell is None else str(cell) for cell in row))
+        out.add_row(*(Text("" if cell is None else str(cell)) for cell in row))
     return out
 
 
