@@ -177,12 +177,10 @@ class Claim:
     dependency to its result, read in the claim transaction (fan-in, issue 13); empty for a
     task without dependencies. ``trace_context`` is the job's ``Job.trace_context`` (opaque;
     issue 16 item 5), read with the job rows the claim reads anyway; None when the job has none.
-    ``job_has_dependencies`` is the job's ``Job.has_dependencies`` from the same rows: False
-    lets the success of the claim skip the search for dependents to promote (no task of the
-    job depends on another); None (unknown) and True search. ``job`` is the job row as the
-    claim transaction left it (shared by the claims of one batch: not to be changed); the
-    success of the only task of a job (``Job.task_count`` 1) settles the job from it rather
-    than from a read. None when the claim was rebuilt without its job (a worker over HTTP).
+    ``job`` is the job row as the claim transaction left it (shared by the claims of one
+    batch: not to be changed); the success of the only task of a job (``Job.task_count`` 1)
+    settles the job from it rather than from a read. None when the claim was rebuilt without
+    its job (a worker over HTTP).
     """
 
     task: Task
@@ -190,8 +188,14 @@ class Claim:
     worker_id: str
     parents: Mapping[str, Any] = field(default_factory=dict)
     trace_context: str | None = None
-    job_has_dependencies: bool | None = None
     job: Job | None = None
+
+    @property
+    def job_has_dependencies(self) -> bool | None:
+        """The job's ``Job.has_dependencies``: False lets the success of the claim skip the
+        search for dependents to promote (no task of the job depends on another); None (the
+        job unknown, or stored before it was recorded) and True search."""
+        return None if self.job is None else self.job.has_dependencies
 
 
 class ReportOutcome(StrEnum):

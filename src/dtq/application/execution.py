@@ -730,8 +730,8 @@ def _claims(
     claimed: Sequence[tuple[Task, TaskRun]], jobs: Sequence[Job], worker_id: str
 ) -> list[Claim]:
     """A claim per ``(task, run)``, with what it carries of its job (found in ``jobs``, as the
-    claim transaction left it): the job itself, its ``trace_context`` (issue 16 item 5) and
-    ``job_has_dependencies``; None for all three when the job is not among ``jobs``."""
+    claim transaction left it): the job itself and its ``trace_context`` (issue 16 item 5);
+    None for both when the job is not among ``jobs``."""
     by_id = {job.id: job for job in jobs}
     claims = []
     for task, run in claimed:
@@ -744,7 +744,6 @@ def _claims(
                 run=run,
                 worker_id=worker_id,
                 trace_context=job.trace_context,
-                job_has_dependencies=job.has_dependencies,
                 job=job,
             )
         )
@@ -862,15 +861,13 @@ async def _after_completion(
         if claim.job_has_dependencies is not False
     ]
     promoted = await promote_dependents(tx, searched, at=at)
-    alone = (
-        [
-            dataclasses.replace(claim.job, transitions=())
-            for claim in claims
-            if claim.job is not None and claim.job.task_count == 1
-        ]
-        if trust_jobs
-        else []
-    )
+    alone = []
+    if trust_jobs:
+        for claim in claims:
+            if claim.job is not None and claim.job.task_count == 1:
+                job = copy.copy(claim.job)
+                job.transitions = ()
+                alone.append(job)
     await settle_jobs(tx, (task.job_id for task in done), at=at, completed_alone=alone)
     return promoted
 

@@ -463,6 +463,11 @@ class Job:
     # status moves not yet written to the outbox (issue 16 item 1), as on ``Task``
     transitions: tuple[Transition, ...] = field(default=(), compare=False, repr=False)
 
+    def __copy__(self) -> Job:
+        """A shallow copy, as ``copy.copy`` makes it, through ``__init__`` (see
+        ``TaskRun.__copy__``)."""
+        return type(self)(*_job_fields(self))
+
     def set_status(self, status: JobStatus, *, at: datetime) -> bool:
         """Move to ``status`` if it differs; a terminal ``failed`` job stays failed.
 
@@ -492,6 +497,10 @@ class Job:
         self.status = status
         self.updated_at = at
         return True
+
+
+#: Every field of a Job, in ``__init__`` order (for ``__copy__``).
+_job_fields = attrgetter(*(f.name for f in fields(Job)))
 
 
 @dataclass(slots=True)
