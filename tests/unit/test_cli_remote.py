@@ -565,6 +565,23 @@ async def test_explain_prints_the_reason_once_before_the_message(
     assert first.count("scheduled") == 1
 
 
+async def test_explain_of_a_running_task_says_running_once(
+    server: Server, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Status, code and message all start with "running": the line says it once."""
+    assert await dtq("submit", "echo", "--json") == 0
+    task_id = UUID(json.loads(capsys.readouterr().out)["task_id"])
+    assert await _first_queued(server) == task_id
+    claims = await server.services.worker.execution.claim_many([task_id], "w-client")
+    assert len(claims) == 1
+
+    assert await dtq("explain", str(task_id)) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+
+    assert first.startswith("running: on worker w-client, lease until "), first
+    assert first.count("running") == 1, first
+
+
 async def test_an_error_with_brackets_is_printed_as_it_is_not_as_markup(
     server: Server, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -118,19 +118,30 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def explain_line(reason: str, status: str, message: str) -> Text:
+    """The first line ``dtq explain`` prints: the reason code in bold, the status in brackets
+    when it is not the same word, then the message without a leading repeat of the code
+    (``scheduled: due at ...`` and ``running on worker ...`` start with it)."""
+    if status == reason:
+        head = ""
+        message = message.removeprefix(f"{reason}: ").removeprefix(f"{reason} ")
+    else:
+        head = f" ({status})"
+        message = message.removeprefix(f"{reason}: ")
+    return Text.assemble((reason, "bold"), f"{head}: {message}")
+
+
 @api_command
 def cmd_explain(args: argparse.Namespace) -> int:
-    """Print the task's reason code, status, message and details; a message that opens with
-    the code as its label (``scheduled: due at ...``) is printed without that label."""
+    """Print the task's reason code, status, message (:func:`explain_line`) and details."""
     with open_client(args) as client:
         why = client.explain(args.task_id)
     if args.json:
         emit_json(why)
     else:
         out = console()
-        message = why.message.removeprefix(f"{why.reason}: ")
-        line = Text.assemble((why.reason, "bold"), f" ({why.status}): {message}")
-        out.print(line, highlight=False)  # the message is data (an error text), never markup
+        # the message is data (an error text), never markup
+        out.print(explain_line(why.reason, why.status, why.message), highlight=False)
         if why.details:
             out.print(table(None, ["detail", "value"], sorted(why.details.items())))
     return EXIT_OK
