@@ -700,3 +700,89 @@ async def test_a_queue_clock_ahead_of_the_database_costs_one_wasted_claim_not_tw
     assert retry is not None and retry.run.attempt_number == 2
     wasted = store.transactions - 1
     assert wasted <= 1, f"{wasted} claim transactions refused as not yet due"
+
+
+# --- Redis fails after the commit -----------------------------------------------------------
+
+
+class _RedisDownAfterCommit:
+    """The memory queue whose post-commit calls (lease deletes, schedules, pushes, marker
+    releases) raise ``BackendUnavailable`` once ``down`` is set, as Redis does in an outage."""
+
+    FAILING = ("delete_leases", "schedule", "enqueue_many", "release_markers")
+
+    def __init__(self, inner: InMemoryQueue) -> None:
+        self.inner = inner
+        self.down = False
+        self.calls: list[str] = []
+
+    def __getattr__(self, attr: str) -> Any:
+        method = getattr(self.inner, attr)
+        if attr not in self.FAILING:
+            return method
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            if self.down:
+                self.calls.append(attr)
+                raise BackendUnavailable(f"redis {attr} failed: ConnectionError")
+            return await method(*args, **kwargs)
+
+        return call
+
+
+@pytest.fixture
+def redis_down(app: App) -> tuple[ExecutionService, _RedisDownAfterCommit]:
+    queue = _RedisDownAfterCommit(app.queue)
+    service = ExecutionService(
+        store=app.store, queue=cast(Any, queue), policy=POLICY, clock=app.clock
+    )
+    return service, queue
+
+
+async def test_a_success_committed_before_redis_failed_is_reported_recorded(
+    app: App, redis_down: tuple[ExecutionService, _RedisDownAfterCommit]
+) -> None:
+    """The lease delete after the commit fails: the success is RECORDED, not raised as a
+    backend failure that the worker would report again and finally log as not recorded."""
+    service, queue = redis_down
+    result = await app.submit_tasks(TaskSpec("a", "echo"), TaskSpec("b", "echo", depends_on=("a",)))
+    claim = await pop_claim(app)
+    queue.down = True
+
+    outcomes = await service.complete_many([claim], ["done"])
+
+    assert outcomes == [ReportOutcome.RECORDED]
+    assert queue.calls == ["delete_leases", "enqueue_many"]
+    assert await status_of(app, result.task_ids["a"]) is TaskStatus.COMPLETED
+    assert await status_of(app, result.task_ids["b"]) is TaskStatus.QUEUED  # promoted
+
+
+async def test_a_failure_committed_before_redis_failed_is_reported_recorded(
+    app: App, redis_down: tuple[ExecutionService, _RedisDownAfterCommit]
+) -> None:
+    service, queue = redis_down
+    result = await app.submit_tasks(TaskSpec("a", "echo", max_attempts=3))
+    claim = await pop_claim(app)
+    queue.down = True
+
+    failed = await service.fail(claim, "boom")
+
+    assert failed.outcome is ReportOutcome.RECORDED and failed.retry_at is not None
+    assert queue.calls == ["delete_leases", "schedule"]
+    view = await app.queries.get_task(result.task_ids["a"])
+    assert (view.task.status, view.task.last_error) == (TaskStatus.QUEUED, "boom")
+
+
+async def test_a_hand_back_committed_before_redis_failed_is_reported_recorded(
+    app: App, redis_down: tuple[ExecutionService, _RedisDownAfterCommit]
+) -> None:
+    service, queue = redis_down
+    result = await app.submit_tasks(TaskSpec("a", "echo"))
+    claim = await pop_claim(app)
+    queue.down = True
+
+    outcome = await service.hand_back(claim, "worker shutting down")
+
+    assert outcome is ReportOutcome.RECORDED
+    assert queue.calls == ["delete_leases", "release_markers"]
+    assert await status_of(app, result.task_ids["a"]) is TaskStatus.QUEUED

@@ -356,9 +356,11 @@ class ExecutionService:
         Returns:
             One outcome per claim, in order: RECORDED, DUPLICATE or STALE.
 
+        A Redis failure after the commit is not raised (the outcomes stand): a lease left
+        behind expires on its own, and the reconciler pushes the promoted dependents.
+
         Raises:
-            BackendUnavailable: the database failed (nothing was recorded) or Redis failed
-                after the commit (the reconciler repairs the Redis side).
+            BackendUnavailable: the database failed (nothing was recorded).
         """
         if not claims:
             return []
@@ -392,14 +394,16 @@ class ExecutionService:
                 lambda tx: _complete_replayed(tx, claims, results, progress)
             )
         await self._leases_written([c.run.id for c in claims])
-        await self._queue.delete_leases([(c.task.id, c.run.id) for c in claims])
+        with contextlib.suppress(BackendUnavailable):  # the commit stands: see the docstring
+            await self._queue.delete_leases([(c.task.id, c.run.id) for c in claims])
         if promoted:
-            await self._queue.enqueue_many(
-                [(t.id, t.priority) for t in promoted if not t.due_later]
-            )
-            for task in promoted:
-                if task.due_later:  # a delayed dependent: it also waits for its own time
-                    await self._queue.schedule(task.id, task.priority, task.scheduled_at)
+            with contextlib.suppress(BackendUnavailable):
+                await self._queue.enqueue_many(
+                    [(t.id, t.priority) for t in promoted if not t.due_later]
+                )
+                for task in promoted:
+                    if task.due_later:  # a delayed dependent: it also waits for its own time
+                        await self._queue.schedule(task.id, task.priority, task.scheduled_at)
         return outcomes
 
     async def fail(
@@ -423,9 +427,15 @@ class ExecutionService:
         the failure recorded takes it as its own: RECORDED, and the retry (if the task still
         waits for it) is put on the scheduled set again.
 
+        A Redis failure after the commit is not raised: the retry is then pushed by the
+        reconciler once it is due.
+
         Returns:
             The outcome (RECORDED, DUPLICATE: this failure was already recorded, or STALE) and
             when the retry is due, if one was scheduled (``domain.policy.decide_retry``).
+
+        Raises:
+            BackendUnavailable: the database failed (nothing was recorded).
         """
         default_backoff = timedelta(seconds=self._policy.retry_backoff)
         retry_at: datetime | None = None
@@ -469,8 +479,14 @@ class ExecutionService:
         ``progress`` (as for :meth:`complete_many`) is written in the same transaction: the
         next attempt reads it as its checkpoint.
 
+        A Redis failure after the commit is not raised: the marker expires and the
+        reconciler pushes the task.
+
         Returns:
             RECORDED, or STALE when the run is no longer live.
+
+        Raises:
+            BackendUnavailable: the database failed (nothing was recorded).
         """
 
         async def tx_fn(tx: Transaction, replay: bool) -> _Followup:
@@ -517,13 +533,18 @@ class ExecutionService:
         except StaleRun:
             return ReportOutcome.STALE
         await self._leases_written([claim.run.id])
-        await self._queue.delete_leases([(claim.task.id, claim.run.id)])
-        if followup.schedule_at is not None:
-            await self._queue.schedule(claim.task.id, claim.task.priority, followup.schedule_at)
-        for task in followup.enqueue:
-            if release_marker:
-                await self._queue.release_markers([task.id])
-            await self._queue.enqueue_many([(task.id, task.priority)])
+        # The commit stands whatever Redis does now: a lease left behind expires on its own,
+        # a marker at its TTL, and the reconciler pushes a queued task that is due (a retry's
+        # at its time) and on no ready list. Raising would make the caller report again.
+        with contextlib.suppress(BackendUnavailable):
+            await self._queue.delete_leases([(claim.task.id, claim.run.id)])
+        with contextlib.suppress(BackendUnavailable):
+            if followup.schedule_at is not None:
+                await self._queue.schedule(claim.task.id, claim.task.priority, followup.schedule_at)
+            for task in followup.enqueue:
+                if release_marker:
+                    await self._queue.release_markers([task.id])
+                await self._queue.enqueue_many([(task.id, task.priority)])
         return followup.outcome
 
     # -- lease ---------------------------------------------------------------------------------
