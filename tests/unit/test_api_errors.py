@@ -21,7 +21,7 @@ from dtq.application.commands import TaskView
 from dtq.application.queries import QueryService
 from dtq.domain.errors import ConcurrentUpdate, DuplicateKind, InvalidTransition
 from dtq.entrypoints.api.errors import status_for
-from dtq.entrypoints.api.schemas import FORMAT_CHARACTERS
+from dtq.entrypoints.api.schemas import FORMAT_CHARACTERS, JOB_NAME_PATTERN
 from tests.unit.api_harness import JSON, Api, asgi_post, running_api
 
 
@@ -463,12 +463,25 @@ async def test_task_names_follow_the_kind_rules(api: Api, name: str) -> None:
     assert error["field"] == "tasks[0].name"
 
 
-async def test_job_name_refuses_control_characters(api: Api) -> None:
-    body = {"name": "nightly\u0000", "tasks": [task("a")]}
+@pytest.mark.parametrize(
+    "name",
+    # every Unicode control character (category Cc): C0, DEL and C1 (NEL, CSI a terminal obeys)
+    ["nightly\u0000", "a\u001b[31mRED", "del\u007f", "a\u0080b", "a\u0085b", "a\u009b31mRED"],
+)
+async def test_job_name_refuses_control_characters(api: Api, name: str) -> None:
+    body = {"name": name, "tasks": [task("a")]}
 
     error = error_of(await api.client.post("/v1/jobs", json=body), 400)
 
     assert error["field"] == "name"
+    assert "control characters" in error["message"]
+
+
+def test_the_control_rule_refuses_every_control_character_and_nothing_else() -> None:
+    every = "".join(map(chr, range(0x250)))
+    refused = {c for c in every if not re.match(JOB_NAME_PATTERN, f"a{c}b")}
+
+    assert refused == {c for c in every if unicodedata.category(c) == "Cc"}
 
 
 @pytest.mark.parametrize(

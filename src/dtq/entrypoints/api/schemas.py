@@ -10,7 +10,8 @@ Identifier rules (kept strict on purpose; documented in the OpenAPI schema):
 * ``kind`` and task ``name``: 1..200 characters of ``A-Z a-z 0-9 . _ : -`` (no spaces), so they
   are safe in logs, metric labels, URLs and Redis keys.
 * ``priority``: 1..32 characters of ``a-z 0-9 _ -`` (it names a Redis list, spec §5).
-* job ``name``: up to 200 characters, no control characters (``\\u0000`` cannot be stored), not
+* job ``name``: up to 200 characters, no control characters (Unicode category Cc: C0, DEL and
+  C1; ``\\u0000`` cannot be stored, ``\\u009b`` is a terminal's CSI), not
   blank: empty (the default) is a job without a name, whitespace alone is refused, and so are
   invisible format characters (Unicode category Cf: ``\\u200b``, ``\\u2060``, ``\\ufeff``...),
   alone or among whitespace.
@@ -47,15 +48,16 @@ FORMAT_CHARACTERS = (
     "\U000110bd\U000110cd\U00013430-\U00013438\U0001bca0-\U0001bca3\U0001d173-\U0001d17a"
     "\U000e0001\U000e0020-\U000e007f"
 )
-JOB_NAME_PATTERN = rf"^(?![\s{FORMAT_CHARACTERS}]+$)[^\x00-\x1f\x7f]*(?!\n)$"
+JOB_NAME_PATTERN = rf"^(?![\s{FORMAT_CHARACTERS}]+$)[^\x00-\x1f\x7f-\x9f]*(?!\n)$"
 #: Worker ids of the HTTP worker protocol (``worker_protocol.WORKER_ID_PATTERN``).
 WORKER_ID_PATTERN = r"^[\x21-\x7e]{1,200}(?!\n)$"
 #: Printable ASCII only: what an HTTP header can carry without encoding games.
 IDEMPOTENCY_KEY_PATTERN = r"^[\x20-\x7e]+(?!\n)$"
 #: Free text PostgreSQL can store: anything but NUL (a worker's error, a release reason).
 NO_NUL_PATTERN = r"^[^\x00]*$"
-#: One line of text: no control character, a final newline included (a worker's hostname).
-NO_CONTROL_PATTERN = r"^[^\x00-\x1f\x7f]*(?!\n)$"
+#: One line of text: no control character (C0, DEL, C1), a final newline included (a worker's
+#: hostname).
+NO_CONTROL_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]*(?!\n)$"
 IDEMPOTENCY_KEY_MAX = 255
 #: What each pattern means, in the words a 400 uses instead of the regex.
 PATTERN_HINTS: dict[str, str] = {
@@ -68,7 +70,7 @@ PATTERN_HINTS: dict[str, str] = {
     WORKER_ID_PATTERN: "1 to 200 printable ASCII characters, no spaces",
     IDEMPOTENCY_KEY_PATTERN: "printable ASCII characters only (0x20-0x7E)",
     NO_NUL_PATTERN: "no NUL character (\\u0000)",
-    NO_CONTROL_PATTERN: "no control characters (U+0000-U+001F, U+007F)",
+    NO_CONTROL_PATTERN: "no control characters (U+0000-U+001F, U+007F-U+009F)",
 }
 
 Kind = Annotated[
