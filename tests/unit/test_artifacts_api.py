@@ -108,6 +108,14 @@ async def test_head_gives_size(api: Api) -> None:
     assert response.content == b""
 
 
+async def test_head_sends_the_headers_get_sends(api: Api) -> None:
+    ref = await _upload(api, b"z" * 10)
+    url = f"/v1/artifacts/{ref['artifact_id']}"
+    got, headed = await api.client.get(url), await api.client.head(url)
+    names = ("content-type", "content-length", "accept-ranges")
+    assert [headed.headers.get(n) for n in names] == [got.headers.get(n) for n in names]
+
+
 async def test_unknown_id_is_404_and_bad_id_400_both_naming_id(api: Api) -> None:
     unknown = await api.client.get(f"/v1/artifacts/{uuid.uuid4()}")
     assert unknown.status_code == 404

@@ -170,9 +170,14 @@ class ArtifactController(Controller):
         """200 with ``Content-Length`` = the artifact's size in bytes, no body."""
         size = await artifacts.stat(id)
         return Response(
-            None,
-            media_type=MediaType.TEXT,  # renders None as no bytes; HEAD sends no body anyway
-            headers={"Content-Length": str(size), "Accept-Ranges": "bytes"},
+            None,  # rendered as no bytes under the text media type; HEAD sends no body
+            media_type=MediaType.TEXT,
+            # GET's headers: its Content-Type replaces the text one
+            headers={
+                "Content-Type": OCTET_STREAM,
+                "Content-Length": str(size),
+                "Accept-Ranges": "bytes",
+            },
         )
 
 
