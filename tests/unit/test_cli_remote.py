@@ -582,6 +582,25 @@ async def test_explain_of_a_running_task_says_running_once(
     assert first.count("running") == 1, first
 
 
+async def test_field_value_tables_have_no_blank_header_and_nested_details_read_as_json(
+    server: Server, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert await dtq("submit", "echo", "--max-attempts", "1", "--json") == 0
+    task_id = json.loads(capsys.readouterr().out)["task_id"]
+    await server.fail(UUID(task_id), "boom")
+
+    assert await dtq("explain", task_id) == 0
+    explained = capsys.readouterr().out
+    assert await dtq("retry", task_id) == 0
+    retried = capsys.readouterr().out
+
+    # the last run is a JSON object, not a Python dict's repr
+    assert '"status": "failed"' in explained and "'status'" not in explained, explained
+    # a field/value table starts with its first field: no empty header and rule above it
+    assert retried.splitlines()[0].split()[0] == "task_id", retried
+    assert "━" not in retried, retried
+
+
 async def test_an_error_with_brackets_is_printed_as_it_is_not_as_markup(
     server: Server, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -218,14 +218,29 @@ def emit_json(value: Any) -> None:
 
 
 def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> Table:
-    """A rich table of ``rows`` (cells shown with ``str`` as plain text, never read as rich
-    markup: an error text's ``[...]`` is printed as it is; None as an empty cell)."""
-    out = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+    """A rich table of ``rows``: cells as plain text, never read as rich markup (an error
+    text's ``[...]`` is printed as it is); None as an empty cell, a dict or list as JSON. No
+    header row when every column name is empty (a two-column list of fields and values)."""
+    out = Table(
+        title=title,
+        title_justify="left",
+        show_edge=False,
+        pad_edge=False,
+        show_header=any(columns),
+    )
     for column in columns:
         out.add_column(column, overflow="fold")
     for row in rows:
-        out.add_row(*(Text("" if cell is None else str(cell)) for cell in row))
+        out.add_row(*(Text(_cell(cell)) for cell in row))
     return out
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, dict | list):
+        return json.dumps(value, ensure_ascii=False, default=str)
+    return str(value)
 
 
 def short(text: str | None, limit: int = 80) -> str:
