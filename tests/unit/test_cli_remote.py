@@ -16,6 +16,7 @@ from uuid import UUID
 import pytest
 
 from dtq.entrypoints import cli
+from tests.unit.api_harness import SETTINGS
 from tests.unit.http_server import Server, serving
 
 
@@ -599,6 +600,23 @@ async def test_field_value_tables_have_no_blank_header_and_nested_details_read_a
     # a field/value table starts with its first field: no empty header and rule above it
     assert retried.splitlines()[0].split()[0] == "task_id", retried
     assert "━" not in retried, retried
+
+
+async def test_a_401_without_a_token_says_how_to_give_one(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async with serving(replace(SETTINGS, api_auth="tokens")) as running:
+        monkeypatch.setenv("DTQ_URL", running.url)
+        monkeypatch.delenv("DTQ_TOKEN", raising=False)
+        without = await dtq("tasks", "list")
+        told = capsys.readouterr().err
+        wrong = await dtq("tasks", "list", "--token", "dtq_wrong")
+        refused = capsys.readouterr().err
+
+    assert (without, wrong) == (2, 2)
+    assert told.startswith("dtq: unauthenticated: "), told
+    assert told.endswith(" (no token was given: set DTQ_TOKEN or pass --token)\n"), told
+    assert "DTQ_TOKEN" not in refused, refused  # a token was given: it was the wrong one
 
 
 async def test_an_error_with_brackets_is_printed_as_it_is_not_as_markup(

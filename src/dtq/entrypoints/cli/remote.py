@@ -82,9 +82,9 @@ def open_client(args: argparse.Namespace) -> Client:
 
 def api_command(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     """Wrap a command so its connection settings are resolved (:func:`resolve_connection`)
-    before it runs, an API refusal is one line (``dtq: code: message (field f)``) with exit 2
-    for a 4xx and 1 for a 5xx, and an unreachable orchestrator one line naming its URL with
-    exit 1."""
+    before it runs, an API refusal is one line (``dtq: code: message (field f)``, a 401 with no
+    token given also saying how to give one) with exit 2 for a 4xx and 1 for a 5xx, and an
+    unreachable orchestrator one line naming its URL with exit 1."""
 
     @wraps(fn)
     def run(args: argparse.Namespace) -> int:
@@ -92,7 +92,10 @@ def api_command(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.N
         try:
             return fn(args)
         except ApiError as exc:
-            fail(str(exc))
+            hint = ""
+            if exc.status == 401 and args.token is None:
+                hint = " (no token was given: set DTQ_TOKEN or pass --token)"
+            fail(f"{exc}{hint}")
             return EXIT_USAGE if exc.status < 500 else EXIT_FAILURE
         except TransportError as exc:
             fail(f"cannot reach the orchestrator at {args.url}: {exc}")
