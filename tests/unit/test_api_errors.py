@@ -655,6 +655,17 @@ async def test_oversized_task_payload_is_a_400_naming_it(api: Api) -> None:
     )
 
     assert (error["code"], error["field"]) == ("invalid_payload", "payload")
+    # the limit is named by the setting that raises it
+    assert error["message"].endswith("the limit is 1024 (API_MAX_PAYLOAD_BYTES)"), error
+
+
+async def test_too_many_tasks_names_the_limit_and_its_setting(api: Api) -> None:
+    body = {"tasks": [task(f"t{i}") for i in range(21)]}  # limit: 20 tasks
+
+    error = error_of(await api.client.post("/v1/jobs", json=body), 400)
+
+    assert (error["code"], error["field"]) == ("validation_error", "tasks")
+    assert error["message"] == "a job has at most 20 tasks (API_MAX_TASKS_PER_JOB), got 21"
 
 
 async def test_oversized_payload_in_a_job_names_the_task(api: Api) -> None:

@@ -58,7 +58,7 @@ def _check_size(value: object, *, field: str, settings: Settings) -> None:
         metadata = field == "metadata"
         raise (InvalidMetadata if metadata else InvalidPayload)(
             f"{'metadata' if metadata else 'payload'} is {size} bytes encoded; the limit is"
-            f" {settings.api_max_payload_bytes}",
+            f" {settings.api_max_payload_bytes} (API_MAX_PAYLOAD_BYTES)",
             field=field,
         )
 
@@ -149,7 +149,8 @@ def submit_job(
     """
     if len(body.tasks) > settings.api_max_tasks_per_job:
         raise ValidationError(
-            f"a job has at most {settings.api_max_tasks_per_job} tasks, got {len(body.tasks)}",
+            f"a job has at most {settings.api_max_tasks_per_job} tasks (API_MAX_TASKS_PER_JOB),"
+            f" got {len(body.tasks)}",
             field="tasks",
         )
     _check_size(body.metadata, field="metadata", settings=settings)
