@@ -141,3 +141,15 @@ async def test_openapi_lists_the_artifact_routes(api: Api) -> None:
     paths = (await api.client.get("/schema/openapi.json")).json()["paths"]
     assert set(paths["/v1/artifacts"]) == {"post"}
     assert {"get", "head"} <= set(paths["/v1/artifacts/{id}"])
+
+
+@pytest.mark.parametrize("method", ["GET", "HEAD", "POST"])
+async def test_a_query_parameter_is_refused_naming_it(api: Api, method: str) -> None:
+    ref = await _upload(api, b"0123456789")
+    url = "/v1/artifacts?x=1" if method == "POST" else f"/v1/artifacts/{ref['artifact_id']}?x=2"
+
+    response = await api.client.request(method, url, content=b"abc" if method == "POST" else None)
+
+    assert response.status_code == 400
+    if method != "HEAD":  # HEAD has no body to carry the error
+        assert response.json()["error"]["field"] == "x"

@@ -27,7 +27,7 @@ from litestar.response import Stream
 
 from dtq.application.artifacts import ArtifactService
 from dtq.domain.errors import ValidationError
-from dtq.entrypoints.api import responses
+from dtq.entrypoints.api import guards, responses
 from dtq.entrypoints.api.errors import RangeNotSatisfiable
 from dtq.entrypoints.api.params import ResourceId
 from dtq.entrypoints.api.schemas import ErrorBody
@@ -117,6 +117,7 @@ class ArtifactController(Controller):
         description="The body is stored as is; at most API_MAX_ARTIFACT_BYTES (413 past it).",
         request_max_body_size=None,  # counted here against API_MAX_ARTIFACT_BYTES, streamed
         responses={413: _TOO_LARGE, **responses.COMMON},
+        before_request=guards.no_query,
     )
     async def upload(
         self,
@@ -141,7 +142,12 @@ class ArtifactController(Controller):
         info = await artifacts.put(body())
         return ArtifactBody(artifact_id=info.artifact_id, size=info.size, sha256=info.sha256)
 
-    @get("/{id:str}", summary="Download an artifact, whole or one byte range", responses=_READ)
+    @get(
+        "/{id:str}",
+        summary="Download an artifact, whole or one byte range",
+        responses=_READ,
+        before_request=guards.no_query,
+    )
     async def download(
         self,
         id: ResourceId,
@@ -162,7 +168,10 @@ class ArtifactController(Controller):
         return Stream(stream, status_code=206, media_type=OCTET_STREAM, headers=headers)
 
     @head(
-        "/{id:str}", summary="An artifact's size (Content-Length)", responses=responses.READ_BY_ID
+        "/{id:str}",
+        summary="An artifact's size (Content-Length)",
+        responses=responses.READ_BY_ID,
+        before_request=guards.no_query,
     )
     async def size(
         self, id: ResourceId, artifacts: NamedDependency[ArtifactService]

@@ -153,6 +153,16 @@ def _single_header(name: str, body: BeforeRequest) -> BeforeRequest:
     return guard
 
 
+async def no_query(request: Request[Any, Any, Any]) -> None:
+    """The ``before_request`` hook of a route that takes no query parameter and reads its body
+    itself, or has none (the artifact routes).
+
+    Raises:
+        ValidationError: a query parameter (``field`` its name).
+    """
+    check_names((k for k, _ in request.query_params.multi_items()), frozenset())
+
+
 async def no_input(request: Request[Any, Any, Any]) -> None:
     """The ``before_request`` hook of a route that takes neither a query parameter nor a body
     (cancel and retry of one task or job, a bulk operation's read, the webhook routes other
