@@ -131,6 +131,8 @@ def test_job_status_derivation(facts: dict[str, bool], expected: JobStatus) -> N
     [
         ({"a": "x\x00y"}, "p.a"),
         ({"k\x00": 1}, "p.k\\u0000"),
+        ({"a": "x\ud800y"}, "p.a"),
+        ({"k\udcff": 1}, "p.k\\udcff"),
         ([1, [2, 2**63]], "p[1][1]"),
         ({"f": float("nan")}, "p.f"),
         ({"f": float("inf")}, "p.f"),

@@ -70,7 +70,12 @@ def test_another_runs_progress_is_refused() -> None:
 
 @pytest.mark.parametrize(
     ("value", "field"),
-    [({"s": "a\x00b"}, "progress.s"), ([math.inf], "progress[0]"), ({"x": {1}}, "progress.x")],
+    [
+        ({"s": "a\x00b"}, "progress.s"),
+        ({"s": "a\udcffb"}, "progress.s"),
+        ([math.inf], "progress[0]"),
+        ({"x": {1}}, "progress.x"),
+    ],
 )
 def test_an_unstorable_progress_value_is_refused_naming_the_path(value: Any, field: str) -> None:
     with pytest.raises(InvalidPayload) as caught:

@@ -48,6 +48,7 @@ from dtq.domain.errors import (
     TaskNotClaimable,
 )
 from dtq.domain.ids import run_id_for
+from dtq.domain.payload import storable_text
 from dtq.domain.policy import retry_delay
 from dtq.domain.status import RunStatus, TaskStatus
 
@@ -416,7 +417,8 @@ class ExecutionService:
     ) -> FailOutcome:
         """Record the handler's failure (spec §6 Failure, Unknown kind).
 
-        The run becomes ``failed`` with ``error``; the task is retried after
+        The run becomes ``failed`` with ``error`` (NUL and lone surrogates written as their
+        escapes: ``domain.payload.storable_text``); the task is retried after
         ``policy.retry_backoff`` seconds, or the delay of its own ``retry_policy``
         (``domain.policy.retry_delay``), through the scheduled set while attempts remain and
         the error is not ``permanent``, else it fails and its pending dependents are failed
@@ -437,6 +439,7 @@ class ExecutionService:
         Raises:
             BackendUnavailable: the database failed (nothing was recorded).
         """
+        error = storable_text(error)
         default_backoff = timedelta(seconds=self._policy.retry_backoff)
         retry_at: datetime | None = None
 
@@ -472,12 +475,13 @@ class ExecutionService:
     ) -> ReportOutcome:
         """Give an unfinished task back at once (graceful shutdown, spec §6).
 
-        Like a reclaim — run ``dead``, task ``queued`` due now, attempt rolled back — but the
-        crash budget is not charged. After commit the marker is released and the id re-pushed.
-        A replay after a COMMIT whose outcome was unknown that finds this hand-back recorded
-        (the run ``dead`` with ``reason``) re-pushes the task if it is still ``queued``.
-        ``progress`` (as for :meth:`complete_many`) is written in the same transaction: the
-        next attempt reads it as its checkpoint.
+        Like a reclaim — run ``dead`` with ``reason`` (escaped as a failure's error is), task
+        ``queued`` due now, attempt rolled back — but the crash budget is not charged. After
+        commit the marker is released and the id re-pushed. A replay after a COMMIT whose
+        outcome was unknown that finds this hand-back recorded (the run ``dead`` with
+        ``reason``) re-pushes the task if it is still ``queued``. ``progress`` (as for
+        :meth:`complete_many`) is written in the same transaction: the next attempt reads it as
+        its checkpoint.
 
         A Redis failure after the commit is not raised: the marker expires and the
         reconciler pushes the task.
@@ -488,6 +492,7 @@ class ExecutionService:
         Raises:
             BackendUnavailable: the database failed (nothing was recorded).
         """
+        reason = storable_text(reason)
 
         async def tx_fn(tx: Transaction, replay: bool) -> _Followup:
             task, run = await _load_run(tx, claim)

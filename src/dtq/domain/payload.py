@@ -1,14 +1,17 @@
 """What the database can store: refuse it at submit, identically on PostgreSQL and CockroachDB.
 
-PostgreSQL refuses ``\\u0000`` inside JSONB strings while CockroachDB accepts it (CRDB.md), and JSON
-has no representation for NaN or infinities; we refuse all of these ourselves so both databases
-behave the same and a bad payload is a 400, never a 500 or a task stuck mid-transaction.
+PostgreSQL refuses ``\\u0000`` inside JSONB strings while CockroachDB accepts it (CRDB.md), JSON
+has no representation for NaN or infinities, and a lone UTF-16 surrogate has no UTF-8 encoding;
+we refuse all of these ourselves so both databases behave the same and a bad payload is a 400,
+never a 500 or a task stuck mid-transaction. Free text that must be kept whatever it holds (a
+handler's error) is escaped instead: :func:`storable_text`.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 from dtq.domain.errors import InvalidMetadata, InvalidPayload
@@ -17,12 +20,18 @@ from dtq.domain.errors import InvalidMetadata, InvalidPayload
 INT_MAX = 2**63 - 1
 INT_MIN = -(2**63)
 
+#: A lone UTF-16 surrogate: only a string decoded with ``surrogateescape`` or
+#: ``surrogatepass`` (``os.fsdecode`` of a non-UTF-8 file name) holds one.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+#: What :func:`storable_text` escapes: NUL and lone surrogates.
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
 
 def check_storable(value: Any, *, field: str, max_depth: int = 64) -> None:
     """Raise ``InvalidPayload`` unless ``value`` is JSON the database can store.
 
-    Accepted: None, bool, int within signed 64 bits, finite float, str without NUL, list, and
-    dict with str keys without NUL, nested at most ``max_depth`` levels.
+    Accepted: None, bool, int within signed 64 bits, finite float, str without NUL or a lone
+    surrogate, list, and dict with such str keys, nested at most ``max_depth`` levels.
 
     Args:
         value: decoded JSON value (payload or metadata).
@@ -32,8 +41,8 @@ def check_storable(value: Any, *, field: str, max_depth: int = 64) -> None:
 
     Raises:
         InvalidPayload: with ``field`` set to the path of the offending value; a key holding
-            NUL is named by its own path, the NUL written as its escape
-            (``tasks[3].payload.k\\u0000``), as the API names a key holding a lone surrogate.
+            NUL or a lone surrogate is named by its own path, either written as its escape
+            (``tasks[3].payload.k\\u0000``, ``tasks[3].payload.k\\udcff``).
     """
     stack: list[tuple[Any, str, int]] = [(value, field, 0)]
     while stack:
@@ -55,9 +64,13 @@ def _check_key(key: object, path: str) -> None:
     if not isinstance(key, str):
         raise InvalidPayload("object keys must be strings", field=path)
     if "\x00" in key:
-        shown = key.replace("\x00", "\\u0000")
         raise InvalidPayload(
-            "object key contains a NUL character (\\u0000)", field=f"{path}.{shown}"
+            "object key contains a NUL character (\\u0000)", field=f"{path}.{storable_text(key)}"
+        )
+    if not key.isascii() and (found := _SURROGATE.search(key)):
+        raise InvalidPayload(
+            f"object key contains a lone UTF-16 surrogate ({_escape(found)})",
+            field=f"{path}.{storable_text(key)}",
         )
 
 
@@ -73,6 +86,10 @@ def _check_scalar(item: object, path: str) -> None:
     elif isinstance(item, str):
         if "\x00" in item:
             raise InvalidPayload("string contains a NUL character (\\u0000)", field=path)
+        if not item.isascii() and (found := _SURROGATE.search(item)):
+            raise InvalidPayload(
+                f"string contains a lone UTF-16 surrogate ({_escape(found)})", field=path
+            )
     else:
         raise InvalidPayload(f"not a JSON value: {type(item).__name__}", field=path)
 
@@ -155,3 +172,41 @@ def _check_stored(value: Any, what: str, verb: str, max_bytes: int, setting: str
             field=what,
         )
     return size
+
+
+def storable_text(text: str, *, max_chars: int | None = None) -> str:
+    """``text`` as free text every store and JSON body can carry (a handler's error, a reason).
+
+    NUL and each lone UTF-16 surrogate are written as their six-character escapes (``\\u0000``,
+    ``\\udcff``, as Python's ``backslashreplace`` writes a surrogate); everything else is kept.
+
+    Args:
+        text: any text.
+        max_chars: the most characters returned, escapes counted; an escape that would not fit
+            is left out whole (never cut). None: no limit.
+
+    Returns:
+        ``text`` itself when it holds nothing to escape and fits.
+    """
+    if max_chars is not None:
+        text = text[:max_chars]  # escaping only lengthens it
+    if "\x00" not in text and (text.isascii() or _SURROGATE.search(text) is None):
+        return text
+    room = 6 * len(text) if max_chars is None else max_chars
+    parts: list[str] = []
+    start = 0
+    for found in _UNSTORABLE.finditer(text):
+        plain = text[start : found.start()]
+        if len(plain) + 6 > room:
+            parts.append(plain[:room])
+            return "".join(parts)
+        parts += (plain, _escape(found))
+        room -= len(plain) + 6
+        start = found.end()
+    parts.append(text[start:][:room])
+    return "".join(parts)
+
+
+def _escape(found: re.Match[str]) -> str:
+    """The ``\\uXXXX`` escape of the one character ``found`` matched."""
+    return f"\\u{ord(found[0]):04x}"

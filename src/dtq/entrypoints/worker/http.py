@@ -29,6 +29,7 @@ from dtq.application.execution import FailOutcome
 from dtq.application.ports import LeaseState
 from dtq.domain.entities import Task, TaskRun
 from dtq.domain.errors import BackendUnavailable, DtqError
+from dtq.domain.payload import storable_text
 from dtq.domain.status import RunStatus, TaskStatus
 from dtq.entrypoints.config import parse_duration
 from dtq.entrypoints.worker.artifacts import chunks
@@ -40,6 +41,8 @@ MAX_WAIT = 30.0
 REQUEST_MARGIN = 10.0
 
 
+#: Longest failure text the orchestrator accepts (its ``MAX_ERROR_CHARS``).
+MAX_ERROR_CHARS = 10_000
 #: Most successes in one ``POST /v1/worker/results``.
 RESULTS_BATCH = 128
 #: Heartbeat requests in flight together during one renewal tick.
@@ -297,8 +300,9 @@ class HttpExecution:
         permanent: bool = False,
         progress: Mapping[UUID, Any] | None = None,
     ) -> FailOutcome:
-        """``…/failure`` (retried by the task's policy unless ``permanent``)."""
-        text = error.replace("\x00", "\\u0000")[:10_000] or "error"  # NUL: not storable
+        """``…/failure`` (retried by the task's policy unless ``permanent``); ``error`` is sent
+        storable (``domain.payload.storable_text``), at most ``MAX_ERROR_CHARS``."""
+        text = storable_text(error, max_chars=MAX_ERROR_CHARS) or "error"
         body = {"error": text, "permanent": permanent}
         response = await self._send(claim, "failure", body, progress)
         if response is None:

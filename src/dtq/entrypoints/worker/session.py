@@ -20,6 +20,7 @@ from structlog.typing import FilteringBoundLogger
 from dtq.application.artifacts import ArtifactService
 from dtq.application.commands import Claim, ReportOutcome
 from dtq.application.execution import FailOutcome
+from dtq.domain.payload import storable_text
 from dtq.entrypoints import tracing
 from dtq.entrypoints.metrics import WorkerMetrics
 from dtq.entrypoints.worker.artifacts import TaskArtifacts
@@ -308,10 +309,13 @@ class Session:
     # -- reports -------------------------------------------------------------------------------
 
     async def _fail(self, held: Held, exc: BaseException, duration: float) -> None:
-        """Record a handler failure (retried by policy unless permanent)."""
+        """Record a handler failure (retried by policy unless permanent) and log it, its text
+        made storable (``domain.payload.storable_text``) for both."""
         kind = held.claim.task.kind
         permanent = isinstance(exc, PermanentError)
-        error = str(exc) if isinstance(exc, HandlerTimeout) else f"{type(exc).__name__}: {exc}"
+        error = storable_text(
+            str(exc) if isinstance(exc, HandlerTimeout) else f"{type(exc).__name__}: {exc}"
+        )
         result = await self._report_failure(held, error, permanent=permanent)
         if result is not None and result.outcome is ReportOutcome.RECORDED:
             self._metrics.tasks_failed.labels(kind=kind).inc()
