@@ -47,3 +47,5 @@ while (!stopping) {
     await new Promise((resolve) => setTimeout(resolve, 1000));
   }
 }
+// a clean stop: no longer a live worker (claims kept it in the registry); best effort
+await post("/v1/worker/registry/remove", { worker_id: workerId }).catch(() => {});

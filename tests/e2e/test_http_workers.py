@@ -80,6 +80,19 @@ def test_the_node_worker_runs_a_job(cluster: Cluster) -> None:
     runs = cluster.get(f"/v1/tasks/{submitted['tasks']['b']}")["runs"]
     assert [(r["worker_id"], r["status"]) for r in runs] == [("node-1", "succeeded")]
 
+    # its claims made it a live worker of its kinds; its clean stop removes it
+    time.sleep(1.1)  # past the registry read the first submits cached (one per second)
+    again = cluster.post("/v1/tasks", {"kind": "node.upper", "payload": {"text": "x"}})
+    [live] = cluster.get("/v1/workers")["workers"]
+    cluster.signal("node", signal.SIGTERM)
+    assert cluster.wait_exit("node", timeout=15) == 0
+    assert "warnings" not in again
+    assert (live["id"], sorted(live["metadata"]["kinds"])) == (
+        "node-1",
+        ["node.echo", "node.refuse", "node.upper"],
+    )
+    assert cluster.get("/v1/workers")["workers"] == []
+
 
 def test_an_http_only_python_worker_finishes_a_50_task_dag_across_a_sigkill(
     cluster: Cluster,

@@ -24,6 +24,7 @@ from dtq.entrypoints.api import create_app
 from dtq.entrypoints.bundles import Services
 from dtq.entrypoints.config import Settings
 from dtq.entrypoints.metrics import OrchestratorMetrics, new_registry
+from dtq.worker import Options, Runtime
 from tests.integration.conftest import delete_prefix_keys
 from tests.integration.wiring import POLICY, services_on
 from tests.single import claim_one, complete_one, pop_one
@@ -257,3 +258,22 @@ async def test_a_reconciler_on_another_prefix_leaves_a_live_workers_runs_alone(
         assert (await complete_one(mine.worker.execution, dead)).value == "stale"
     finally:
         await delete_prefix_keys(redis_client, other)
+
+
+async def test_a_native_worker_stopped_cleanly_removes_its_registry_row(
+    services: Services,
+) -> None:
+    runtime = Runtime(Options(poll_timeout=0.1, shutdown_grace=0.2))
+    runtime.register("echo", lambda task: None)
+    stop = asyncio.Event()
+    config = runtime.configure(Settings(worker_id="native-1", worker_heartbeat_interval=1.0))
+    worker = asyncio.create_task(runtime.run(services.worker, config, stop=stop))
+    async with asyncio.timeout(10):
+        while not (live := await services.api.queries.list_workers(120.0)):
+            await asyncio.sleep(0.02)
+
+    stop.set()
+    await asyncio.wait_for(worker, timeout=10)
+
+    assert [(w.id, w.metadata["kinds"]) for w in live] == [("native-1", ["echo"])]
+    assert await services.api.queries.list_workers(120.0) == []

@@ -992,6 +992,24 @@ async def test_workers_upsert_and_list_active_most_recent_first(store: Store) ->
     assert await store.run(lambda tx: active(tx, now - timedelta(hours=1))) == [moved, second, old]
 
 
+async def test_a_workers_row_is_read_by_id_and_deleted_once(store: Store) -> None:
+    now = await db_now(store)
+    row = Worker("w-1", "host-a", now, {"kinds": ["a"]}, redis_key_prefix="{p}:")
+    await store.run(lambda tx: tx.workers.upsert(row))
+
+    async def read(tx: Transaction) -> tuple[Worker | None, Worker | None]:
+        return await tx.workers.get("w-1"), await tx.workers.get("w-2")
+
+    async def delete_twice(tx: Transaction) -> tuple[bool, bool, Worker | None]:
+        first, again = await tx.workers.delete("w-1"), await tx.workers.delete("w-1")
+        return first, again, await tx.workers.get("w-1")
+
+    assert await store.run(read) == (row, None)
+    assert await store.run(delete_twice) == (True, False, None)
+    assert await store.run(read) == (None, None)
+    assert await store.run(lambda tx: tx.workers.list_active(now - timedelta(days=1))) == []
+
+
 # --- transactions -----------------------------------------------------------------------------
 
 

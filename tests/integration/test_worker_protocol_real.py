@@ -162,6 +162,35 @@ async def test_the_python_runtime_drains_a_job_over_http(services: Services) -> 
 
     assert job.job.status == "completed"
     assert sorted(t.result for t in job.tasks) == [2 * i for i in range(30)]
+    assert await services.api.queries.list_workers(120.0) == []  # its clean stop removed it
+
+
+async def test_a_claiming_worker_is_live_in_the_registry_until_it_removes_its_row(
+    services: Services, http: httpx.AsyncClient
+) -> None:
+    await claim(http, kinds=["k", "j"], priorities=["high"], wait="0s")
+
+    [row] = await services.api.queries.list_workers(120.0)
+    served = await services.api.fleet.submit_warnings([TaskSpec("a", "k", priority="high")])
+    removed = await http.post("/v1/worker/registry/remove", json={"worker_id": "w1"})
+    left = await services.api.queries.list_workers(120.0)
+
+    assert (row.id, row.metadata) == ("w1", {"kinds": ["j", "k"], "priorities": ["high"]})
+    assert served == []
+    assert removed.status_code == 204
+    assert left == []
+
+
+async def test_registry_metadata_with_malformed_kinds_is_refused_and_not_stored(
+    services: Services, http: httpx.AsyncClient
+) -> None:
+    refused = await http.post(
+        "/v1/worker/registry",
+        json={"worker_id": "h1", "metadata": {"priorities": [5], "kinds": [{}]}},
+    )
+
+    assert (refused.status_code, refused.json()["error"]["field"]) == (400, "metadata.kinds")
+    assert await services.api.queries.list_workers(120.0) == []
 
 
 async def test_concurrent_single_results_of_one_job_share_commits(

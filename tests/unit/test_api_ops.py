@@ -275,6 +275,7 @@ async def test_openapi_document_lists_every_route_with_its_error_responses(api: 
             "503",
         },
         ("POST", "/v1/worker/registry"): {"204", "400", "413", "415", "500", "503"},
+        ("POST", "/v1/worker/registry/remove"): {"204", "400", "413", "415", "500", "503"},
         ("POST", "/v1/worker/results"): {"200", "400", "413", "415", "500", "503"},
         ("HEAD", "/v1/artifacts/{id}"): {"200", "400", "404", "500", "503"},
         ("GET", "/v1/tasks/{id}/explain"): {"200", "400", "404", "500", "503"},

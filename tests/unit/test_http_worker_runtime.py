@@ -162,6 +162,15 @@ async def test_the_worker_registers_its_kinds_over_http(api: Api) -> None:
     assert workers[0].metadata["kinds"] == ["count", "refuse", "sum"]
 
 
+async def test_a_clean_stop_removes_the_workers_row_over_http(api: Api) -> None:
+    async with working(api, runtime_with_handlers()):
+        async with asyncio.timeout(5):
+            while not await api.services.api.queries.list_workers(60.0):
+                await asyncio.sleep(0.02)
+
+    assert await api.services.api.queries.list_workers(60.0) == []
+
+
 async def test_the_token_is_sent_as_a_bearer_header(api: Api) -> None:
     seen: list[str | None] = []
 

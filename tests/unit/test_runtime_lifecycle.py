@@ -21,6 +21,7 @@ from structlog.testing import capture_logs
 
 from dtq.application.commands import Claim, ReportOutcome
 from dtq.application.execution import ExecutionService
+from dtq.application.registry import WorkerRegistryService
 from dtq.domain.errors import BackendUnavailable
 from dtq.domain.status import RunStatus, TaskStatus
 from dtq.entrypoints.bundles import WorkerServices
@@ -316,3 +317,55 @@ async def test_metrics_are_served_when_an_address_is_configured() -> None:
     assert b'worker_tasks_succeeded_total{kind="echo"} 1.0' in body
     with pytest.raises(urllib.error.URLError):  # the server is gone once the runtime stopped
         await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=1).read())
+
+
+async def test_a_clean_stop_removes_the_workers_registry_row() -> None:
+    h = build_harness()
+    runtime = Runtime(FAST)
+    runtime.register("a", lambda task: None)
+
+    async with h.running(runtime, reconcile=False):
+        async with asyncio.timeout(5):
+            while not await h.queries.list_workers(60):
+                await asyncio.sleep(0.01)
+
+    assert await h.queries.list_workers(60) == []
+
+
+async def test_a_cancelled_run_removes_the_workers_registry_row_too() -> None:
+    h = build_harness()
+    runtime = Runtime(FAST)
+    runtime.register("a", lambda task: None)
+    worker = asyncio.create_task(runtime.run(h.services, h.config(runtime), metrics=h.metrics))
+    async with asyncio.timeout(5):
+        while not await h.queries.list_workers(60):
+            await asyncio.sleep(0.01)
+
+    worker.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(worker, 2)
+
+    assert await h.queries.list_workers(60) == []
+
+
+class _UnremovableRegistry(WorkerRegistryService):
+    """Heartbeats work; removing the row fails as if the database were down."""
+
+    async def remove(self, worker_id: str) -> bool:
+        raise BackendUnavailable("connection refused")
+
+
+async def test_a_registry_row_that_cannot_be_removed_at_stop_is_a_warning_not_a_crash() -> None:
+    h = build_harness()
+    h.registry = _UnremovableRegistry(store=h.store)
+    runtime = Runtime(FAST)
+    runtime.register("a", lambda task: None)
+
+    with capture_logs() as logs:
+        async with h.running(runtime, reconcile=False):
+            await asyncio.sleep(0.05)
+
+    [warning] = [e for e in logs if e["event"] == "worker registry row not removed"]
+    assert warning["log_level"] == "warning"
+    assert "connection refused" in warning["error"]
+    assert [w.id for w in await h.queries.list_workers(60)] == [SETTINGS.worker_id]

@@ -317,6 +317,104 @@ async def test_registry_upserts_the_worker_row(api: Api) -> None:
     ]
 
 
+async def workers(api: Api) -> list[Any]:
+    listed: list[Any] = (await api.client.get("/v1/workers")).json()["workers"]
+    return listed
+
+
+async def test_a_worker_that_claims_is_live_for_the_kinds_and_priorities_it_claims(
+    api: Api,
+) -> None:
+    await claim(api, kinds=["echo", "resize"], priorities=["high", "default"])
+
+    [row] = await workers(api)
+    served = await api.client.post("/v1/tasks", json={"kind": "resize", "priority": "high"})
+    unserved = await api.client.post("/v1/tasks", json={"kind": "never.served"})
+
+    assert (row["id"], row["hostname"]) == ("w1", None)
+    assert row["metadata"] == {"kinds": ["echo", "resize"], "priorities": ["high", "default"]}
+    assert "warnings" not in served.json()
+    assert [w["code"] for w in unserved.json()["warnings"]] == ["no_worker_for_kind"]
+
+
+async def test_claims_rewrite_the_registry_row_only_when_it_is_old_or_lacks_what_they_name(
+    api: Api,
+) -> None:
+    await claim(api)
+    [first] = await workers(api)
+    api.clock.advance(5)
+    await claim(api)
+    [unchanged] = await workers(api)
+    await claim(api, kinds=["resize"], priorities=["high"])
+    [widened] = await workers(api)
+    api.clock.advance(31)  # past WORKER_HEARTBEAT_INTERVAL (30s)
+    await claim(api, kinds=["resize"])
+    [refreshed] = await workers(api)
+
+    assert unchanged["last_heartbeat_at"] == first["last_heartbeat_at"]
+    assert widened["last_heartbeat_at"] > first["last_heartbeat_at"]
+    assert widened["metadata"] == {"kinds": ["echo", "resize"], "priorities": ["default", "high"]}
+    assert refreshed["last_heartbeat_at"] > widened["last_heartbeat_at"]
+    assert refreshed["metadata"] == widened["metadata"]
+
+
+async def test_a_claim_keeps_the_hostname_and_metadata_the_worker_registered(api: Api) -> None:
+    await api.client.post(
+        "/v1/worker/registry",
+        json={"worker_id": "w1", "hostname": "box", "metadata": {"kinds": [], "pid": 7}},
+    )
+
+    await claim(api)
+
+    [row] = await workers(api)
+    assert (row["hostname"], row["metadata"]) == (
+        "box",
+        {"kinds": ["echo"], "pid": 7, "priorities": ["default"]},
+    )
+
+
+@pytest.mark.parametrize(
+    ("metadata", "field"),
+    [
+        ({"kinds": "notalist"}, "metadata.kinds"),
+        ({"priorities": [5], "kinds": [{}]}, "metadata.kinds"),
+        ({"kinds": ["a b"]}, "metadata.kinds"),
+        ({"kinds": ["echo"], "priorities": [5]}, "metadata.priorities"),
+        ({"priorities": ["High"]}, "metadata.priorities"),
+        ({"priorities": "default"}, "metadata.priorities"),
+    ],
+)
+async def test_registry_kinds_or_priorities_that_are_not_lists_of_names_are_a_400(
+    api: Api, metadata: dict[str, Any], field: str
+) -> None:
+    response = await api.client.post(
+        "/v1/worker/registry", json={"worker_id": "w1", "metadata": metadata}
+    )
+
+    assert response.status_code == 400, response.text
+    assert (response.json()["error"]["code"], response.json()["error"]["field"]) == (
+        "validation_error",
+        field,
+    )
+    assert await workers(api) == []
+
+
+async def test_registry_remove_deletes_the_row_and_a_later_claim_records_it_again(
+    api: Api,
+) -> None:
+    await api.client.post("/v1/worker/registry", json={"worker_id": "w1", "hostname": "box"})
+    await claim(api)
+
+    removed = await api.client.post("/v1/worker/registry/remove", json={"worker_id": "w1"})
+    gone = await workers(api)
+    again = await api.client.post("/v1/worker/registry/remove", json={"worker_id": "w1"})
+    await claim(api)
+
+    assert (removed.status_code, again.status_code) == (204, 204)
+    assert gone == []
+    assert [w["id"] for w in await workers(api)] == ["w1"]
+
+
 async def asgi_post(
     api: Api,
     path: str,

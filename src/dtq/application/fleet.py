@@ -2,13 +2,15 @@
 item 2's visibility part): the ``queued_no_worker`` check of explain and the submit warnings.
 
 A worker advertises, in its registry row's metadata (``entrypoints/worker/session.py``),
-``"kinds"`` (the kinds it registered) and ``"priorities"`` (the tiers it polls). A row without
-``"priorities"`` (a worker older than this field) polls the default tier only, as the
-reconciler's unpolled check reads it; a row without ``"kinds"`` is taken to serve every kind
-(nothing is known); a field that is not a list of strings counts as serving everything, so a
-malformed row never produces a false alarm. A worker whose row names another Redis key prefix
-than this deployment's queue (``Worker.redis_key_prefix``) serves nothing here: it pops other
-lists (``on_queue``).
+``"kinds"`` (the kinds it registered) and ``"priorities"`` (the tiers it polls); an HTTP
+worker's claims add the kinds and priorities they name to its row (``application.remote``). A
+row without ``"priorities"`` (a worker older than this field) polls the default tier only, as
+the reconciler's unpolled check reads it; a row without ``"kinds"`` is taken to serve every
+kind (nothing is known); a field that is not a list of strings (``POST /v1/worker/registry``
+refuses one; a row written before it did) counts as serving everything, so a malformed row
+never produces a false alarm. A worker whose row names another Redis key prefix than this
+deployment's queue (``Worker.redis_key_prefix``) serves nothing here: it pops other lists
+(``on_queue``).
 """
 
 from __future__ import annotations

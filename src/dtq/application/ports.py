@@ -339,6 +339,18 @@ class WorkerRepository(Protocol):
         """Workers with ``last_heartbeat_at >= since``, most recent first."""
         ...
 
+    async def get(self, worker_id: str) -> Worker | None:
+        """The worker's row, or None when it has none."""
+        ...
+
+    async def delete(self, worker_id: str) -> bool:
+        """Delete the worker's row; idempotent.
+
+        Returns:
+            True when a row was deleted; False when there was none.
+        """
+        ...
+
 
 class ApiTokenRepository(Protocol):
     """API tokens (``api_tokens``, issue 15 item 3): stored by the hash of their secret."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
+from datetime import timedelta
 from typing import Any
 
 from dtq.application.ports import Store, Transaction
@@ -9,7 +11,7 @@ from dtq.domain.entities import Worker
 
 
 class WorkerRegistryService:
-    """Upserts a worker's registry row. Nothing in the claim path depends on it.
+    """Upserts and removes a worker's registry row. Nothing in the claim path depends on it.
 
     Args:
         store: the system of record.
@@ -30,7 +32,8 @@ class WorkerRegistryService:
         Args:
             worker_id: stable worker identity (``WORKER_ID``).
             hostname: the host it runs on.
-            metadata: JSON object, e.g. ``{"kinds": [...], "concurrency": 4}``.
+            metadata: JSON object, e.g. ``{"kinds": [...], "concurrency": 4}``; replaces the
+                row's.
 
         Raises:
             BackendUnavailable: the database failed.
@@ -49,3 +52,66 @@ class WorkerRegistryService:
             )
 
         await self._store.run(upsert)
+
+    async def serving(
+        self,
+        worker_id: str,
+        *,
+        kinds: Collection[str],
+        priorities: Sequence[str],
+        live_within: float,
+    ) -> None:
+        """Record that ``worker_id`` is alive now and serves ``kinds`` on ``priorities`` (a
+        worker that claims over HTTP), keeping the rest of its row.
+
+        A row whose heartbeat is within ``live_within`` seconds keeps its hostname and
+        metadata, and gains the kinds and priorities it does not list yet (a row without a
+        list of strings there lists none); an older row, or none, becomes
+        ``{"kinds": [...], "priorities": [...]}`` with its hostname kept.
+
+        Raises:
+            BackendUnavailable: the database failed.
+        """
+
+        async def upsert(tx: Transaction) -> None:
+            now = await tx.now()
+            row = await tx.workers.get(worker_id)
+            live = row is not None and row.last_heartbeat_at >= now - timedelta(seconds=live_within)
+            metadata = dict(row.metadata) if row is not None and live else {}
+            metadata["kinds"] = _widened(metadata.get("kinds"), sorted(kinds))
+            metadata["priorities"] = _widened(metadata.get("priorities"), priorities)
+            await tx.workers.upsert(
+                Worker(
+                    id=worker_id,
+                    hostname=None if row is None else row.hostname,
+                    last_heartbeat_at=now,
+                    metadata=metadata,
+                    redis_key_prefix=self._queue_prefix,
+                )
+            )
+
+        await self._store.run(upsert)
+
+    async def remove(self, worker_id: str) -> bool:
+        """Delete ``worker_id``'s row (a worker that stops on purpose); idempotent.
+
+        Returns:
+            True when a row was deleted; False when there was none.
+
+        Raises:
+            BackendUnavailable: the database failed.
+        """
+
+        async def delete(tx: Transaction) -> bool:
+            return await tx.workers.delete(worker_id)
+
+        return await self._store.run(delete)
+
+
+def _widened(listed: Any, more: Sequence[str]) -> list[str]:
+    """``listed`` (when a list of strings) followed by the values of ``more`` it lacks."""
+    names = (
+        list(listed) if isinstance(listed, list) and all(isinstance(v, str) for v in listed) else []
+    )
+    names.extend(v for v in more if v not in names)
+    return names

@@ -23,7 +23,7 @@ from dtq.application.commands import Claim, ReportOutcome
 from dtq.application.execution import ExecutionService, FailOutcome
 from dtq.application.ports import Clock, LeaseState, Queue, Store, Transaction
 from dtq.application.registry import WorkerRegistryService
-from dtq.domain.entities import Task, TaskRun
+from dtq.domain.entities import DEFAULT_PRIORITY, Task, TaskRun
 from dtq.domain.errors import (
     BackendUnavailable,
     Conflict,
@@ -42,6 +42,10 @@ MAX_METADATA_BYTES = 64 * 1024
 
 #: Most successes one ``complete_many`` records (the native runtime's ``complete_batch``).
 SUCCESS_BATCH = 128
+
+#: Workers whose last registry write this process remembers; past that it forgets them all
+#: (each then costs one more write on its next claim).
+SEEN_MAX = 4096
 
 
 class RunNotFound(NotFound):
@@ -94,8 +98,14 @@ class RemoteWorkerService:
         execution: the native runtime's use cases (claim, report, heartbeat, hand-back).
         store: read by run id, and to keep other kinds away from a worker.
         queue: the ready lists a held claim pops from.
-        registry: the ``workers`` registry (``register``).
-        clock: dates the ``lease_expires_at`` of a renewal (default: the system clock).
+        registry: the ``workers`` registry (``register``, ``remove``, and the row a claim
+            keeps live).
+        clock: dates the ``lease_expires_at`` of a renewal and the registry writes a claim
+            skips (default: the system clock).
+        refresh_every: seconds after which a claim writes its worker's registry row again
+            (``WORKER_HEARTBEAT_INTERVAL``).
+        live_within: seconds since its last registry write within which a worker's row is
+            widened by a claim rather than replaced (the fleet's live window).
     """
 
     def __init__(
@@ -106,8 +116,15 @@ class RemoteWorkerService:
         queue: Queue,
         registry: WorkerRegistryService,
         clock: Clock | None = None,
+        refresh_every: float = 30.0,
+        live_within: float = 120.0,
     ) -> None:
         self._registry = registry
+        self._refresh_every = timedelta(seconds=refresh_every)
+        self._live_within = live_within
+        # worker id -> (when this process last wrote its row, the kinds and priorities the
+        # row lists then; None for kinds: the row lists none, so any claim widens it)
+        self._seen: dict[str, tuple[datetime, frozenset[str] | None, frozenset[str]]] = {}
         self._execution = execution
         self._successes = _SuccessBatches(execution)
         self._store = store
@@ -133,6 +150,12 @@ class RemoteWorkerService:
     ) -> list[Claim]:
         """Hold until up to ``max_count`` tasks of ``kinds`` are claimed for ``worker_id``, or
         ``wait`` seconds pass (then none).
+
+        First the worker's registry row is kept live with what the claim names
+        (``WorkerRegistryService.serving``), so the fleet counts it for ``kinds`` and
+        ``priorities``: written when this process has not written it within
+        ``refresh_every`` or it lacks one of them, skipped otherwise; a failed write is left to
+        the next claim.
 
         The wait is one blocking ``Queue.pop_many`` over the worker's priorities and the routed
         lists of its kinds (never a poll of the database or Redis); its ids go through
@@ -164,6 +187,7 @@ class RemoteWorkerService:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
         wanted = frozenset(kinds)
+        await self._serving(worker_id, wanted, priorities)
         while True:
             remaining = max(0.0, deadline - loop.time())
             ids = await self._pop(priorities, remaining, max_count, gone, wanted)
@@ -180,6 +204,39 @@ class RemoteWorkerService:
                 return []
             if claims or remaining <= 0:
                 return claims
+
+    async def _serving(
+        self, worker_id: str, kinds: frozenset[str], priorities: Sequence[str]
+    ) -> None:
+        now = self._now()
+        seen = self._seen.get(worker_id)
+        if (
+            seen is not None
+            and now - seen[0] < self._refresh_every
+            and seen[1] is not None
+            and kinds <= seen[1]
+            and seen[2].issuperset(priorities)
+        ):
+            return
+        if len(self._seen) >= SEEN_MAX:
+            self._seen.clear()
+        recent = seen is not None and now - seen[0] < timedelta(seconds=self._live_within)
+        listed = (seen[1] or frozenset(), seen[2]) if seen is not None and recent else None
+        # noted before the write, so the worker's concurrent claims do not write it too
+        self._seen[worker_id] = (
+            now,
+            kinds if listed is None else kinds | listed[0],
+            frozenset(priorities) if listed is None else listed[1].union(priorities),
+        )
+        try:
+            await self._registry.serving(
+                worker_id, kinds=kinds, priorities=priorities, live_within=self._live_within
+            )
+        except BackendUnavailable:  # the claim reports the outage itself; the next one retries
+            self._seen.pop(worker_id, None)
+
+    def _now(self) -> datetime:
+        return self._clock.now() if self._clock is not None else datetime.now(UTC)
 
     async def _pop(
         self,
@@ -230,6 +287,21 @@ class RemoteWorkerService:
                 f"metadata is over {MAX_METADATA_BYTES} bytes as JSON", field="metadata"
             )
         await self._registry.heartbeat(worker_id, hostname, metadata)
+        self._seen[worker_id] = (
+            self._now(),
+            _names(metadata.get("kinds")),
+            _names(metadata.get("priorities", [DEFAULT_PRIORITY])) or frozenset(),
+        )
+
+    async def unregister(self, worker_id: str) -> None:
+        """Delete the worker's registry row (it stopped on purpose); idempotent. Its next
+        claim, if any, records it again.
+
+        Raises:
+            BackendUnavailable: the database failed.
+        """
+        self._seen.pop(worker_id, None)
+        await self._registry.remove(worker_id)
 
     # -- runs ----------------------------------------------------------------------------------
 
@@ -270,7 +342,7 @@ class RemoteWorkerService:
         if progress is not None:
             check_progress(progress)
         claim = await self.load(run_id, worker_id)
-        now = self._clock.now() if self._clock is not None else datetime.now(UTC)
+        now = self._now()
         if claim.run.status is RunStatus.CANCELLED:  # the task was cancelled while it ran
             return Renewal(now + timedelta(seconds=self.lease_duration), LeaseState.CANCELLED)
         if claim.task.status is not TaskStatus.RUNNING or claim.task.current_run_id != run_id:
@@ -453,6 +525,13 @@ class _SuccessBatches:
             for (*_, future), outcome in zip(batch, outcomes, strict=True):
                 if not future.done():
                     future.set_result(outcome)
+
+
+def _names(value: Any) -> frozenset[str] | None:
+    """A registry row's list of names as a set; None when it is not a list of strings."""
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return frozenset(value)
+    return None
 
 
 def _checked_progress(value: Any) -> Any:

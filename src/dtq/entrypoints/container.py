@@ -226,7 +226,8 @@ class Container(containers.DeclarativeContainer):
         tokens: the API token service; a singleton, since it keeps the authentication cache.
         sessions: the dashboard's sessions; a singleton, for its lookup cache and keys.
         submit, queries, health, execution, registry, remote: stateless services (factories);
-            ``remote`` serves the HTTP worker protocol (issue 15 item 1).
+            ``remote`` serves the HTTP worker protocol (issue 15 item 1); a claim rewrites its
+            worker's registry row at most every ``WORKER_HEARTBEAT_INTERVAL``.
         artifact_store, artifacts: the ``ARTIFACT_BACKEND`` store (one per container) and the
             artifact service on it.
         reconcile: the reconcile service; a singleton, since it keeps keyset cursors. Its
@@ -302,6 +303,8 @@ class Container(containers.DeclarativeContainer):
         queue=queue,
         registry=registry,
         clock=clock,
+        refresh_every=settings.provided.worker_heartbeat_interval,
+        live_within=FLEET_ALIVE_WITHIN,
     )
     inspector = providers.Factory(_queue_inspector, queue)
     fleet = providers.Singleton(

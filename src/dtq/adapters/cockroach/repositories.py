@@ -968,6 +968,17 @@ class PgWorkerRepository:
         cur = await self._conn.execute(sql.LIST_ACTIVE_WORKERS, (since,))
         return [worker_from_row(row) for row in await cur.fetchall()]
 
+    async def get(self, worker_id: str) -> Worker | None:
+        """The worker's row, or None (a primary-key probe)."""
+        cur = await self._conn.execute(sql.GET_WORKER, (worker_id,))
+        row = await cur.fetchone()
+        return None if row is None else worker_from_row(row)
+
+    async def delete(self, worker_id: str) -> bool:
+        """Delete the worker's row; True when there was one."""
+        cur = await self._conn.execute(sql.DELETE_WORKER, (worker_id,))
+        return await cur.fetchone() is not None
+
 
 class PgApiTokenRepository:
     """``ApiTokenRepository`` on one transaction."""

@@ -498,6 +498,13 @@ LIST_ACTIVE_WORKERS: Final = (
     " WHERE last_heartbeat_at >= %s ORDER BY last_heartbeat_at DESC, id"
 )
 
+GET_WORKER: Final = (
+    "SELECT id, hostname, last_heartbeat_at, metadata::text, redis_key_prefix FROM workers"
+    " WHERE id = %s"
+)
+
+DELETE_WORKER: Final = "DELETE FROM workers WHERE id = %s RETURNING id"
+
 # --- api tokens (issue 15 item 3) -------------------------------------------------------------
 # Every read returns the columns of rows.token_from_row, in this order:
 # id, name, secret_hash, scopes, created_at, expires_at, revoked_at.

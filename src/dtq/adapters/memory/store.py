@@ -167,7 +167,7 @@ class _MemoryTransaction:
         self._jobs: dict[UUID, Job] = {}
         self._tasks: dict[UUID, Task] = {}
         self._runs: dict[UUID, TaskRun] = {}
-        self._workers: dict[str, Worker] = {}
+        self._workers: dict[str, Worker | None] = {}  # None: deleted in this try
         self._tokens: dict[UUID, ApiToken] = {}
         self._webhooks: dict[UUID, Webhook | None] = {}  # None: deleted in this try
         self._new_jobs: list[tuple[Job, list[Task], list[tuple[UUID, UUID]]]] = []
@@ -235,6 +235,13 @@ class _MemoryTransaction:
         """Whether this transaction creates or changes a job, task or run."""
         return bool(self._new_jobs or self._jobs or self._tasks or self._runs)
 
+    def _commit_workers(self) -> None:
+        for worker_id, worker in self._workers.items():
+            if worker is None:
+                self._t.workers.pop(worker_id, None)
+            else:
+                self._t.workers[worker_id] = worker
+
     def commit(self) -> None:
         t = self._t
         for job, tasks, edges in self._new_jobs:
@@ -250,7 +257,7 @@ class _MemoryTransaction:
         t.jobs.update(self._jobs)
         t.tasks.update(self._tasks)
         t.runs.update(self._runs)
-        t.workers.update(self._workers)
+        self._commit_workers()
         t.tokens.update(self._tokens)
         for webhook_id, webhook in self._webhooks.items():
             if webhook is None:
@@ -611,10 +618,24 @@ class _Workers:
         self._tx._workers[worker.id] = replace(worker, metadata=dict(worker.metadata))
 
     async def list_active(self, since: datetime) -> list[Worker]:
-        merged = dict(self._tx._t.workers)
+        merged: dict[str, Worker | None] = dict(self._tx._t.workers)
         merged.update(self._tx._workers)
-        active = [replace(w) for w in merged.values() if w.last_heartbeat_at >= since]
+        active = [
+            replace(w) for w in merged.values() if w is not None and w.last_heartbeat_at >= since
+        ]
         return sorted(active, key=lambda w: w.last_heartbeat_at, reverse=True)
+
+    async def get(self, worker_id: str) -> Worker | None:
+        tx = self._tx
+        worker = (
+            tx._workers[worker_id] if worker_id in tx._workers else tx._t.workers.get(worker_id)
+        )
+        return None if worker is None else replace(worker, metadata=dict(worker.metadata))
+
+    async def delete(self, worker_id: str) -> bool:
+        found = await self.get(worker_id) is not None
+        self._tx._workers[worker_id] = None
+        return found
 
 
 class _Tokens:

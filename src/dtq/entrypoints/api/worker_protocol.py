@@ -5,9 +5,10 @@ A worker long-polls ``POST /v1/worker/claim``, renews each run with
 run routes name the worker in the ``X-Worker-Id`` header (a run claimed by another worker id is
 a 409 ``run_not_owned``; the header given twice, on a run route or a claim, is a 400 naming
 it). ``POST /v1/worker/registry`` upserts the worker's registry row, as the native runtime's
-registry loop does. The orchestrator does every claim, marker, lease and fencing step through
-the native runtime's services (``application.remote``). Not the registry listing
-``GET /v1/workers`` (``workers.py``).
+registry loop does, and ``POST /v1/worker/registry/remove`` deletes it (a clean stop); a claim
+keeps the row live with the kinds and priorities it names. The orchestrator does every claim,
+marker, lease and fencing step through the native runtime's services (``application.remote``).
+Not the registry listing ``GET /v1/workers`` (``workers.py``).
 """
 
 from __future__ import annotations
@@ -168,6 +169,45 @@ class RegistryRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     worker_id: WorkerId
     hostname: Annotated[str, msgspec.Meta(max_length=255, pattern=NO_CONTROL_PATTERN)] = ""
     metadata: dict[str, Payload] = msgspec.field(default_factory=dict)
+
+
+class RemoveRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``POST /v1/worker/registry/remove``: the worker stopped on purpose (its row goes)."""
+
+    worker_id: WorkerId
+
+
+#: What ``metadata.kinds`` and ``metadata.priorities`` of a registry row must be when given:
+#: what the fleet reads as the kinds a worker runs and the tiers it polls.
+_ADVERTISED: dict[str, tuple[Any, str]] = {
+    "kinds": (
+        Annotated[list[Kind], msgspec.Meta(max_length=1000)],
+        "a list of at most 1000 kinds, each 1 to 200 letters, digits, '.', '_', ':' or '-'",
+    ),
+    "priorities": (
+        Annotated[list[Priority], msgspec.Meta(max_length=32)],
+        "a list of at most 32 priorities, each 1 to 32 characters of a-z, 0-9, '_' or '-'",
+    ),
+}
+
+
+def check_advertised(metadata: dict[str, Any]) -> None:
+    """Refuse registry metadata whose ``kinds`` or ``priorities`` is given but is not a list of
+    names a claim accepts (``ClaimRequest``); both may be absent.
+
+    Raises:
+        ValidationError: field ``metadata.kinds`` or ``metadata.priorities``.
+    """
+    for key, (model, what) in _ADVERTISED.items():
+        if key not in metadata:
+            continue
+        try:
+            msgspec.convert(metadata[key], model, strict=True)
+        except msgspec.ValidationError:
+            raise ValidationError(
+                f"metadata.{key} must be {what}, as a claim names them (or be left out)",
+                field=f"metadata.{key}",
+            ) from None
 
 
 class ClaimedTaskBody(msgspec.Struct, kw_only=True):
@@ -458,5 +498,26 @@ class WorkerProtocolController(Controller):
     async def registry(
         self, data: JSONBody[RegistryRequest], remote: NamedDependency[RemoteWorkerService]
     ) -> None:
-        """Upsert the ``workers`` row (``GET /v1/workers`` lists it)."""
-        await remote.register(data.worker_id, data.hostname or None, dict(data.metadata))
+        """Upsert the ``workers`` row (``GET /v1/workers`` lists it).
+
+        Raises:
+            ValidationError: ``metadata.kinds`` or ``metadata.priorities`` is given but is not
+                a list of kinds or priorities (:func:`check_advertised`).
+        """
+        metadata = dict(data.metadata)
+        check_advertised(metadata)
+        await remote.register(data.worker_id, data.hostname or None, metadata)
+
+    @post(
+        "/registry/remove",
+        status_code=204,
+        summary="Remove a worker's registry row (it stopped on purpose)",
+        responses=_BODY_ERRORS,
+        before_request=guards.json_body(RemoveRequest),
+    )
+    async def remove(
+        self, data: JSONBody[RemoveRequest], remote: NamedDependency[RemoteWorkerService]
+    ) -> None:
+        """Delete the ``workers`` row, also when there is none: the worker no longer counts as
+        live (``GET /v1/workers``, explain, submit warnings) until it registers or claims."""
+        await remote.unregister(data.worker_id)

@@ -79,11 +79,14 @@ class ReadyLists(Protocol):
 
 
 class WorkerRegistry(Protocol):
-    """The ``workers`` registry heartbeat (``WorkerRegistryService.heartbeat``)."""
+    """The ``workers`` registry heartbeat and the row's removal at a clean stop
+    (``WorkerRegistryService.heartbeat`` and ``remove``)."""
 
     async def heartbeat(
         self, worker_id: str, hostname: str | None, metadata: dict[str, Any]
     ) -> None: ...
+
+    async def remove(self, worker_id: str) -> bool: ...
 
 
 class WorkerBackend(Protocol):

@@ -404,6 +404,23 @@ class HttpRegistry:
         if response.status_code != 204:
             raise _refused(response)
 
+    async def remove(self, worker_id: str) -> bool:
+        """Delete the worker's row (``POST /v1/worker/registry/remove``, idempotent).
+
+        Returns:
+            True (the orchestrator does not say whether there was a row).
+
+        Raises:
+            BackendUnavailable: the orchestrator is unavailable.
+            ReportRefused: it refused the body.
+        """
+        response = await self._orchestrator.post(
+            "/v1/worker/registry/remove", {"worker_id": worker_id}
+        )
+        if response.status_code != 204:
+            raise _refused(response)
+        return True
+
 
 class HttpArtifacts:
     """``task.artifacts`` over ``/v1/artifacts`` (upload streams the data, open streams back)."""

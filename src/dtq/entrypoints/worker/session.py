@@ -44,6 +44,7 @@ from dtq.entrypoints.worker.runner import HandlerRunner, HandlerTimeout
 from dtq.worker import Handler, PermanentError
 
 _FINAL_WAIT = 15.0  # seconds: bound on hand-backs and last commits after the grace period
+_UNREGISTER_WAIT = 5.0  # seconds: bound on removing the registry row at the end of a shutdown
 
 
 class Session:
@@ -115,7 +116,8 @@ class Session:
         """Work until ``stop`` (graceful) or ``stop_now`` (skip the grace), then shut down.
 
         Cancelling the caller also shuts down at once (handing running tasks back) and then
-        re-raises ``CancelledError``.
+        re-raises ``CancelledError``. Either way the worker's registry row is removed last,
+        once its loops have ended (best effort: a failure is logged).
         """
         fetch = asyncio.create_task(self._fetch.loop(), name="dtq-worker-fetch")
         background = [
@@ -123,13 +125,16 @@ class Session:
             asyncio.create_task(self._leases.loop(), name="dtq-worker-lease-renewal"),
             asyncio.create_task(self._registry_loop(), name="dtq-worker-registry"),
         ]
+        stopped = False  # a stop or a cancel asked for, not an error: the row goes
         try:
             await wait_any(stop, stop_now)
+            stopped = True
             self._fetch.stop()
             if not stop_now.is_set():
                 await self._grace(fetch, stop_now)
             await self._hand_back_all(fetch)
         except asyncio.CancelledError:
+            stopped = True
             self._fetch.stop()
             await self._hand_back_all(fetch)
             raise
@@ -141,6 +146,8 @@ class Session:
                 task.cancel()
             try:
                 await asyncio.gather(*tasks, return_exceptions=True)
+                if stopped:
+                    await self._unregister()
             finally:
                 self.close()
 
@@ -404,3 +411,13 @@ class Session:
             except Exception as exc:
                 self._log.warning("worker registry heartbeat failed", error=str(exc))
             await asyncio.sleep(self._config.registry_every)
+
+    async def _unregister(self) -> None:
+        """Remove the ``workers`` row at the end of a shutdown, so the worker stops counting as
+        live at once (``GET /v1/workers``, explain, submit warnings); bounded by
+        ``_UNREGISTER_WAIT``, and a failure is a warning only (the row then ages out)."""
+        try:
+            async with asyncio.timeout(_UNREGISTER_WAIT):
+                await self._registry.remove(self._config.worker_id)
+        except Exception as exc:
+            self._log.warning("worker registry row not removed", error=str(exc) or repr(exc))
