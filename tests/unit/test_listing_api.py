@@ -228,6 +228,7 @@ BAD_JOB_QUERIES = [
     ("since=noon", "since"),
     ("limit=1000", "limit"),
     ("cursor=1.2.00000000000000000000000000000000", "cursor"),  # a task cursor
+    ("cursor=1.00000000000000000000000000000000", "cursor"),  # a job's task page cursor
     ("kind=echo", "kind"),
 ]
 
@@ -253,6 +254,41 @@ async def test_bad_job_task_page_input_is_a_400(api: Api, query: str, field: str
 
     assert response.status_code == 400, response.text
     assert response.json()["error"]["field"] == field
+
+
+async def test_a_cursor_of_another_paged_route_is_a_400_naming_cursor(api: Api) -> None:
+    created = await submit(api, "j", [{"name": "a", "kind": "k"}, {"name": "b", "kind": "k"}])
+    await submit(api, "j", [{"name": "a", "kind": "k"}])
+    job = f"/v1/jobs/{created['job_id']}"
+    task_page = (await api.client.get(f"{job}?limit=1")).json()["next_cursor"]
+    results_page = (await api.client.get(f"{job}/results?limit=1")).json()["next_cursor"]
+    job_listing = (await api.client.get("/v1/jobs?limit=1")).json()["next_cursor"]
+    task_listing = (await api.client.get("/v1/tasks?limit=1")).json()["next_cursor"]
+
+    refused = [
+        await api.client.get("/v1/jobs", params={"cursor": task_page}),
+        await api.client.get("/v1/jobs", params={"cursor": results_page}),
+        await api.client.get("/v1/jobs", params={"cursor": task_listing}),
+        await api.client.get("/v1/tasks", params={"cursor": job_listing}),
+        await api.client.get(job, params={"limit": "1", "cursor": job_listing}),
+        await api.client.get(f"{job}/results", params={"cursor": job_listing}),
+    ]
+
+    assert [r.status_code for r in refused] == [400] * 6, [r.text for r in refused]
+    assert {r.json()["error"]["field"] for r in refused} == {"cursor"}
+
+
+async def test_an_empty_cursor_is_the_first_page_on_every_paged_route(api: Api) -> None:
+    created = await submit(api, "j", [{"name": "a", "kind": "k"}])
+    job = f"/v1/jobs/{created['job_id']}"
+
+    for path in ("/v1/jobs", "/v1/tasks", f"{job}/results"):
+        first = await api.client.get(path)
+        empty = await api.client.get(f"{path}?cursor=")
+        assert (empty.status_code, empty.json()) == (200, first.json()), path
+    page = await api.client.get(f"{job}?limit=1&cursor=")
+    assert page.status_code == 200
+    assert page.json() == (await api.client.get(f"{job}?limit=1")).json()
 
 
 async def test_an_unknown_job_is_still_a_404_with_a_page_size(api: Api) -> None:

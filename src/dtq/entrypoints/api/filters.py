@@ -15,7 +15,9 @@ Every function that rejects a value raises a domain
 * ``since`` (inclusive) / ``until`` (exclusive): RFC 3339 times with an offset, on
   ``created_at``.
 * ``cursor``: tasks ``<created_at µs since the epoch>.<position>.<task id hex>``, jobs
-  ``<created_at µs>.<job id hex>``; only meaningful with the filters of the page that returned it.
+  ``<job id hex>.<created_at µs>``; only meaningful with the filters of the page that returned it.
+  No route takes another's cursor: the shapes differ from each other and from the
+  ``<position>.<task id hex>`` of a job's task and result pages (``params.format_cursor``).
 """
 
 from __future__ import annotations
@@ -241,8 +243,9 @@ def format_task_cursor(key: TaskKeyset) -> str:
 
 
 def format_job_cursor(key: JobKeyset) -> str:
-    """The opaque ``next_cursor`` of a job listing page."""
-    return f"{_micros(key[0])}.{key[1].hex}"
+    """The opaque ``next_cursor`` of a job listing page (the id first, so that it is not read
+    as a task or result page's ``<position>.<task id hex>``)."""
+    return f"{key[1].hex}.{_micros(key[0])}"
 
 
 def _bad_cursor(value: str) -> ValidationError:
@@ -293,6 +296,6 @@ def parse_job_cursor(value: str | None) -> JobKeyset | None:
     try:
         if len(parts) != 2:
             raise ValueError(value)
-        return _EPOCH + _number(parts[0], _MAX_MICROS) * _MICRO, _uuid_hex(parts[1])
+        return _EPOCH + _number(parts[1], _MAX_MICROS) * _MICRO, _uuid_hex(parts[0])
     except (ValueError, OverflowError):
         raise _bad_cursor(value) from None
