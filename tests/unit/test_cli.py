@@ -292,6 +292,39 @@ def test_an_attribute_that_is_not_a_runtime_is_refused(
     ]
 
 
+def test_a_handler_named_by_app_is_one_line_saying_what_app_must_name(
+    app_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_module(
+        app_dir,
+        "dtq_handler_app",
+        """
+        from dtq.worker import Runtime
+
+        runtime = Runtime()
+
+        @runtime.handler("echo")
+        async def echo(task):
+            return task.payload
+
+        async def ping():
+            return None
+        """,
+    )
+
+    assert cli.main(["dev", "--app", "dtq_handler_app:echo"]) == 2
+    assert cli.main(["dev", "--app", "dtq_handler_app:ping"]) == 2
+
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.strip().splitlines() == [
+        "dtq: --app: 'dtq_handler_app:echo' is async function echo(task), which takes arguments;"
+        " --app names a Runtime, or a callable that returns one when called with none",
+        "dtq: --app: 'dtq_handler_app:ping' is async function ping(), which returns a"
+        " coroutine; --app names a Runtime, or a callable that returns one when called with none",
+    ]
+
+
 def test_a_factory_that_raises_is_one_line(
     app_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import sys
 import traceback
@@ -14,6 +15,7 @@ if TYPE_CHECKING:
     from dtq.entrypoints.worker.runtime import Runtime
 
 DEFAULT_APP = "dtq.entrypoints.worker.runtime:demo_runtime"
+_WANTED = "--app names a Runtime, or a callable that returns one when called with none"
 
 
 def load_runtime(spec: str | None) -> Runtime:
@@ -28,7 +30,9 @@ def load_runtime(spec: str | None) -> Runtime:
 
     Raises:
         UsageError: the spec is malformed, the module cannot be imported (or raised while being
-            imported), the attribute is missing, or it is not a runtime.
+            imported), the attribute is missing, or it is not a runtime; a callable that needs
+            arguments or is an ``async def`` (a handler, most likely) is refused without being
+            called, saying what it is and what ``--app`` names.
     """
     from dtq.entrypoints.worker.runtime import Runtime
 
@@ -60,14 +64,54 @@ def load_runtime(spec: str | None) -> Runtime:
     if isinstance(target, Runtime):
         return target
     if callable(target):
-        try:
-            made = target()
-        except Exception as exc:
-            raise UsageError("--app", f"calling {text!r} failed: {_describe(exc)}") from None
-        if isinstance(made, Runtime):
-            return made
-        raise UsageError("--app", f"{text!r} returned {type(made).__name__}, not a Runtime")
+        return _made_by(target, text)
     raise UsageError("--app", f"{text!r} is a {type(target).__name__}, not a Runtime")
+
+
+def _made_by(factory: Any, text: str) -> Runtime:
+    """The runtime ``factory()`` returns (``text``: the ``--app`` that named it).
+
+    Raises:
+        UsageError: it needs arguments or is an ``async def`` (not called), it raised, or it
+            returned something else.
+    """
+    from dtq.entrypoints.worker.runtime import Runtime
+
+    problem = _not_a_factory(factory)
+    if problem is not None:
+        raise UsageError("--app", f"{text!r} is {problem}; {_WANTED}")
+    try:
+        made = factory()
+    except Exception as exc:
+        raise UsageError("--app", f"calling {text!r} failed: {_describe(exc)}") from None
+    if isinstance(made, Runtime):
+        return made
+    raise UsageError("--app", f"{text!r} returned {type(made).__name__}, not a Runtime")
+
+
+def _not_a_factory(target: Any) -> str | None:
+    """What ``target`` is (``async function echo(task), which takes arguments``) when a call
+    without arguments cannot give a runtime, else None (also when it has no signature to read)."""
+    try:
+        signature = inspect.signature(target)
+    except (TypeError, ValueError):
+        return None
+    name = getattr(target, "__name__", "")
+    if inspect.iscoroutinefunction(target):
+        what = f"async function {name}{signature}"
+    elif inspect.isfunction(target) or inspect.ismethod(target):
+        what = f"function {name}{signature}"
+    elif inspect.isclass(target):
+        what = f"class {name}{signature}"
+    else:
+        what = f"a callable {type(target).__name__}{signature}"
+    try:
+        signature.bind()
+    except TypeError:
+        return f"{what}, which takes arguments"
+    if inspect.iscoroutinefunction(target):
+        return f"{what}, which returns a coroutine"
+    return None
 
 
 def _describe(exc: BaseException) -> str:
