@@ -4,7 +4,9 @@ printed secret used against the API on the same database (issue 15 item 3)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -48,6 +50,11 @@ def dtq(dsn: str, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def cells(row: str) -> list[str]:
+    """The cells of one row of a rich table as ``dtq`` prints it."""
+    return [cell.strip() for cell in re.split("[│┃]", row)]
+
+
 def one_line(err: str) -> str:
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
@@ -78,7 +85,7 @@ async def test_a_created_token_works_against_the_api_until_it_is_revoked(
 
         listed = dtq(pg_dsn, "list")
         assert listed.returncode == 0, listed.stderr
-        assert listed.stdout.splitlines()[1].split()[:2] == ["ci", "submit"]
+        assert cells(listed.stdout.splitlines()[2])[:2] == ["ci", "submit"]
         assert secret not in listed.stdout
 
         revoked = dtq(pg_dsn, "revoke", "ci")
@@ -124,16 +131,27 @@ def test_list_shows_each_token_without_its_secret_or_hash(
     assert token(capsys, "revoke", "reader")[0] == 0
 
     status, out, err = token(capsys, "list")
+    json_status, json_out, json_err = token(capsys, "list", "--json")
 
     assert status == 0, err
-    header, *rows = out.strip().splitlines()
-    assert header.split() == ["NAME", "SCOPES", "CREATED", "EXPIRES", "REVOKED"]
-    assert [row.split()[:2] for row in rows] == [["ops", "admin,read"], ["reader", "read"]]
-    assert rows[0].split()[3:] == ["-", "-"]  # never expires, not revoked
-    assert rows[1].split()[4] != "-"  # revoked
+    header, _rule, *rows = out.strip().splitlines()
+    assert cells(header) == ["name", "scopes", "created", "expires", "revoked"]
+    assert [cells(row)[:2] for row in rows] == [["ops", "admin,read"], ["reader", "read"]]
+    assert cells(rows[0])[3:] == ["", ""]  # never expires, not revoked
+    assert cells(rows[1])[4] != ""  # revoked
+    assert json_status == 0, json_err
+    listed = json.loads(json_out)
+    assert [(t["name"], t["scopes"]) for t in listed] == [
+        ("ops", ["admin", "read"]),
+        ("reader", ["read"]),
+    ]
+    assert set(listed[0]) == {"name", "scopes", "created_at", "expires_at", "revoked_at"}
+    assert (listed[0]["expires_at"], listed[0]["revoked_at"]) == (None, None)
+    assert listed[1]["revoked_at"].endswith("Z")
     for secret in secrets:
-        assert secret not in out
-        assert hash_secret(secret) not in out
+        for printed in (out, json_out):
+            assert secret not in printed
+            assert hash_secret(secret) not in printed
 
 
 def test_a_taken_name_or_an_unknown_one_exits_2_in_one_line(
@@ -149,7 +167,7 @@ def test_a_taken_name_or_an_unknown_one_exits_2_in_one_line(
     assert taken[:2] == (2, "")
     assert one_line(taken[2]).startswith("dtq: --name: a token named 'ci' already exists")
     assert unknown[0] == 2
-    assert one_line(unknown[2]).startswith("dtq: name: no token is named 'nobody'")
+    assert one_line(unknown[2]) == "dtq: token revoke: no token is named 'nobody'"
     assert bad_name[0] == 2
     assert one_line(bad_name[2]).startswith("dtq: --name: ")
     assert [status for status, _, _ in again] == [0, 0]

@@ -33,6 +33,9 @@ def one_line(err: str) -> str:
     return lines[0]
 
 
+BOUNDS = "dtq: --expires: must be at least 1s and at most 3650d"
+
+
 @pytest.mark.parametrize(
     ("argv", "starts"),
     [
@@ -40,6 +43,13 @@ def one_line(err: str) -> str:
         (["--scopes", ","], "dtq: --scopes: at least one scope"),
         (["--scopes", "read", "--expires", "soon"], "dtq: --expires: not a duration: 'soon'"),
         (["--scopes", "read", "--expires", "0s"], "dtq: --expires: "),
+        (["--scopes", "read", "--expires", "99999999d"], f"{BOUNDS}, got '99999999d'"),
+        (["--scopes", "read", "--expires", "3651d"], f"{BOUNDS}, got '3651d'"),
+        (["--scopes", "read", "--expires", "9" * 30 + "h"], f"{BOUNDS}, got '{'9' * 30}h'"),
+        (["--scopes", "read", "--expires", "9" * 5000 + "d"], BOUNDS),
+        (["--scopes", "read", "--expires", "1ms"], f"{BOUNDS}, got '1ms'"),
+        (["--scopes", "read", "--expires", "0.999s"], f"{BOUNDS}, got '0.999s'"),
+        (["--scopes", "read", "--expires", "-1h"], f"{BOUNDS}, got '-1h'"),
     ],
 )
 def test_bad_scopes_or_lifetimes_exit_2_in_one_line(
@@ -73,6 +83,8 @@ def test_token_commands_need_crdb_dsn(
 def test_lifetimes_take_days_and_go_durations() -> None:
     assert parse_lifetime("90d") == 90 * 86400
     assert parse_lifetime("1h30m") == 5400
+    assert parse_lifetime("1s") == 1
+    assert parse_lifetime("3650d") == parse_lifetime("87600h") == 3650 * 86400
 
 
 def test_api_auth_defaults_to_tokens_and_is_a_checked_choice() -> None:

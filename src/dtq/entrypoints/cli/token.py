@@ -1,11 +1,11 @@
 """``dtq token create|list|revoke``: the API tokens in ``CRDB_DSN`` (issue 15 item 3).
 
 ``create`` prints what it made, then the secret alone on the last line of stdout (shown this
-once: only its hash is stored), so a script can take ``| tail -n 1``. ``list`` never shows a
-secret or a hash. Bad scopes, a bad ``--expires``, a taken or unknown name: one line on stderr,
-exit status 2. The commands need the database only (no Redis); the in-memory backend of
-``dtq dev`` is not reachable from another process, which is why ``dtq dev`` runs with
-``API_AUTH=none``.
+once: only its hash is stored), so a script can take ``| tail -n 1``. ``list`` prints a table
+(``--json``: a JSON array) and never shows a secret or a hash. Bad scopes, a bad ``--expires``, a
+taken or unknown name: one line on stderr, exit status 2. The commands need the database only
+(no Redis); the in-memory backend of ``dtq dev`` is not reachable from another process, which is
+why ``dtq dev`` runs with ``API_AUTH=none``.
 """
 
 from __future__ import annotations
@@ -14,15 +14,22 @@ import argparse
 import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from fractions import Fraction
 from typing import Any
 
 from dtq.application.tokens import MAX_LIFETIME
 from dtq.domain.errors import Conflict, NotFound, ValidationError
 from dtq.domain.tokens import ApiToken, parse_scopes
 from dtq.entrypoints.cli.common import EXIT_OK, UsageError, cli_settings, run, say
-from dtq.entrypoints.config import ConfigError, parse_duration
+from dtq.entrypoints.cli.remote import console, emit_json, table
+from dtq.entrypoints.config import ConfigError
+from dtq.entrypoints.config_values import exact_duration
 
-_DAYS = re.compile(r"([0-9]{1,5})d")
+#: Shortest ``--expires``, in seconds: a shorter-lived token would be expired by the time it is
+#: printed.
+MIN_LIFETIME = 1
+_DAYS = re.compile(r"([0-9]+)d")
+_BOUNDS = "must be at least 1s and at most 3650d"
 
 
 def add_parser(commands: Any, parents: Sequence[argparse.ArgumentParser]) -> None:
@@ -55,10 +62,11 @@ def add_parser(commands: Any, parents: Sequence[argparse.ArgumentParser]) -> Non
     listing = sub.add_parser(
         "list", help="list tokens (never their secrets)", parents=list(parents)
     )
+    listing.add_argument("--json", action="store_true", help="print JSON instead of a table")
     listing.set_defaults(command=cmd_list)
 
     revoke = sub.add_parser("revoke", help="revoke a token by name", parents=list(parents))
-    revoke.add_argument("name", help="the token's name")
+    revoke.add_argument("name", metavar="NAME", help="the token's name")
     revoke.set_defaults(command=cmd_revoke)
 
 
@@ -66,26 +74,47 @@ def parse_lifetime(text: str) -> float:
     """``90d`` (days) or a Go duration (``12h``, ``1h30m``) -> seconds.
 
     Raises:
-        UsageError: neither, or not in (0, 3650d] (subject ``--expires``).
+        UsageError: neither, or not from 1s (:data:`MIN_LIFETIME`) to 3650d
+            (``MAX_LIFETIME``), saying so (subject ``--expires``).
     """
     days = _DAYS.fullmatch(text.strip())
     try:
-        seconds = int(days[1]) * 86400.0 if days else parse_duration(text, variable="--expires")
+        seconds = Fraction(days[1]) * 86400 if days else exact_duration(text, variable="--expires")
     except ConfigError:
         raise UsageError(
             "--expires", f"not a duration: {text!r} (use e.g. 90d, 12h, 30m)"
         ) from None
-    if not 0 < seconds <= MAX_LIFETIME:
-        raise UsageError("--expires", f"must be positive and at most 3650d, got {text!r}")
-    return seconds
+    except ValueError:  # more digits than Python turns into a number: far past the limit
+        raise UsageError("--expires", f"{_BOUNDS}, got {len(text)} characters") from None
+    if not MIN_LIFETIME <= seconds <= MAX_LIFETIME:
+        raise UsageError("--expires", f"{_BOUNDS}, got {text!r}")
+    return float(seconds)
 
 
 def _when(at: datetime | None) -> str:
     return "-" if at is None else at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _at(at: datetime | None) -> str | None:
+    return None if at is None else _when(at)
+
+
+def _utc(at: datetime | None) -> datetime | None:
+    return None if at is None else at.astimezone(UTC)
+
+
 def _scopes(token: ApiToken) -> str:
     return ",".join(sorted(scope.value for scope in token.scopes))
+
+
+def _token_json(token: ApiToken) -> dict[str, Any]:
+    return {
+        "name": token.name,
+        "scopes": sorted(scope.value for scope in token.scopes),
+        "created_at": _utc(token.created_at),
+        "expires_at": _utc(token.expires_at),
+        "revoked_at": _utc(token.revoked_at),
+    }
 
 
 def cmd_create(args: argparse.Namespace) -> int:
@@ -119,7 +148,9 @@ def cmd_create(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    """One line per token: name, scopes, created, expires, revoked (UTC; ``-`` for none)."""
+    """A table row per token, by name: name, scopes, created, expires, revoked (UTC to the
+    second; an empty cell for none); ``--json``: an array of ``{name, scopes, created_at,
+    expires_at, revoked_at}`` (RFC 3339 UTC times, null for none)."""
     from dtq.entrypoints.container import open_token_service
 
     settings = cli_settings(args)
@@ -128,18 +159,14 @@ def cmd_list(args: argparse.Namespace) -> int:
     async def listing() -> int:
         async with open_token_service(settings) as tokens:
             found = await tokens.list_tokens()
-        rows = [("NAME", "SCOPES", "CREATED", "EXPIRES", "REVOKED")]
-        rows += [
-            (t.name, _scopes(t), _when(t.created_at), _when(t.expires_at), _when(t.revoked_at))
+        if args.json:
+            emit_json([_token_json(t) for t in found])
+            return EXIT_OK
+        rows = [
+            (t.name, _scopes(t), _when(t.created_at), _at(t.expires_at), _at(t.revoked_at))
             for t in found
         ]
-        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-        for row in rows:
-            say(
-                "  ".join(
-                    cell.ljust(width) for cell, width in zip(row, widths, strict=True)
-                ).rstrip()
-            )
+        console().print(table(None, ["name", "scopes", "created", "expires", "revoked"], rows))
         return EXIT_OK
 
     return run(listing())
@@ -157,7 +184,7 @@ def cmd_revoke(args: argparse.Namespace) -> int:
             try:
                 revoked = await tokens.revoke(args.name)
             except NotFound as exc:
-                raise UsageError("name", exc.detail) from None
+                raise UsageError("token revoke", exc.detail) from None
         when = _when(revoked.token.revoked_at)
         if revoked.newly:
             say(f"token: revoked {revoked.token.name!r} at {when} (refused within 1 s)")
