@@ -73,6 +73,30 @@ async def test_a_permanent_error_with_nul_and_a_surrogate_fails_the_task_once_es
     ]
 
 
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise ValueError("str fails")
+
+
+async def test_an_error_whose_text_cannot_be_made_fails_the_task_once() -> None:
+    """``str(exc)`` raising must not stop the failure report: the task failed after one run,
+    not reclaimed until the crash budget ran out with the error lost."""
+    h = build_harness()
+    runtime = Runtime(FAST)
+
+    @runtime.handler("unprintable")
+    async def unprintable(task: Task) -> None:
+        raise _Unprintable()
+
+    task_id = await h.one("unprintable", max_attempts=1)
+    async with h.running(runtime):
+        view = await h.wait_task(task_id, [TaskStatus.FAILED])
+
+    expected = "_Unprintable: <str() failed: ValueError: str fails>"
+    assert (view.task.attempt, view.task.last_error) == (1, expected)
+    assert [(r.status, r.error) for r in view.runs] == [(RunStatus.FAILED, expected)]
+
+
 async def test_an_error_naming_a_non_utf8_file_is_retried_by_policy_and_recorded() -> None:
     h = build_harness()
     runtime = Runtime(FAST)

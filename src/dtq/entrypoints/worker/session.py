@@ -317,12 +317,10 @@ class Session:
 
     async def _fail(self, held: Held, exc: BaseException, duration: float) -> None:
         """Record a handler failure (retried by policy unless permanent) and log it, its text
-        made storable (``domain.payload.storable_text``) for both."""
+        (:func:`_error_text`) made storable (``domain.payload.storable_text``) for both."""
         kind = held.claim.task.kind
         permanent = isinstance(exc, PermanentError)
-        error = storable_text(
-            str(exc) if isinstance(exc, HandlerTimeout) else f"{type(exc).__name__}: {exc}"
-        )
+        error = storable_text(_error_text(exc))
         result = await self._report_failure(held, error, permanent=permanent)
         if result is not None and result.outcome is ReportOutcome.RECORDED:
             self._metrics.tasks_failed.labels(kind=kind).inc()
@@ -421,3 +419,20 @@ class Session:
                 await self._registry.remove(self._config.worker_id)
         except Exception as exc:
             self._log.warning("worker registry row not removed", error=str(exc) or repr(exc))
+
+
+def _error_text(exc: BaseException) -> str:
+    """A handler failure's text: ``Type: message`` (a timeout's message alone); a message its
+    ``__str__`` cannot make reads ``<str() failed: Error: ...>`` instead of failing the report."""
+    try:
+        message = str(exc)
+    except Exception as failed:
+        message = f"<str() failed: {type(failed).__name__}: {_plain(failed)}>"
+    return message if isinstance(exc, HandlerTimeout) else f"{type(exc).__name__}: {message}"
+
+
+def _plain(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:
+        return "?"
