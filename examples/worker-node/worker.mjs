@@ -20,14 +20,33 @@ const handlers = {
 const post = (path, body) =>
   fetch(url + path, { method: "POST", headers, body: JSON.stringify(body) });
 
+// An error text the API takes (up to 10,000 characters): NUL and lone surrogates escaped.
+const lone = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g;
+const storable = (text) =>
+  String(text).replaceAll("\u0000", "\\u0000")
+    .replace(lone, (c) => `\\u${c.charCodeAt(0).toString(16)}`).slice(0, 10000) || "error";
+
+// Send a report; say so when the orchestrator refuses it (its answer: a JSON error body).
+async function report(path, body) {
+  const response = await post(path, body);
+  const answer = response.ok ? "" : await response.text();
+  if (answer) console.error(`${path}: ${response.status} ${answer}`);
+  return { status: response.status, answer };
+}
+
 async function run(task) {
   const runUrl = `/v1/worker/runs/${task.run_id}`;
   const beat = setInterval(() => post(`${runUrl}/heartbeat`, {}).catch(() => {}), beatEveryMs);
   try {
     const result = await handlers[task.kind](task.payload, task);
-    await post(`${runUrl}/result`, { result: result ?? null });
+    const sent = await report(`${runUrl}/result`, { result: result ?? null });
+    if (sent.status === 400) { // a result the API cannot store: the run fails, saying why
+      const error = storable(`UnstorableResult: ${sent.answer}`);
+      await report(`${runUrl}/failure`, { error, permanent: true });
+    }
   } catch (err) {
-    await post(`${runUrl}/failure`, { error: String(err.message ?? err), permanent: !!err.permanent });
+    const error = storable(err.message ?? err);
+    await report(`${runUrl}/failure`, { error, permanent: !!err.permanent });
   } finally {
     clearInterval(beat);
   }

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -92,6 +93,42 @@ def test_the_node_worker_runs_a_job(cluster: Cluster) -> None:
         ["node.echo", "node.refuse", "node.upper"],
     )
     assert cluster.get("/v1/workers")["workers"] == []
+
+
+#: Two handlers added to a copy of the example: an error text and a result the API refuses as
+#: they are (a NUL, a lone surrogate).
+UNSTORABLE_HANDLERS = (
+    '  "node.nul": async () => { throw new Error("bad\\u0000byte \\ud800"); },\n'
+    '  "node.nulresult": async () => "x\\u0000y",\n'
+)
+
+
+def test_the_node_worker_records_an_unstorable_error_and_result_as_failures(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """The example escapes what the API refuses in an error text and fails a run whose result
+    the API refuses, instead of leaving the run to be reclaimed until its crash budget ends."""
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed: the Node.js worker example cannot run here")
+    source = NODE_WORKER.read_text()
+    anchor = '  "node.refuse": async'
+    assert anchor in source
+    copy = tmp_path / "worker.mjs"
+    copy.write_text(source.replace(anchor, UNSTORABLE_HANDLERS + anchor))
+    cluster.start_orchestrator()
+    env = http_env(cluster, DTQ_URL=cluster.url, WORKER_ID="node-2", HEARTBEAT_MS="500")
+    start_process(cluster, "node", [node, str(copy)], env)
+
+    error = cluster.post("/v1/tasks", {"kind": "node.nul", "max_attempts": 1})
+    result = cluster.post("/v1/tasks", {"kind": "node.nulresult", "max_attempts": 2})
+    failed = cluster.wait_job(error["job_id"], timeout=30)["tasks"][0]
+    refused = cluster.wait_job(result["job_id"], timeout=30)["tasks"][0]
+
+    assert (failed["status"], failed["attempt"]) == ("failed", 1)
+    assert failed["last_error"] == "bad\\u0000byte \\ud800"
+    assert (refused["status"], refused["attempt"]) == ("failed", 1)  # permanent: no retry
+    assert refused["last_error"].startswith('UnstorableResult: {"error":{"code":"invalid_payload"')
 
 
 def test_an_http_only_python_worker_finishes_a_50_task_dag_across_a_sigkill(
