@@ -73,6 +73,23 @@ async def test_a_permanent_error_with_nul_and_a_surrogate_fails_the_task_once_es
     ]
 
 
+async def test_a_long_error_is_cut_to_10000_characters_as_over_http() -> None:
+    h = build_harness()
+    runtime = Runtime(FAST)
+
+    @runtime.handler("long")
+    async def long(task: Task) -> None:
+        raise PermanentError("x" * 50_000)
+
+    task_id = await h.one("long", max_attempts=1)
+    async with h.running(runtime):
+        view = await h.wait_task(task_id, [TaskStatus.FAILED])
+
+    expected = ("PermanentError: " + "x" * 50_000)[:10_000]
+    assert view.task.last_error == expected
+    assert [r.error for r in view.runs] == [expected]
+
+
 class _Unprintable(Exception):
     def __str__(self) -> str:
         raise ValueError("str fails")

@@ -48,7 +48,7 @@ from dtq.domain.errors import (
     TaskNotClaimable,
 )
 from dtq.domain.ids import run_id_for
-from dtq.domain.payload import storable_text
+from dtq.domain.payload import MAX_ERROR_CHARS, storable_text
 from dtq.domain.policy import retry_delay
 from dtq.domain.status import RunStatus, TaskStatus
 
@@ -418,7 +418,8 @@ class ExecutionService:
         """Record the handler's failure (spec §6 Failure, Unknown kind).
 
         The run becomes ``failed`` with ``error`` (NUL and lone surrogates written as their
-        escapes: ``domain.payload.storable_text``); the task is retried after
+        escapes: ``domain.payload.storable_text``; cut to ``MAX_ERROR_CHARS``, 10,000
+        characters); the task is retried after
         ``policy.retry_backoff`` seconds, or the delay of its own ``retry_policy``
         (``domain.policy.retry_delay``), through the scheduled set while attempts remain and
         the error is not ``permanent``, else it fails and its pending dependents are failed
@@ -439,7 +440,7 @@ class ExecutionService:
         Raises:
             BackendUnavailable: the database failed (nothing was recorded).
         """
-        error = storable_text(error)
+        error = storable_text(error, max_chars=MAX_ERROR_CHARS)
         default_backoff = timedelta(seconds=self._policy.retry_backoff)
         retry_at: datetime | None = None
 
@@ -492,7 +493,7 @@ class ExecutionService:
         Raises:
             BackendUnavailable: the database failed (nothing was recorded).
         """
-        reason = storable_text(reason)
+        reason = storable_text(reason, max_chars=MAX_ERROR_CHARS)
 
         async def tx_fn(tx: Transaction, replay: bool) -> _Followup:
             task, run = await _load_run(tx, claim)

@@ -17,6 +17,10 @@ from typing import Any
 from dtq.domain.errors import InvalidMetadata, InvalidPayload
 
 #: Largest and smallest integers accepted in a payload (signed 64-bit).
+#: Longest error text stored for a run (a handler's failure, a hand-back's reason), escapes
+#: counted: what both runtimes record, and the most the HTTP worker protocol accepts.
+MAX_ERROR_CHARS = 10_000
+
 INT_MAX = 2**63 - 1
 INT_MIN = -(2**63)
 

@@ -20,7 +20,7 @@ from structlog.typing import FilteringBoundLogger
 from dtq.application.artifacts import ArtifactService
 from dtq.application.commands import Claim, ReportOutcome
 from dtq.application.execution import FailOutcome
-from dtq.domain.payload import storable_text
+from dtq.domain.payload import MAX_ERROR_CHARS, storable_text
 from dtq.entrypoints import tracing
 from dtq.entrypoints.metrics import WorkerMetrics
 from dtq.entrypoints.worker.artifacts import TaskArtifacts
@@ -317,10 +317,11 @@ class Session:
 
     async def _fail(self, held: Held, exc: BaseException, duration: float) -> None:
         """Record a handler failure (retried by policy unless permanent) and log it, its text
-        (:func:`_error_text`) made storable (``domain.payload.storable_text``) for both."""
+        (:func:`_error_text`) made storable (``domain.payload.storable_text``, at most
+        ``MAX_ERROR_CHARS``) for both."""
         kind = held.claim.task.kind
         permanent = isinstance(exc, PermanentError)
-        error = storable_text(_error_text(exc))
+        error = storable_text(_error_text(exc), max_chars=MAX_ERROR_CHARS)
         result = await self._report_failure(held, error, permanent=permanent)
         if result is not None and result.outcome is ReportOutcome.RECORDED:
             self._metrics.tasks_failed.labels(kind=kind).inc()
