@@ -486,6 +486,21 @@ def test_the_control_rule_refuses_every_control_character_and_nothing_else() -> 
 
 @pytest.mark.parametrize(
     "name",
+    # a line or paragraph separator, a right-to-left override and an isolate inside a name
+    ["a\u2028b", "a\u2029b", "abc\u202edcba", "a\u2067b\u2069"],
+)
+async def test_job_name_refuses_line_separators_and_bidirectional_overrides(
+    api: Api, name: str
+) -> None:
+    body = {"name": name, "tasks": [task("a")]}
+
+    error = error_of(await api.client.post("/v1/jobs", json=body), 400)
+
+    assert (error["code"], error["field"]) == ("validation_error", "name")
+
+
+@pytest.mark.parametrize(
+    "name",
     [
         " ",
         "   ",

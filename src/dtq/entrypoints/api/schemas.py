@@ -11,7 +11,8 @@ Identifier rules (kept strict on purpose; documented in the OpenAPI schema):
   are safe in logs, metric labels, URLs and Redis keys.
 * ``priority``: 1..32 characters of ``a-z 0-9 _ -`` (it names a Redis list, spec §5).
 * job ``name``: up to 200 characters, no control characters (Unicode category Cc: C0, DEL and
-  C1; ``\\u0000`` cannot be stored, ``\\u009b`` is a terminal's CSI), not
+  C1; ``\\u0000`` cannot be stored, ``\\u009b`` is a terminal's CSI), line separators or
+  bidirectional overrides (``JOB_NAME_FORBIDDEN``), not
   blank: empty (the default) is a job without a name, whitespace alone is refused, and so are
   invisible format characters (Unicode category Cf: ``\\u200b``, ``\\u2060``, ``\\ufeff``...),
   alone or among whitespace.
@@ -48,7 +49,12 @@ FORMAT_CHARACTERS = (
     "\U000110bd\U000110cd\U00013430-\U00013438\U0001bca0-\U0001bca3\U0001d173-\U0001d17a"
     "\U000e0001\U000e0020-\U000e007f"
 )
-JOB_NAME_PATTERN = rf"^(?![\s{FORMAT_CHARACTERS}]+$)[^\x00-\x1f\x7f-\x9f]*(?!\n)$"
+#: What a job name may not hold anywhere: the control characters (category Cc), the line and
+#: paragraph separators (U+2028, U+2029) and the bidirectional embeddings, overrides and
+#: isolates (U+202A-U+202E, U+2066-U+2069), which reorder or break the line a terminal or a page
+#: shows the name on.
+JOB_NAME_FORBIDDEN = r"\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+JOB_NAME_PATTERN = rf"^(?![\s{FORMAT_CHARACTERS}]+$)[^{JOB_NAME_FORBIDDEN}]*(?!\n)$"
 #: Worker ids of the HTTP worker protocol (``worker_protocol.WORKER_ID_PATTERN``).
 WORKER_ID_PATTERN = r"^[\x21-\x7e]{1,200}(?!\n)$"
 #: Printable ASCII only: what an HTTP header can carry without encoding games.
@@ -64,8 +70,8 @@ PATTERN_HINTS: dict[str, str] = {
     NAME_PATTERN: "letters, digits, '.', '_', ':' or '-' only",
     PRIORITY_PATTERN: "1 to 32 characters of a-z, 0-9, '_' or '-'",
     JOB_NAME_PATTERN: (
-        "no control characters, and not blank: not only whitespace or invisible characters"
-        " (leave it empty for no name)"
+        "no control characters, line separators or bidirectional overrides, and not blank:"
+        " not only whitespace or invisible characters (leave it empty for no name)"
     ),
     WORKER_ID_PATTERN: "1 to 200 printable ASCII characters, no spaces",
     IDEMPOTENCY_KEY_PATTERN: "printable ASCII characters only (0x20-0x7E)",
