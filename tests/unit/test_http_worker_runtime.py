@@ -12,6 +12,7 @@ from uuid import UUID
 
 import httpx
 import pytest
+from structlog.testing import capture_logs
 
 from dtq.application.commands import JobView, SubmitJob, TaskSpec
 from dtq.entrypoints.config import Settings
@@ -287,3 +288,41 @@ async def test_a_cancel_stops_the_handler_over_http_and_nothing_is_reported(api:
     view = await api.services.api.queries.get_task(task_id)
     assert view.task.status == "cancelled"
     assert [run.status for run in view.runs] == ["cancelled"]
+
+
+async def test_a_success_held_through_a_database_outage_longer_than_the_lease_is_recorded(
+    api: Api,
+) -> None:
+    # Given a handler that finishes once the database is down (lease 3 s, renewed every 0.2 s)
+    runtime = Runtime(Options(poll_timeout=0.2, shutdown_grace=1.0, lease_renew_every=0.2))
+    started, finish = asyncio.Event(), asyncio.Event()
+    calls: list[int] = []
+
+    @runtime.handler("work")
+    async def work(task: Task) -> str:
+        calls.append(task.attempt)
+        started.set()
+        await finish.wait()
+        return "done"
+
+    submitted = await api.services.api.submit.submit_job(
+        SubmitJob(tasks=(TaskSpec(name="w", kind="work"),))
+    )
+    [task_id] = submitted.task_ids.values()
+
+    with capture_logs() as logs:
+        async with working(api, runtime):
+            await asyncio.wait_for(started.wait(), timeout=10)
+            api.store.available = False
+            finish.set()
+            # When the outage outlasts LEASE_DURATION and the report's five tries (~5.5 s)
+            await asyncio.sleep(WORKER.lease_duration + 3.5)
+            api.store.available = True
+            view = await wait_job(api, submitted.job_id)
+
+    # Then the heartbeats kept the lease, and the success is recorded after the outage
+    assert not [e["event"] for e in logs if e["event"].startswith("lease lost")]
+    assert view.job.status == "completed"
+    task = await api.services.api.queries.get_task(task_id)
+    assert (task.task.result, task.task.attempt, calls) == ("done", 1, [1])
+    assert [run.status for run in task.runs] == ["succeeded"]

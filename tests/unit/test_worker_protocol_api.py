@@ -13,6 +13,9 @@ from uuid import UUID, uuid4
 import pytest
 
 from dtq.application.commands import SubmitJob, TaskSpec
+from dtq.application.ports import LeaseState
+from dtq.application.registry import WorkerRegistryService
+from dtq.application.remote import RemoteWorkerService, RunNotOwned
 from dtq.domain.errors import InvalidPayload
 from dtq.entrypoints.worker.http import claim_from_wire
 from tests.unit.api_harness import Api, http_scope, running_api
@@ -685,3 +688,80 @@ async def test_a_claim_with_x_worker_id_twice_is_400_and_claims_nothing(
     assert (error["code"], error["field"]) == ("validation_error", "X-Worker-Id")
     assert error["message"] == "X-Worker-Id given more than once"
     assert (await task(api, task_id))["status"] == "queued"
+
+
+async def test_a_heartbeat_renews_a_claimed_lease_while_the_database_is_down(api: Api) -> None:
+    # Given a run claimed over HTTP, then the database down
+    task_id = await submit(api)
+    [claimed] = (await claim(api)).json()["tasks"]
+    run = f"/v1/worker/runs/{claimed['run_id']}"
+    before = api.queue.get_lease(UUID(task_id))
+    api.store.available = False
+    api.clock.advance(5.0)
+
+    # When its worker, and another worker id, send heartbeats
+    beat = await api.client.post(f"{run}/heartbeat", json={}, headers=W1)
+    foreign = await api.client.post(f"{run}/heartbeat", json={}, headers={"X-Worker-Id": "w2"})
+    unknown = await api.client.post(f"/v1/worker/runs/{uuid4()}/heartbeat", json={}, headers=W1)
+
+    # Then the lease is extended from Redis alone; the other worker is refused, and a run this
+    # process never handed out stays a 503 (nothing to check ownership against)
+    after = api.queue.get_lease(UUID(task_id))
+    assert beat.status_code == 200, beat.text
+    assert beat.json()["cancel"] is False
+    assert before is not None and after is not None and after.deadline_ms > before.deadline_ms
+    assert (foreign.status_code, foreign.json()["error"]["code"]) == (409, "run_not_owned")
+    assert unknown.status_code == 503
+    assert api.queue.get_lease(UUID(task_id)) == after
+
+
+async def test_a_heartbeat_while_the_database_is_down_still_loses_a_taken_over_lease(
+    api: Api,
+) -> None:
+    # Given a run handed back (its lease deleted) and the task claimed again by w2
+    task_id = await submit(api)
+    [first] = (await claim(api)).json()["tasks"]
+    held = await api.services.api.remote.load(UUID(first["run_id"]), "w1")
+    await api.services.worker.execution.hand_back(held, "test: run taken away")
+    [second] = (await claim(api, worker_id="w2")).json()["tasks"]
+    api.store.available = False
+    api.clock.advance(5.0)
+
+    # When the first run's worker sends a heartbeat
+    late = await api.client.post(
+        f"/v1/worker/runs/{first['run_id']}/heartbeat", json={}, headers=W1
+    )
+
+    # Then the lease of the new run is left alone: the old run's lease is lost
+    assert (late.status_code, late.json()["error"]["code"]) == (409, "lease_lost")
+    lease = api.queue.get_lease(UUID(task_id))
+    assert lease is not None and str(lease.run_id) == second["run_id"]
+
+
+async def test_a_heartbeat_learns_a_run_so_it_renews_it_during_a_later_outage(api: Api) -> None:
+    # Given a run claimed through another API process, renewed once through this one while the
+    # database is up (this one never handed it out)
+    task_id = await submit(api)
+    [claimed] = (await claim(api)).json()["tasks"]
+    run_id = UUID(claimed["run_id"])
+    other = RemoteWorkerService(
+        execution=api.services.worker.execution,
+        store=api.store,
+        queue=api.queue,
+        registry=WorkerRegistryService(store=api.store),
+        clock=api.clock,
+    )
+    await other.heartbeat(run_id, "w1")
+    api.store.available = False
+    api.clock.advance(5.0)
+
+    # When the worker's next heartbeats reach it during the outage
+    renewal = await other.heartbeat(run_id, "w1")
+    with pytest.raises(RunNotOwned):
+        await other.heartbeat(run_id, "w2")
+
+    # Then the lease is extended
+    lease = api.queue.get_lease(UUID(task_id))
+    assert renewal.state is LeaseState.EXTENDED
+    assert lease is not None and lease.run_id == run_id
+    assert lease.deadline_ms == int(renewal.lease_expires_at.timestamp() * 1000)

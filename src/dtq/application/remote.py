@@ -47,6 +47,11 @@ SUCCESS_BATCH = 128
 #: (each then costs one more write on its next claim).
 SEEN_MAX = 4096
 
+#: Runs this process remembers (handed out by its claims, or renewed through it while the
+#: database answered) so that their heartbeats renew the lease while the database is down;
+#: past that the least recently remembered is forgotten.
+RUNS_MAX = 65_536
+
 
 class RunNotFound(NotFound):
     """No run has this id."""
@@ -125,6 +130,9 @@ class RemoteWorkerService:
         # worker id -> (when this process last wrote its row, the kinds and priorities the
         # row lists then; None for kinds: the row lists none, so any claim widens it)
         self._seen: dict[str, tuple[datetime, frozenset[str] | None, frozenset[str]]] = {}
+        # run id -> (the run, its task's job id and kind): what a heartbeat needs to renew the
+        # lease without the database (insertion order: least recently remembered first)
+        self._runs: dict[UUID, tuple[TaskRun, UUID, str]] = {}
         self._execution = execution
         self._successes = _SuccessBatches(execution)
         self._store = store
@@ -202,6 +210,8 @@ class RemoteWorkerService:
             if claims and gone is not None and gone.is_set():
                 await self._hand_back(claims)
                 return []
+            for claim in claims:
+                self._remember(claim.run, claim.task)
             if claims or remaining <= 0:
                 return claims
 
@@ -264,6 +274,7 @@ class RemoteWorkerService:
 
     async def _hand_back(self, claims: Sequence[Claim]) -> None:
         for claim in claims:
+            self._runs.pop(claim.run.id, None)
             with contextlib.suppress(BackendUnavailable):  # its lease lapses: reclaimed
                 await self._execution.hand_back(claim, UNDELIVERED_REASON)
 
@@ -333,6 +344,15 @@ class RemoteWorkerService:
         """Extend the run's lease (``ExecutionService.heartbeat``) and, when ``progress`` is
         given (not None), store it fenced on the run (``ExecutionService.record_progress``).
 
+        The run is read from the database first (cancelled? still the task's live run?). While
+        the database is down, a run this process remembers (handed out by its claims, or
+        renewed through it since; at most ``RUNS_MAX``, forgotten once reported) is renewed
+        from Redis alone, as a native worker's heartbeat is: the ownership check is against
+        the remembered worker id, and the lease's compare on the run id is the fence
+        (LOST when another run holds it). A run it does not remember, a lease that is missing
+        (the store decides), or ``progress`` (it cannot be stored) still raise
+        ``BackendUnavailable`` then.
+
         Raises:
             InvalidPayload: ``progress`` cannot be stored (field below ``progress``).
             RunNotFound, RunNotOwned: as :meth:`load`.
@@ -341,18 +361,73 @@ class RemoteWorkerService:
         """
         if progress is not None:
             check_progress(progress)
-        claim = await self.load(run_id, worker_id)
-        now = self._now()
-        if claim.run.status is RunStatus.CANCELLED:  # the task was cancelled while it ran
-            return Renewal(now + timedelta(seconds=self.lease_duration), LeaseState.CANCELLED)
-        if claim.task.status is not TaskStatus.RUNNING or claim.task.current_run_id != run_id:
-            raise LeaseLost(f"run {run_id} is no longer the task's live run")
+        try:
+            claim = await self.load(run_id, worker_id)
+        except BackendUnavailable:
+            remembered = self._remembered(run_id, worker_id)
+            if remembered is None:
+                raise
+            claim = remembered
+        else:
+            if claim.run.status is RunStatus.CANCELLED:  # the task was cancelled while it ran
+                self._runs.pop(run_id, None)
+                return Renewal(self._deadline(), LeaseState.CANCELLED)
+            if claim.task.status is not TaskStatus.RUNNING or claim.task.current_run_id != run_id:
+                self._runs.pop(run_id, None)
+                raise LeaseLost(f"run {run_id} is no longer the task's live run")
+            self._remember(claim.run, claim.task)
+        expires = self._deadline()
         state = await self._execution.heartbeat(claim)
+        if state is not LeaseState.EXTENDED:
+            self._runs.pop(run_id, None)
         if state is LeaseState.LOST:
             raise LeaseLost(f"run {run_id} is no longer the task's live run")
         if progress is not None and state is LeaseState.EXTENDED:
             await self._execution.record_progress([(claim, progress)])
-        return Renewal(now + timedelta(seconds=self.lease_duration), state)
+        return Renewal(expires, state)
+
+    def _deadline(self) -> datetime:
+        """A renewal's ``lease_expires_at``: now plus ``LEASE_DURATION``."""
+        return self._now() + timedelta(seconds=self.lease_duration)
+
+    def _remember(self, run: TaskRun, task: Task) -> None:
+        """Note what a heartbeat of ``run`` needs without the database (most recent last)."""
+        if self._runs.pop(run.id, None) is None and len(self._runs) >= RUNS_MAX:
+            del self._runs[next(iter(self._runs))]
+        self._runs[run.id] = (run, task.job_id, task.kind)
+
+    def _forget(self, run_ids: Collection[UUID]) -> None:
+        for run_id in run_ids:
+            self._runs.pop(run_id, None)
+
+    def _remembered(self, run_id: UUID, worker_id: str) -> Claim | None:
+        """The claim of a remembered run (a heartbeat while the database is down), rebuilt
+        with what a lease renewal reads; None when this process does not remember the run.
+
+        Raises:
+            RunNotOwned: the run was handed to another worker id.
+        """
+        known = self._runs.get(run_id)
+        if known is None:
+            return None
+        run, job_id, kind = known
+        if run.worker_id != worker_id:
+            raise RunNotOwned(f"run {run_id} belongs to another worker id")
+        task = Task(
+            id=run.task_id,
+            job_id=job_id,
+            name="",
+            kind=kind,
+            payload=None,
+            status=TaskStatus.RUNNING,
+            scheduled_at=run.started_at,
+            created_at=run.started_at,
+            updated_at=run.started_at,
+            attempt=run.attempt_number,
+            started_at=run.started_at,
+            current_run_id=run.id,
+        )
+        return Claim(task=task, run=run, worker_id=run.worker_id)
 
     async def succeed(
         self, run_id: UUID, worker_id: str, result: Any, *, progress: Any = None
@@ -380,6 +455,7 @@ class RemoteWorkerService:
         final = _checked_progress(progress)
         claim = await self.load(run_id, worker_id)
         outcome = await self._successes.record(claim, result, final)
+        self._runs.pop(run_id, None)
         if outcome is ReportOutcome.STALE:
             raise StaleReport(f"run {run_id} is no longer the task's live run")
         return outcome
@@ -442,6 +518,7 @@ class RemoteWorkerService:
             )
             for (i, _, _, _), outcome in zip(wanted, outcomes, strict=True):
                 answers[i] = StaleReport.code if outcome is ReportOutcome.STALE else str(outcome)
+        self._forget(run_ids)  # each report has its answer: no heartbeat of it follows
         return answers
 
     async def fail(
@@ -464,6 +541,7 @@ class RemoteWorkerService:
         outcome = await self._execution.fail(
             claim, error, permanent=permanent, progress=_final(claim, final)
         )
+        self._runs.pop(run_id, None)
         if outcome.outcome is ReportOutcome.STALE:
             raise StaleReport(f"run {run_id} is no longer the task's live run")
         return outcome
@@ -486,6 +564,7 @@ class RemoteWorkerService:
         final = _checked_progress(progress)
         claim = await self.load(run_id, worker_id)
         outcome = await self._execution.hand_back(claim, reason, progress=_final(claim, final))
+        self._runs.pop(run_id, None)
         if outcome is ReportOutcome.STALE:
             raise StaleReport(f"run {run_id} is no longer the task's live run")
         return outcome
