@@ -89,6 +89,7 @@ async def test_a_heartbeat_keeps_the_lease_through_a_database_outage(
     assert after > before
     assert (foreign.status_code, foreign.json()["error"]["code"]) == (409, "run_not_owned")
     assert during.status_code == 503
-    assert done is not None and done.json()["outcome"] == "recorded", done.text
+    assert done is not None
+    assert done.json()["outcome"] == "recorded", done.text
     view = await services.api.queries.get_task(UUID(task["task_id"]))
     assert (view.task.status, view.task.result) == ("completed", 1)
