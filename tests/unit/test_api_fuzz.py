@@ -14,12 +14,13 @@ orchestrator::
 from __future__ import annotations
 
 import asyncio
+import atexit
 import dataclasses
+import shutil
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-from uuid import uuid4
 
 import pytest
 
@@ -75,6 +76,11 @@ class RefusingSender:
         return None
 
 
+#: Where the fuzzed uploads go: a directory of this process's own, removed when it exits.
+_ARTIFACTS = Path(tempfile.mkdtemp(prefix="dtq-fuzz-artifacts-"))
+atexit.register(shutil.rmtree, _ARTIFACTS, ignore_errors=True)
+
+
 def memory_services() -> tuple[ApiServices, str]:
     """The API's services on fresh memory adapters, and the secret of a token with every scope
     (created on a loop of its own: the memory store's lock is not bound to a loop until
@@ -92,9 +98,7 @@ def memory_services() -> tuple[ApiServices, str]:
         health=HealthService(store=store, queue=queue),
         control=control,
         bulk=BulkService(store=store, control=control, clock=clock),
-        artifacts=ArtifactService(
-            store=FsArtifactStore(Path(tempfile.gettempdir()) / "dtq-fuzz-artifacts" / uuid4().hex)
-        ),
+        artifacts=ArtifactService(store=FsArtifactStore(_ARTIFACTS)),
         explain=ExplainService(
             store=store,
             inspector=queue.inspector(),
