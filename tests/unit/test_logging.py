@@ -97,6 +97,21 @@ def test_console_format_is_not_json() -> None:
     assert not text.lstrip().startswith("{")
 
 
+def test_console_lines_show_a_nul_as_its_escape() -> None:
+    """A handler's error may hold NUL: a raw one makes grep treat the log as binary."""
+    out = io.StringIO()
+    configure_logging("console", "info", stream=out)
+
+    try:
+        raise RuntimeError("nul \x00 here")
+    except RuntimeError as exc:
+        structlog.get_logger("dtq.test").warning("task failed", error=str(exc), exc_info=exc)
+
+    text = out.getvalue()
+    assert "\x00" not in text
+    assert "nul \\x00 here" in text
+
+
 def test_auto_means_json_unless_the_stream_is_a_terminal() -> None:
     assert use_json("auto", io.StringIO()) is True
     assert use_json("auto", FakeTTY()) is False

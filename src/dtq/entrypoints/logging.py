@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import TextIO
+from typing import Any, TextIO
 
 import structlog
 from structlog.typing import Processor
@@ -87,7 +87,7 @@ def configure_logging(fmt: str, level: str, *, stream: TextIO | None = None) -> 
         renderer = structlog.dev.ConsoleRenderer(
             colors=_is_tty(out), exception_formatter=structlog.dev.plain_traceback
         )
-        final = [renderer]
+        final = [renderer, _escape_nul]
 
     structlog.configure(
         processors=[
@@ -127,3 +127,9 @@ def configure_logging(fmt: str, level: str, *, stream: TextIO | None = None) -> 
 def _is_tty(stream: TextIO) -> bool:
     isatty = getattr(stream, "isatty", None)
     return bool(callable(isatty) and isatty())
+
+
+def _escape_nul(logger: Any, method: str, rendered: Any) -> Any:
+    """The console line with each NUL written ``\\x00`` (a handler's error may hold one; a raw
+    NUL makes ``grep`` take the log for binary). JSON lines escape it themselves."""
+    return rendered.replace("\x00", "\\x00") if isinstance(rendered, str) else rendered
