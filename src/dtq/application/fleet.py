@@ -16,7 +16,7 @@ deployment's queue (``Worker.redis_key_prefix``) serves nothing here: it pops ot
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -70,10 +70,16 @@ def on_queue(workers: Sequence[Worker], queue_prefix: str | None) -> list[Worker
     return [w for w in workers if w.redis_key_prefix in (None, queue_prefix)]
 
 
-def _advertised(worker: Worker, key: str, default: list[str] | None) -> frozenset[str] | None:
-    """The worker's ``metadata[key]`` as a set; None means "everything" (absent without a
-    default, or not a list of strings)."""
-    value = worker.metadata.get(key, default)
+#: What a row without ``priorities`` polls.
+PRIORITIES = [DEFAULT_PRIORITY]
+
+
+def advertised(
+    metadata: Mapping[str, Any], key: str, default: list[str] | None = None
+) -> frozenset[str] | None:
+    """A registry row's ``metadata[key]`` (``kinds``, ``priorities``) as a set; None means
+    "everything" (absent without a default, or not a list of strings)."""
+    value = metadata.get(key, default)
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         return None
     return frozenset(value)
@@ -94,7 +100,7 @@ class Fleet:
         self.alive_within = alive_within
         # per worker: (kinds, priorities) it serves; None for "every one"
         self._served = [
-            (_advertised(w, "kinds", None), _advertised(w, "priorities", [DEFAULT_PRIORITY]))
+            (advertised(w.metadata, "kinds"), advertised(w.metadata, "priorities", PRIORITIES))
             for w in self.workers
         ]
 

@@ -6,6 +6,7 @@ from collections.abc import Collection, Sequence
 from datetime import timedelta
 from typing import Any
 
+from dtq.application.fleet import advertised
 from dtq.application.ports import Store, Transaction
 from dtq.domain.entities import Worker
 
@@ -78,8 +79,8 @@ class WorkerRegistryService:
             row = await tx.workers.get(worker_id)
             live = row is not None and row.last_heartbeat_at >= now - timedelta(seconds=live_within)
             metadata = dict(row.metadata) if row is not None and live else {}
-            metadata["kinds"] = _widened(metadata.get("kinds"), sorted(kinds))
-            metadata["priorities"] = _widened(metadata.get("priorities"), priorities)
+            metadata["kinds"] = _widened(metadata, "kinds", sorted(kinds))
+            metadata["priorities"] = _widened(metadata, "priorities", priorities)
             await tx.workers.upsert(
                 Worker(
                     id=worker_id,
@@ -108,10 +109,9 @@ class WorkerRegistryService:
         return await self._store.run(delete)
 
 
-def _widened(listed: Any, more: Sequence[str]) -> list[str]:
-    """``listed`` (when a list of strings) followed by the values of ``more`` it lacks."""
-    names = (
-        list(listed) if isinstance(listed, list) and all(isinstance(v, str) for v in listed) else []
-    )
+def _widened(metadata: dict[str, Any], key: str, more: Sequence[str]) -> list[str]:
+    """``metadata[key]`` (when :func:`~dtq.application.fleet.advertised` reads it as a list)
+    followed by the values of ``more`` it lacks."""
+    names = list(metadata[key]) if advertised(metadata, key) is not None else []
     names.extend(v for v in more if v not in names)
     return names

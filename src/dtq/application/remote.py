@@ -21,9 +21,10 @@ from uuid import UUID
 
 from dtq.application.commands import Claim, ReportOutcome
 from dtq.application.execution import ExecutionService, FailOutcome
+from dtq.application.fleet import PRIORITIES, advertised
 from dtq.application.ports import Clock, LeaseState, Queue, Store, Transaction
 from dtq.application.registry import WorkerRegistryService
-from dtq.domain.entities import DEFAULT_PRIORITY, Task, TaskRun
+from dtq.domain.entities import Task, TaskRun
 from dtq.domain.errors import (
     BackendUnavailable,
     Conflict,
@@ -300,8 +301,8 @@ class RemoteWorkerService:
         await self._registry.heartbeat(worker_id, hostname, metadata)
         self._seen[worker_id] = (
             self._now(),
-            _names(metadata.get("kinds")),
-            _names(metadata.get("priorities", [DEFAULT_PRIORITY])) or frozenset(),
+            advertised(metadata, "kinds"),
+            advertised(metadata, "priorities", PRIORITIES) or frozenset(),
         )
 
     async def unregister(self, worker_id: str) -> None:
@@ -604,13 +605,6 @@ class _SuccessBatches:
             for (*_, future), outcome in zip(batch, outcomes, strict=True):
                 if not future.done():
                     future.set_result(outcome)
-
-
-def _names(value: Any) -> frozenset[str] | None:
-    """A registry row's list of names as a set; None when it is not a list of strings."""
-    if isinstance(value, list) and all(isinstance(v, str) for v in value):
-        return frozenset(value)
-    return None
 
 
 def _checked_progress(value: Any) -> Any:

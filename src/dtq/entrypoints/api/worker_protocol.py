@@ -27,6 +27,7 @@ from dtq.application.commands import Claim
 from dtq.application.remote import RemoteWorkerService
 from dtq.domain.entities import DEFAULT_PRIORITY
 from dtq.domain.errors import InvalidPayload, ValidationError
+from dtq.domain.payload import MAX_ERROR_CHARS
 from dtq.entrypoints.api import guards, responses
 from dtq.entrypoints.api.schemas import (
     NO_CONTROL_PATTERN,
@@ -42,8 +43,6 @@ from dtq.entrypoints.api.timing import format_duration, parse_delay
 MAX_CLAIM_WAIT = timedelta(seconds=30)
 #: ``wait`` of a claim that gives none.
 DEFAULT_CLAIM_WAIT = "20s"
-#: Longest failure ``error`` text, in characters.
-MAX_ERROR_CHARS = 10_000
 
 
 WorkerId = Annotated[

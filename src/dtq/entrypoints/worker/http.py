@@ -29,7 +29,7 @@ from dtq.application.execution import FailOutcome
 from dtq.application.ports import LeaseState
 from dtq.domain.entities import Task, TaskRun
 from dtq.domain.errors import BackendUnavailable, DtqError
-from dtq.domain.payload import storable_text
+from dtq.domain.payload import MAX_ERROR_CHARS, storable_text
 from dtq.domain.status import RunStatus, TaskStatus
 from dtq.entrypoints.config import parse_duration
 from dtq.entrypoints.worker.artifacts import chunks
@@ -41,8 +41,6 @@ MAX_WAIT = 30.0
 REQUEST_MARGIN = 10.0
 
 
-#: Longest failure text the orchestrator accepts (its ``MAX_ERROR_CHARS``).
-MAX_ERROR_CHARS = 10_000
 #: Most successes in one ``POST /v1/worker/results``.
 RESULTS_BATCH = 128
 #: Heartbeat requests in flight together during one renewal tick.
