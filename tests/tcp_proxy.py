@@ -5,16 +5,56 @@ packets: connections open, nothing comes back), then let traffic through again o
 from __future__ import annotations
 
 import asyncio
+import random
 import socket
 import threading
+from pathlib import Path
 from typing import Any
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    """A TCP port on 127.0.0.1 that nothing listens on right now, for a server that binds it
+    later: one of :func:`listen_ports`, out of the way of outgoing connections."""
+    return listen_ports(1)[0]
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default first ephemeral port
+
+
+def _bindable(port: int) -> bool:
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def listen_ports(count: int, *, offset: int = 0) -> list[int]:
+    """``count`` distinct TCP ports on 127.0.0.1 for a server that binds them a while later.
+
+    They lie below the kernel's ephemeral range, so no outgoing connection (of the server
+    itself while it starts, or of another test) is handed one in the meantime, as can happen
+    to a :func:`free_port`. Nothing listens on any of them now; with ``offset``, nothing on
+    ``port + offset`` either, which lies below the range too (Redis Cluster's bus port).
+
+    Raises:
+        RuntimeError: fewer than ``count`` such ports are free.
+    """
+    last = _ephemeral_low() - 1 - offset
+    candidates = list(range(10_000, last + 1))
+    random.shuffle(candidates)
+    ports: list[int] = []
+    for port in candidates:
+        if _bindable(port) and (not offset or _bindable(port + offset)):
+            ports.append(port)
+            if len(ports) == count:
+                return ports
+    raise RuntimeError(f"fewer than {count} free ports below {last + offset + 1}")
 
 
 class CuttableProxy:

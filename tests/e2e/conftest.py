@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ import pytest
 import redis
 
 from dtq.adapters.redis import tagged_prefix
+from tests.tcp_proxy import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 ADMIN_DSN = os.environ.get("DTQ_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -41,9 +41,7 @@ def _unavailable(what: str, exc: Exception) -> None:
 
 
 def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return free_port()
 
 
 @pytest.fixture

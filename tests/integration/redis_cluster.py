@@ -10,7 +10,6 @@ second). Keys are cleaned per slot (``delete_slot_keys``), never by SCAN, which 
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -21,6 +20,7 @@ import redis
 from redis.asyncio import RedisCluster
 
 from dtq.adapters.redis import tagged_prefix
+from tests.tcp_proxy import listen_ports
 
 MASTERS = 3
 _BUS_OFFSET = 10_000  # Redis Cluster's node-to-node bus listens on port + 10000
@@ -58,25 +58,10 @@ class LocalCluster:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def _free_ports(count: int) -> list[int]:
-    """``count`` ports whose cluster-bus port (+10000) is free too."""
-    ports: list[int] = []
-    while len(ports) < count:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
-        if port + _BUS_OFFSET <= 65535 and port not in ports and _port_free(port + _BUS_OFFSET):
-            ports.append(port)
-    return ports
+    """``count`` ports whose cluster-bus port (+10000) is free too, neither in the ephemeral
+    range (an outgoing connection may take such a port before the server binds it)."""
+    return listen_ports(count, offset=_BUS_OFFSET)
 
 
 def _wait(ready: object, what: str, deadline: float) -> None:

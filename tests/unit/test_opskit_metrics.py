@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
@@ -25,17 +24,12 @@ from dtq.entrypoints.cli.orchestrator import serve
 from dtq.entrypoints.config import Settings
 from dtq.entrypoints.worker.runtime import demo_runtime
 from dtq.worker import Options, PermanentError, Runtime, Task
+from tests.tcp_proxy import free_port
 from tests.unit.api_harness import running_api
 from tests.unit.promtool import check_metrics
 from tests.unit.runtime_harness import SETTINGS, build_harness
 
 pytestmark = pytest.mark.timeout(30)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def created_lines(text: str) -> list[str]:

@@ -26,6 +26,7 @@ from dtq.domain.errors import BackendUnavailable
 from dtq.domain.status import RunStatus, TaskStatus
 from dtq.entrypoints.bundles import WorkerServices
 from dtq.worker import Options, Runtime, Task
+from tests.tcp_proxy import free_port
 from tests.unit.runtime_harness import POLICY, SETTINGS, Harness, build_harness
 
 pytestmark = pytest.mark.timeout(20)
@@ -300,9 +301,7 @@ async def test_worker_registers_itself_with_its_kinds_priorities_and_concurrency
 
 
 async def test_metrics_are_served_when_an_address_is_configured() -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     h = build_harness()
     runtime = Runtime(FAST)
     runtime.register("echo", lambda task: None)
