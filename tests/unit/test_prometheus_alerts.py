@@ -73,6 +73,28 @@ def test_the_prometheus_config_loads_the_alerting_rules() -> None:
     assert f"Checking {ALERTS}\n  SUCCESS: {len(rules())} rules found" in said(checked)
 
 
+def test_the_commented_authorization_block_for_metrics_auth_is_valid_once_uncommented(
+    tmp_path: Path,
+) -> None:
+    text = PROMETHEUS_CONFIG.read_text()
+    block = ("    # authorization:", "    #   type: Bearer", "    #   credentials_file: ")
+    assert all(line in text for line in block), "prometheus.yml lost its METRICS_AUTH example"
+    for line in block:
+        text = text.replace(line, line.replace("# ", "", 1))
+    token = tmp_path / "dtq-read.token"
+    token.write_text("dtq_example\n")
+    text = text.replace("/etc/prometheus/dtq-read.token", str(token))
+    (tmp_path / "prometheus.yml").write_text(text)
+    (tmp_path / ALERTS.name).write_text(ALERTS.read_text())
+
+    checked = check_config(tmp_path / "prometheus.yml")
+    config = yaml.safe_load(text)
+
+    assert checked.returncode == 0, said(checked)
+    orchestrator = next(j for j in config["scrape_configs"] if j["job_name"] == "dtq-orchestrator")
+    assert orchestrator["authorization"] == {"type": "Bearer", "credentials_file": str(token)}
+
+
 def test_every_alert_fires_and_stays_silent_as_its_unit_tests_say(tmp_path: Path) -> None:
     loaded = with_summaries_only(yaml.safe_load(ALERTS.read_text()))
     (tmp_path / ALERTS.name).write_text(yaml.safe_dump(loaded, sort_keys=False))
