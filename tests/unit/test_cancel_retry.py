@@ -287,6 +287,31 @@ async def test_retry_of_a_cancelled_task_requeues_it(app: App) -> None:
     assert await status_of(app, ids["a"]) is TaskStatus.QUEUED
 
 
+async def test_retry_of_a_never_started_task_in_a_job_whose_other_task_completed_is_running(
+    app: App,
+) -> None:
+    """The job's status after a retry is re-derived as ever: ``running`` once some task of it
+    started, here a completed one (a newcomer saw ``pending`` after cancel and retry of b)."""
+    result = await app.submit_tasks(TaskSpec("a", "echo"), TaskSpec("b", "echo", depends_on=("a",)))
+    ids = result.task_ids
+    assert await complete_one(app.execution, await pop_claim(app)) is ReportOutcome.RECORDED
+    await control(app).cancel_task(ids["b"])
+    assert await job_status(app, result.job_id) is JobStatus.CANCELLED
+
+    assert await control(app).retry_task(ids["b"]) == (TaskStatus.QUEUED, 0)
+
+    assert await job_status(app, result.job_id) is JobStatus.RUNNING
+
+
+async def test_retry_in_a_cancelled_job_where_nothing_started_leaves_it_pending(app: App) -> None:
+    result = await app.submit_tasks(TaskSpec("a", "echo"), TaskSpec("b", "echo"))
+    await control(app).cancel_job(result.job_id)
+
+    assert await control(app).retry_task(result.task_ids["b"]) == (TaskStatus.QUEUED, 0)
+
+    assert await job_status(app, result.job_id) is JobStatus.PENDING
+
+
 async def test_a_late_report_of_the_old_run_after_a_retry_is_stale(app: App) -> None:
     await app.submit_tasks(TaskSpec("a", "echo", max_attempts=1))
     old = await pop_claim(app)

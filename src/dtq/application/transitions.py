@@ -159,13 +159,21 @@ async def reopen_job(tx: Transaction, job_id: UUID, *, at: datetime, started: bo
     (issue 14 item 4): it leaves ``failed`` or ``cancelled`` unless another task of it is still
     ``failed`` (one index probe); the row is written only when the status changes.
 
+    Whether the job is ``running`` or ``pending`` again follows from ``started``, its status
+    (``running``, ``failed`` and ``completed`` jobs had started), or for a ``cancelled`` one a
+    task of it that completed (one more index probe).
+
     Args:
-        started: some task of the job has started before (the job was past ``pending``).
+        started: some retried task of the job had started before.
     """
     job = await tx.jobs.get(job_id)
     if job is None:
         return
-    started = started or job.status in (JobStatus.RUNNING, JobStatus.FAILED)
+    started = (
+        started
+        or job.status in (JobStatus.RUNNING, JobStatus.FAILED, JobStatus.COMPLETED)
+        or await tx.tasks.job_has_status(job_id, (TaskStatus.COMPLETED, TaskStatus.RUNNING))
+    )
     status = derive_job_status(
         any_failed=await tx.tasks.job_has_status(job_id, (TaskStatus.FAILED,)),
         any_unfinished=True,
