@@ -153,6 +153,47 @@ async def test_a_handler_timeout_is_a_failure_retried_by_policy(api: Api) -> Non
     assert (job.job.status, calls) == ("completed", [1, 2])
 
 
+async def test_progress_none_before_a_failure_gives_the_retry_a_clean_start(api: Api) -> None:
+    """The README's "report None before it raises", over HTTP as natively (the retry got the
+    earlier 7 as its checkpoint: a null progress was taken for none)."""
+    runtime = Runtime(Options(poll_timeout=0.2, shutdown_grace=1.0, lease_renew_every=0.05))
+    checkpoints: list[Any] = []
+    renewed = asyncio.Event()
+
+    @runtime.handler("reset")
+    async def reset(task: Task) -> Any:
+        checkpoints.append(task.checkpoint)
+        if task.attempt == 1:
+            task.progress(7)
+            async with asyncio.timeout(5):  # until a lease renewal stored the 7
+                while (await api.services.api.queries.get_task(task.id)).task.progress != 7:
+                    await asyncio.sleep(0.02)
+            renewed.set()
+            task.progress(None)
+            raise ValueError("start over")
+        return task.checkpoint
+
+    submitted = await api.services.api.submit.submit_job(
+        SubmitJob(tasks=(TaskSpec(name="r", kind="reset", max_attempts=2),))
+    )
+    [task_id] = submitted.task_ids.values()
+    async with working(api, runtime):
+        async with asyncio.timeout(10):
+            while (await api.services.api.queries.get_task(task_id)).task.last_error is None:
+                await asyncio.sleep(0.02)
+        api.clock.advance(60)  # past RETRY_BACKOFF: the retry is due
+        promoter = asyncio.create_task(promote_forever(api))
+        try:
+            job = await wait_job(api, submitted.job_id)
+        finally:
+            promoter.cancel()
+
+    [task] = job.tasks
+    assert renewed.is_set()
+    assert (job.job.status, checkpoints) == ("completed", [None, None])
+    assert (task.progress, task.result) == (None, None)
+
+
 async def test_the_worker_registers_its_kinds_over_http(api: Api) -> None:
     async with working(api, runtime_with_handlers()):
         async with asyncio.timeout(5):

@@ -513,6 +513,46 @@ async def test_a_failure_writes_its_progress_as_the_retry_checkpoint(api: Api) -
     assert (stored["status"], stored["progress"]) == ("queued", {"done": 5})
 
 
+async def test_a_null_progress_clears_the_checkpoint_and_an_absent_one_keeps_it(api: Api) -> None:
+    """``"progress": null`` is the handler's ``task.progress(None)`` (a clean start for the
+    retry), as in a native worker; leaving the field out reports nothing."""
+    await submit(api, max_attempts=3, retry={"delay": "0s"})
+    [first] = (await claim(api)).json()["tasks"]
+    run = f"/v1/worker/runs/{first['run_id']}"
+    await api.client.post(f"{run}/heartbeat", json={"progress": 5}, headers=W1)
+    await api.client.post(f"{run}/heartbeat", json={}, headers=W1)
+    kept = (await task(api, first["task_id"]))["progress"]
+    await api.client.post(f"{run}/heartbeat", json={"progress": None}, headers=W1)
+    cleared = (await task(api, first["task_id"]))["progress"]
+    await api.client.post(f"{run}/heartbeat", json={"progress": 6}, headers=W1)
+    failed = await api.client.post(
+        f"{run}/failure", json={"error": "x", "progress": None}, headers=W1
+    )
+    retried = await task(api, first["task_id"])
+
+    assert (kept, cleared) == (5, None)
+    assert failed.status_code == 200, failed.text
+    # the failure's null cleared the heartbeat's 6: the retry's checkpoint is None
+    assert (retried["status"], retried["progress"]) == ("queued", None)
+
+
+async def test_a_null_progress_with_a_result_clears_it(api: Api) -> None:
+    first, second = await submit(api), await submit(api)
+    claimed = {t["task_id"]: t["run_id"] for t in (await claim(api, max=2)).json()["tasks"]}
+    for task_id in (first, second):
+        url = f"/v1/worker/runs/{claimed[task_id]}/heartbeat"
+        await api.client.post(url, json={"progress": 9}, headers=W1)
+
+    await api.client.post(
+        f"/v1/worker/runs/{claimed[first]}/result", json={"progress": None}, headers=W1
+    )
+    reports = [{"run_id": claimed[second], "result": 1, "progress": None}]
+    await api.client.post("/v1/worker/results", json={"reports": reports}, headers=W1)
+
+    assert (await task(api, first))["progress"] is None
+    assert (await task(api, second))["progress"] is None
+
+
 async def test_batched_results_answer_per_report_in_one_request(api: Api) -> None:
     first, second = await submit(api), await submit(api)
     claimed = (await claim(api, max=2)).json()["tasks"]

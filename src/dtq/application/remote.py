@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import json
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Final
 from uuid import UUID
 
 from dtq.application.commands import Claim, ReportOutcome
@@ -52,6 +53,17 @@ SEEN_MAX = 4096
 #: database answered) so that their heartbeats renew the lease while the database is down;
 #: past that the least recently remembered is forgotten.
 RUNS_MAX = 65_536
+
+
+class Unreported(enum.Enum):
+    """The ``progress`` of a report or heartbeat that carries none. ``None`` is a value: the
+    handler reported ``None`` (a clean start for the next attempt), which is stored."""
+
+    PROGRESS = "no progress reported"
+
+
+#: ``progress`` argument of a report or heartbeat without one (see :class:`Unreported`).
+NO_PROGRESS: Final = Unreported.PROGRESS
 
 
 class RunNotFound(NotFound):
@@ -341,9 +353,10 @@ class RemoteWorkerService:
             raise RunNotOwned(f"run {run_id} belongs to another worker id")
         return Claim(task=task, run=run, worker_id=run.worker_id)
 
-    async def heartbeat(self, run_id: UUID, worker_id: str, progress: Any = None) -> Renewal:
+    async def heartbeat(self, run_id: UUID, worker_id: str, progress: Any = NO_PROGRESS) -> Renewal:
         """Extend the run's lease (``ExecutionService.heartbeat``) and, when ``progress`` is
-        given (not None), store it fenced on the run (``ExecutionService.record_progress``).
+        given (not ``NO_PROGRESS``; None clears it), store it fenced on the run
+        (``ExecutionService.record_progress``).
 
         The run is read from the database first (cancelled? still the task's live run?). While
         the database is down, a run this process remembers (handed out by its claims, or
@@ -360,7 +373,7 @@ class RemoteWorkerService:
             LeaseLost: the run is no longer live (finished, reclaimed, taken over).
             BackendUnavailable: the database or Redis failed.
         """
-        if progress is not None:
+        if progress is not NO_PROGRESS:
             check_progress(progress)
         try:
             claim = await self.load(run_id, worker_id)
@@ -383,7 +396,7 @@ class RemoteWorkerService:
             self._runs.pop(run_id, None)
         if state is LeaseState.LOST:
             raise LeaseLost(f"run {run_id} is no longer the task's live run")
-        if progress is not None and state is LeaseState.EXTENDED:
+        if progress is not NO_PROGRESS and state is LeaseState.EXTENDED:
             await self._execution.record_progress([(claim, progress)])
         return Renewal(expires, state)
 
@@ -431,10 +444,10 @@ class RemoteWorkerService:
         return Claim(task=task, run=run, worker_id=run.worker_id)
 
     async def succeed(
-        self, run_id: UUID, worker_id: str, result: Any, *, progress: Any = None
+        self, run_id: UUID, worker_id: str, result: Any, *, progress: Any = NO_PROGRESS
     ) -> ReportOutcome:
         """Record the run's success with ``result`` (``ExecutionService.complete_many``);
-        ``progress`` (not None) is the run's last progress, written with it.
+        ``progress`` (unless ``NO_PROGRESS``) is the run's last progress, written with it.
 
         Successes reported while a commit is in flight are recorded together by the next one
         (at most ``SUCCESS_BATCH``), as the native runtime batches its own: one transaction
@@ -464,7 +477,8 @@ class RemoteWorkerService:
     async def succeed_many(
         self, worker_id: str, reports: Sequence[tuple[UUID, Any, Any]]
     ) -> list[str]:
-        """Record several successes ``(run_id, result, progress)`` of one worker: one read of
+        """Record several successes ``(run_id, result, progress)`` of one worker (``progress``
+        ``NO_PROGRESS`` when the report has none): one read of
         their runs and tasks, one ``ExecutionService.complete_many`` (at most
         ``SUCCESS_BATCH``; the caller bounds it).
 
@@ -481,7 +495,7 @@ class RemoteWorkerService:
         limit = self._execution.policy.max_result_bytes
         for i, (_, result, progress) in enumerate(reports):
             for value, what in ((result, "result"), (progress, "progress")):
-                if value is None:
+                if value is None or value is NO_PROGRESS:
                     continue
                 try:
                     if what == "result":
@@ -515,7 +529,7 @@ class RemoteWorkerService:
             outcomes = await self._execution.complete_many(
                 [claim for _, claim, _, _ in wanted],
                 [result for _, _, result, _ in wanted],
-                progress={c.task.id: p for _, c, _, p in wanted if p is not None} or None,
+                progress={c.task.id: p for _, c, _, p in wanted if p is not NO_PROGRESS} or None,
             )
             for (i, _, _, _), outcome in zip(wanted, outcomes, strict=True):
                 answers[i] = StaleReport.code if outcome is ReportOutcome.STALE else str(outcome)
@@ -523,10 +537,17 @@ class RemoteWorkerService:
         return answers
 
     async def fail(
-        self, run_id: UUID, worker_id: str, error: str, *, permanent: bool, progress: Any = None
+        self,
+        run_id: UUID,
+        worker_id: str,
+        error: str,
+        *,
+        permanent: bool,
+        progress: Any = NO_PROGRESS,
     ) -> FailOutcome:
         """Record the run's failure (``ExecutionService.fail``: retried by policy unless
-        ``permanent``); ``progress`` (not None) is written with it: the retry's checkpoint.
+        ``permanent``); ``progress`` (unless ``NO_PROGRESS``) is written with it: the retry's
+        checkpoint.
 
         Returns:
             The outcome (RECORDED, or DUPLICATE for a replay) and the retry's due time.
@@ -548,10 +569,11 @@ class RemoteWorkerService:
         return outcome
 
     async def release(
-        self, run_id: UUID, worker_id: str, reason: str, *, progress: Any = None
+        self, run_id: UUID, worker_id: str, reason: str, *, progress: Any = NO_PROGRESS
     ) -> ReportOutcome:
         """Give the run's task back at once (``ExecutionService.hand_back``: a worker shutting
-        down; no retry and no crash budget charged); ``progress`` (not None) is written with it.
+        down; no retry and no crash budget charged); ``progress`` (unless ``NO_PROGRESS``) is
+        written with it.
 
         Returns:
             RECORDED.
@@ -592,7 +614,7 @@ class _SuccessBatches:
             batch = self._waiting[:SUCCESS_BATCH]
             del self._waiting[:SUCCESS_BATCH]
             claims = [claim for claim, _, _, _ in batch]
-            progress = {c.task.id: p for c, _, p, _ in batch if p is not None}
+            progress = {c.task.id: p for c, _, p, _ in batch if p is not NO_PROGRESS}
             try:
                 outcomes = await self._execution.complete_many(
                     claims, [result for _, result, _, _ in batch], progress=progress or None
@@ -608,11 +630,11 @@ class _SuccessBatches:
 
 
 def _checked_progress(value: Any) -> Any:
-    if value is not None:
+    if value is not NO_PROGRESS:
         check_progress(value)
     return value
 
 
 def _final(claim: Claim, progress: Any) -> dict[UUID, Any] | None:
     """The ``progress`` argument of a report that ends the claim's run."""
-    return None if progress is None else {claim.task.id: progress}
+    return None if progress is NO_PROGRESS else {claim.task.id: progress}

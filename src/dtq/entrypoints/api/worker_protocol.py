@@ -24,7 +24,7 @@ from litestar.di import NamedDependency
 from litestar.params import HeaderParameter, JSONBody, PathParameter
 
 from dtq.application.commands import Claim
-from dtq.application.remote import RemoteWorkerService
+from dtq.application.remote import NO_PROGRESS, RemoteWorkerService
 from dtq.domain.entities import DEFAULT_PRIORITY
 from dtq.domain.errors import InvalidPayload, ValidationError
 from dtq.domain.payload import MAX_ERROR_CHARS
@@ -94,16 +94,24 @@ class HeartbeatRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
     """``POST /v1/worker/runs/{run_id}/heartbeat``; ``{}`` or with the handler's progress."""
 
     progress: Annotated[
-        Any,
+        Any | msgspec.UnsetType,
         msgspec.Meta(
-            description="The latest progress (any JSON value, at most 64 KiB); null: none"
+            description=(
+                "The latest progress (any JSON value, at most 64 KiB); null is a value (the"
+                " checkpoint is cleared); leave the field out to report none"
+            )
         ),
-    ] = None
+    ] = msgspec.UNSET
 
 
 FinalProgress = Annotated[
-    Any,
-    msgspec.Meta(description="The run's last progress, written with the report; null: none"),
+    Any | msgspec.UnsetType,
+    msgspec.Meta(
+        description=(
+            "The run's last progress, written with the report; null is a value (the checkpoint"
+            " is cleared); leave the field out to report none"
+        )
+    ),
 ]
 
 
@@ -114,7 +122,7 @@ class ResultRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
         Any,
         msgspec.Meta(description="Any JSON value, at most API_MAX_RESULT_BYTES; null: none"),
     ] = None
-    progress: FinalProgress = None
+    progress: FinalProgress = msgspec.UNSET
 
 
 class BatchedResult(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -122,7 +130,7 @@ class BatchedResult(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
     run_id: UUID
     result: Annotated[Any, msgspec.Meta(description="As for …/result")] = None
-    progress: FinalProgress = None
+    progress: FinalProgress = msgspec.UNSET
 
 
 class ResultsRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -150,7 +158,7 @@ class FailureRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
         ),
     ]
     permanent: bool = False
-    progress: FinalProgress = None
+    progress: FinalProgress = msgspec.UNSET
 
 
 class ReleaseRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -159,7 +167,7 @@ class ReleaseRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     reason: Annotated[
         str, msgspec.Meta(min_length=1, max_length=MAX_ERROR_CHARS, pattern=NO_NUL_PATTERN)
     ] = "worker shutting down"
-    progress: FinalProgress = None
+    progress: FinalProgress = msgspec.UNSET
 
 
 class RegistryRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -249,6 +257,12 @@ class ReportBody(msgspec.Struct, kw_only=True):
 
     outcome: Literal["recorded", "duplicate"]
     retry_at: datetime | None = None
+
+
+def reported(progress: Any) -> Any:
+    """A request's ``progress`` for ``RemoteWorkerService``: ``NO_PROGRESS`` when the field
+    was left out, else its value (``None`` included: it clears the checkpoint)."""
+    return NO_PROGRESS if progress is msgspec.UNSET else progress
 
 
 def parse_run_id(value: str) -> UUID:
@@ -390,7 +404,7 @@ class WorkerProtocolController(Controller):
     ) -> HeartbeatBody:
         """200 with the new lease deadline; 409 ``lease_lost`` once the run is not live."""
         renewal = await remote.heartbeat(
-            parse_run_id(run_id), require_worker(x_worker_id), data.progress
+            parse_run_id(run_id), require_worker(x_worker_id), reported(data.progress)
         )
         return HeartbeatBody(lease_expires_at=renewal.lease_expires_at, cancel=renewal.cancel)
 
@@ -410,7 +424,10 @@ class WorkerProtocolController(Controller):
     ) -> ReportBody:
         """200 ``recorded`` (or ``duplicate`` for a replay); 409 ``stale_run``."""
         outcome = await remote.succeed(
-            parse_run_id(run_id), require_worker(x_worker_id), data.result, progress=data.progress
+            parse_run_id(run_id),
+            require_worker(x_worker_id),
+            data.result,
+            progress=reported(data.progress),
         )
         return ReportBody(outcome="recorded" if outcome == "recorded" else "duplicate")
 
@@ -432,7 +449,7 @@ class WorkerProtocolController(Controller):
         worker_id = require_worker(x_worker_id)
         try:
             answers = await remote.succeed_many(
-                worker_id, [(r.run_id, r.result, r.progress) for r in data.reports]
+                worker_id, [(r.run_id, r.result, reported(r.progress)) for r in data.reports]
             )
         except InvalidPayload as exc:
             raise InvalidPayload(exc.detail, field=f"reports{exc.field}") from None
@@ -459,7 +476,7 @@ class WorkerProtocolController(Controller):
             require_worker(x_worker_id),
             data.error,
             permanent=data.permanent,
-            progress=data.progress,
+            progress=reported(data.progress),
         )
         return ReportBody(
             outcome="recorded" if failed.outcome == "recorded" else "duplicate",
@@ -483,7 +500,10 @@ class WorkerProtocolController(Controller):
         """200 ``recorded``: the task is queued again at once, no retry charged; 409
         ``stale_run`` when the run is no longer live."""
         await remote.release(
-            parse_run_id(run_id), require_worker(x_worker_id), data.reason, progress=data.progress
+            parse_run_id(run_id),
+            require_worker(x_worker_id),
+            data.reason,
+            progress=reported(data.progress),
         )
         return ReportBody(outcome="recorded")
 
