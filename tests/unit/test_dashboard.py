@@ -485,7 +485,9 @@ def test_the_ready_depths_cover_default_and_every_advertised_priority() -> None:
 async def test_the_webhooks_page_shows_each_delivery_state_never_a_secret(api: Api) -> None:
     hooks = api.services.api.webhooks
     healthy = await hooks.create(url="https://a.example/h", events=["job.failed"], secret="s" * 20)
-    failing = await hooks.create(url="https://b.example/h", events=["task.failed"], secret="t" * 20)
+    failing = await hooks.create(
+        url="https://ci:pw@b.example/h", events=["task.failed"], secret="t" * 20
+    )
     at = datetime.now(UTC)
     broken = replace(
         failing,
@@ -503,5 +505,6 @@ async def test_the_webhooks_page_shows_each_delivery_state_never_a_secret(api: A
     rows = dict(re.findall(r'<tr data-webhook="([^"]+)">(.*?)</tr>', page.text, re.S))
     assert "waiting" in rows[str(healthy.id)] and "https://a.example/h" in rows[str(healthy.id)]
     assert "failing · 3 in a row" in rows[str(failing.id)]
+    assert "https://ci:***@b.example/h" in rows[str(failing.id)] and "pw@" not in page.text
     assert "HTTP 503" in rows[str(failing.id)]
     assert "s" * 20 not in page.text and "t" * 20 not in page.text

@@ -23,6 +23,7 @@ from dtq.domain.webhooks import (
     check_events,
     check_secret,
     check_url,
+    shown_url,
     signature,
     verify,
 )
@@ -119,10 +120,13 @@ def test_backoff_doubles_from_the_first_delay_up_to_the_cap_within_its_jitter_ba
         (check_url, "example.com/hook", "url"),
         (check_url, "http://example.com:99999/", "url"),
         (check_url, "http://exa mple.com/", "url"),
+        (check_url, "http://x/\u0000", "url"),
+        (check_url, "http://x/\u009b", "url"),
         (check_events, ["job.done"], "events"),
         (check_events, [], "events"),
         (check_secret, "x" * 15, "secret"),
         (check_secret, "x" * 257, "secret"),
+        (check_secret, "s" * 16 + "\u0000", "secret"),
     ],
 )
 def test_bad_webhooks_are_refused_naming_the_field(check, value, field_name) -> None:
@@ -130,6 +134,27 @@ def test_bad_webhooks_are_refused_naming_the_field(check, value, field_name) -> 
         check(value)
 
     assert caught.value.field == field_name
+
+
+def test_a_refusal_says_why() -> None:
+    long = "http://example.com/" + "a" * 2100
+    with pytest.raises(InvalidWebhook) as too_long:
+        check_url(long)
+    with pytest.raises(InvalidWebhook) as control:
+        check_url("http://x/\u0000")
+
+    assert str(too_long.value) == f"the url has {len(long)} characters; at most 2048"
+    assert "control character" in str(control.value)
+    assert check_url("http://example.com/" + "a" * 2029)  # 2048 in all
+
+
+def test_reads_show_a_password_in_the_url_as_stars() -> None:
+    assert shown_url("https://ci:s3cret@hooks.example.com:8443/dtq?x=1") == (
+        "https://ci:***@hooks.example.com:8443/dtq?x=1"
+    )
+    assert shown_url("https://ci@hooks.example.com/") == "https://ci@hooks.example.com/"
+    assert shown_url("https://a:b:c@h/") == "https://a:***@h/"  # the password holds a colon
+    assert shown_url("http://h/p?u=a:b@c") == "http://h/p?u=a:b@c"  # not a password
 
 
 def test_good_values_pass_and_event_types_are_deduplicated() -> None:
@@ -305,6 +330,25 @@ async def test_the_routes_create_list_read_the_log_and_delete_never_showing_the_
     assert gone.status_code == 204 and again.status_code == 404
     assert missing_log.status_code == 404 and bad_id.status_code == 400
     assert bad_id.json()["error"]["field"] == "id"
+
+
+async def test_the_routes_never_show_a_password_in_the_url_and_deliver_with_it(app: App) -> None:
+    url = "https://ci:s3cret@example.com/h"
+    async with running_api() as api:
+        created = await api.client.post(
+            "/v1/webhooks", json={"url": url, "events": ["job.failed"], "secret": SECRET}
+        )
+        listed = (await api.client.get("/v1/webhooks")).json()
+    receiver = Receiver()
+    hooks = service(app, receiver)
+    hook = await hooks.create(url=url, events=["job.completed"], secret=SECRET)
+    await run_job(app)
+    await drain(hooks, hook.id)
+
+    assert created.json()["url"] == "https://ci:***@example.com/h"
+    assert listed["webhooks"][0]["url"] == "https://ci:***@example.com/h"
+    assert "s3cret" not in created.text + json.dumps(listed)
+    assert [sent for sent, _, _ in receiver.requests] == [url]
 
 
 @pytest.mark.parametrize(

@@ -49,15 +49,22 @@ class InvalidWebhook(ValidationError):
 
 
 def check_url(url: str) -> str:
-    """``url`` if it is an absolute ``http``/``https`` url with a host (at most 2048 characters).
+    """``url`` if it is an absolute ``http``/``https`` url with a host, at most ``URL_MAX``
+    characters, without whitespace or control characters.
 
     Raises:
-        InvalidWebhook: otherwise (field ``url``).
+        InvalidWebhook: otherwise (field ``url``), saying which.
     """
+    if len(url) > URL_MAX:
+        raise InvalidWebhook(f"the url has {len(url)} characters; at most {URL_MAX}", field="url")
+    if any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in url):
+        raise InvalidWebhook(
+            f"{url[:100]!r} holds a control character; percent-encode it", field="url"
+        )
     try:
         parts = urlsplit(url)
         _ = parts.port  # raises ValueError when malformed
-        ok = parts.scheme in ("http", "https") and bool(parts.hostname) and len(url) <= URL_MAX
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname)
     except ValueError:
         ok = False
     if not ok or any(c.isspace() for c in url):
@@ -65,6 +72,17 @@ def check_url(url: str) -> str:
             f"{url[:100]!r} is not an http:// or https:// url with a host", field="url"
         )
     return url
+
+
+def shown_url(url: str) -> str:
+    """``url`` as reads show it: a password in it (``https://user:password@host/``) reads
+    ``***``, as the secret is never shown again; deliveries use the url as given."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user, _, host = parts.netloc.rpartition("@")
+    name = user.partition(":")[0]
+    return parts._replace(netloc=f"{name}:***@{host}").geturl()
 
 
 def check_events(types: Sequence[str]) -> tuple[str, ...]:
@@ -85,7 +103,7 @@ def check_events(types: Sequence[str]) -> tuple[str, ...]:
 
 
 def check_secret(secret: str) -> str:
-    """``secret`` if it has 16..256 characters.
+    """``secret`` if it has 16..256 characters, none of them a control character.
 
     Raises:
         InvalidWebhook: otherwise (field ``secret``).
@@ -95,6 +113,8 @@ def check_secret(secret: str) -> str:
             f"the secret must have {SECRET_MIN}..{SECRET_MAX} characters, not {len(secret)}",
             field="secret",
         )
+    if any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in secret):
+        raise InvalidWebhook("the secret must not hold a control character", field="secret")
     return secret
 
 

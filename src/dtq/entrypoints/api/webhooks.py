@@ -14,7 +14,7 @@ from litestar.params import JSONBody
 from dtq.application.events import format_event_id
 from dtq.application.ports import EventCursor
 from dtq.application.webhooks import WebhookService
-from dtq.domain.webhooks import Webhook
+from dtq.domain.webhooks import Webhook, shown_url
 from dtq.entrypoints.api import guards, responses
 from dtq.entrypoints.api.params import ResourceId, parse_id
 from dtq.entrypoints.api.schemas import DeliveryLogBody, WebhookBody, WebhookList, WebhookRequest
@@ -31,9 +31,12 @@ __all__ = [
 
 
 def webhook_body(hook: Webhook) -> WebhookBody:
-    """The wire form of a webhook, without its secret."""
+    """The wire form of a webhook, without its secret (or a password in its url)."""
     return WebhookBody(
-        id=str(hook.id), url=hook.url, events=list(hook.events), created_at=hook.created_at
+        id=str(hook.id),
+        url=shown_url(hook.url),
+        events=list(hook.events),
+        created_at=hook.created_at,
     )
 
 

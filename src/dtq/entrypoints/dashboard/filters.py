@@ -1,4 +1,4 @@
-"""Jinja filters of the dashboard's templates: times, durations, JSON values."""
+"""Jinja filters of the dashboard's templates: times, durations, JSON values, webhook urls."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from datetime import datetime
 from typing import Any
 
 from jinja2 import Environment
+
+from dtq.domain.webhooks import shown_url
 
 #: Characters of a JSON value shown before it is cut (payloads and results can be large).
 JSON_CHARS = 20_000
@@ -37,4 +39,4 @@ def short(value: object) -> str:
 
 def install_filters(env: Environment) -> None:
     """Register the filters on the dashboard's Jinja environment."""
-    env.filters.update(when=when, took=took, pretty=pretty, short=short)
+    env.filters.update(when=when, took=took, pretty=pretty, short=short, shown_url=shown_url)
