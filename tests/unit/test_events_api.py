@@ -53,6 +53,9 @@ async def test_a_resumed_stream_starts_after_the_last_event_id_and_sees_later_ev
         await complete(server, job["tasks"]["a"])
         rest = await resumed
         again = await collect(client, {"after": str(seen[0].id)}, count=1)
+        header_wins = await collect(
+            client, {"after": str(seen[0].id)}, count=1, headers={"Last-Event-ID": str(seen[1].id)}
+        )
 
     assert [m.event for m in rest] == [
         "task.pending",
@@ -61,6 +64,7 @@ async def test_a_resumed_stream_starts_after_the_last_event_id_and_sees_later_ev
         "task.completed",
     ]
     assert again[0].id == seen[1].id
+    assert header_wins[0].id == rest[0].id  # after seen[1], not after seen[0]
 
 
 async def complete(server: Server, task_id: str) -> None:
@@ -95,6 +99,9 @@ async def test_a_quiet_stream_sends_keep_alive_comments() -> None:
     assert comments[0] == "dtq events" and "keep-alive" in comments
 
 
+EVENT_ID = "1764595200123456-6f1c0d2e9a4b4c37b1de0f4d2c8a9e11"
+
+
 @pytest.mark.parametrize(
     ("params", "headers", "field"),
     [
@@ -107,13 +114,14 @@ async def test_a_quiet_stream_sends_keep_alive_comments() -> None:
         ({"kinds": ""}, {}, "kinds"),
         ({"kinds": " , "}, {}, "kinds"),
         ([("job_id", str(uuid4())), ("job_id", str(uuid4()))], {}, "job_id"),
+        ({}, [("Last-Event-ID", EVENT_ID), ("Last-Event-ID", EVENT_ID)], "Last-Event-ID"),
     ],
 )
 async def test_bad_parameters_are_400_naming_the_field(
-    params: Any, headers: dict[str, str], field: str
+    params: Any, headers: Any, field: str
 ) -> None:
     async with serving(FAST) as server, httpx.AsyncClient(base_url=server.url) as client:
-        response = await client.get("/v1/events", params=params, headers=headers)
+        response = await client.get("/v1/events", params=params, headers=headers, timeout=5)
     assert response.status_code == 400
     assert response.json()["error"]["field"] == field
 

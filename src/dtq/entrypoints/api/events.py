@@ -108,9 +108,13 @@ class EventController(Controller):
         ] = None,
     ) -> ServerSentEvent:
         """Every transition after the given position, in order, for as long as the client
-        stays connected. 400 for a malformed ``job_id``, ``kinds`` (an empty one included) or
-        event id, an unknown parameter or one given twice; 404 for an unknown job."""
+        stays connected. ``Last-Event-ID`` wins over ``after`` (an ``EventSource`` reconnecting
+        sends the header to the url it was opened with). 400 for a malformed ``job_id``,
+        ``kinds`` (an empty one included) or event id, an unknown parameter or one given twice,
+        a ``Last-Event-ID`` given twice; 404 for an unknown job."""
         filters.check_names((k for k, _ in request.query_params.multi_items()), EVENT_PARAMS)
+        if len(request.headers.getall("last-event-id", ())) > 1:
+            raise ValidationError("Last-Event-ID given more than once", field="Last-Event-ID")
         cursor: EventCursor | None = None
         if last_event_id:
             cursor = parse_event_id(last_event_id, field="Last-Event-ID")
