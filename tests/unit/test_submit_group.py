@@ -238,3 +238,29 @@ async def test_a_group_whose_push_fails_is_created_and_the_lane_goes_on(
 
     assert all(r.created for r in [*first, *later])
     assert await stored_jobs(store) == 11
+
+
+class BrokenQueue(InMemoryQueue):
+    """A queue whose push fails with an error that is not BackendUnavailable (as a Redis
+    client built from a URL with an option its connections refuse raises TypeError)."""
+
+    async def enqueue_many(
+        self, items: Sequence[tuple[UUID, str]], *, carried: Sequence[CarriedTask] = ()
+    ) -> int:
+        raise TypeError("AbstractConnection.__init__() got an unexpected keyword argument 'foo'")
+
+
+async def test_an_unexpected_push_error_answers_every_committed_submit_and_the_lane_goes_on(
+    store: CountingStore,
+) -> None:
+    """The jobs are committed: each submit answers (created; the reconciler pushes the tasks
+    later), alone or in a group, instead of waiting forever on a lane that died."""
+    service = SubmitService(store=store, queue=BrokenQueue(FakeClock()))
+
+    async with asyncio.timeout(5):
+        alone = await service.submit_job(one())
+        grouped = await asyncio.gather(*(service.submit_job(one(payload=i)) for i in range(8)))
+        again = await service.submit_job(one())
+
+    assert all(r.created for r in [alone, *grouped, again])
+    assert await stored_jobs(store) == 10

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
+import logging
 from collections import deque
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -25,6 +25,8 @@ from dtq.domain.errors import (
 from dtq.domain.ids import job_task_ids
 from dtq.domain.payload import check_metadata, check_storable
 from dtq.domain.status import JobStatus, TaskStatus
+
+logger = logging.getLogger("dtq.submit")
 
 #: Most submissions one group transaction writes (issue 17 item 3).
 GROUP_MAX_JOBS = 64
@@ -247,18 +249,20 @@ class SubmitService:
         submission gets its own outcome (each pushed before it is answered)."""
         submissions = [s for s, _ in group]
         committed: list[_Submission] = []
-        if len(submissions) == 1:
-            await self._alone(submissions[0], settle=True)
-        else:
-            committed = await self._together(submissions)
-        for submission, future in group:
-            if future.done():  # the caller was cancelled; the job is written all the same
-                continue
-            outcome = submission.result
-            if isinstance(outcome, SubmitResult):
-                future.set_result(outcome)
+        try:
+            if len(submissions) == 1:
+                await self._alone(submissions[0], settle=True)
             else:
-                future.set_exception(outcome or RuntimeError("submission not written"))
+                committed = await self._together(submissions)
+        finally:  # every caller gets an answer, whatever escaped
+            for submission, future in group:
+                if future.done():  # the caller was cancelled; the job is written all the same
+                    continue
+                outcome = submission.result
+                if isinstance(outcome, SubmitResult):
+                    future.set_result(outcome)
+                else:
+                    future.set_exception(outcome or RuntimeError("submission not written"))
         await self._after_commit(committed)
 
     async def _together(self, submissions: list[_Submission]) -> list[_Submission]:
@@ -361,7 +365,8 @@ class SubmitService:
         """Push the committed jobs' due roots (one round trip) and schedule the later ones.
 
         The jobs are committed: if Redis fails now, the reconciler pushes their due tasks
-        once Redis is back; failing the requests would invite clients to submit again. For
+        once Redis is back; failing the requests would invite clients to submit again (an
+        error that is not an outage is logged, and the jobs are committed all the same). For
         the same reason, for a while after a push failed the pushes are not sent at all (the
         breaker raises ``PushSkipped``, suppressed here): a hung Redis would make each wait
         the client's reply timeout; and the push that tries again is cut short by the breaker
@@ -370,13 +375,20 @@ class SubmitService:
             return
         now_items = [r for s in created for r in s.roots() if r[0] not in s.later]
         carried = created[0].carried() if len(created) == 1 else []  # a lone submit's
-        with contextlib.suppress(BackendUnavailable):
+        try:
             async with self._pushes.attempt(len(created)):
                 await self._queue.enqueue_many(now_items, carried=carried)
                 for s in created:
                     for task_id, priority in s.roots():
                         if task_id in s.later:  # due later: the promoter pushes it on time
                             await self._queue.schedule(task_id, priority, s.due[task_id])
+        except BackendUnavailable:
+            pass
+        except Exception:  # not an outage (a bug, a client misconfigured): committed all the same
+            logger.exception(
+                "pushing %d committed job(s) failed; the reconciler pushes their tasks",
+                len(created),
+            )
 
 
 def _created(submission: _Submission) -> bool:
