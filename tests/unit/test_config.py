@@ -427,6 +427,17 @@ def test_stale_running_after_below_the_lease_is_refused() -> None:
         "host:6379/0",
         "http://127.0.0.1:6379",
         "redis://127.0.0.1:99999/0",
+        "[::1",
+        "redis://[::1",
+        "redis+cluster://[::1",
+        "redis://127.0.0.1:6379/0?foo=bar",
+        "unix:///run/redis.sock?foo=bar",
+        "redis://127.0.0.1:6379?socket_timeout=abc",
+        "redis://127.0.0.1:6379/-1",
+        "redis://127.0.0.1:6379/abc",
+        "redis://127.0.0.1:6379/0/1",
+        "redis://127.0.0.1:6379?db=-1",
+        "redis://127.0.0.1:6379?decode_responses=true",
     ],
 )
 def test_unusable_redis_addresses_are_refused_naming_the_variable(value: str) -> None:
@@ -447,10 +458,21 @@ def test_unusable_redis_addresses_are_refused_naming_the_variable(value: str) ->
         "redis://h/0",
         "rediss://u:p@h:6380/1",
         "unix:///run/redis.sock",
+        "unix:///run/redis.sock?db=2",
+        "redis://h:6379/",
+        "redis://h:6379?socket_timeout=5&health_check_interval=10",
+        "redis://h:6379/3?protocol=3",
     ],
 )
 def test_usable_redis_addresses_are_accepted(value: str) -> None:
     assert load_settings({"REDIS_ADDR": value}).redis_addr == value
+
+
+def test_an_unknown_redis_url_option_is_named() -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_settings({"REDIS_ADDR": "redis://127.0.0.1:6379/0?foo=bar"})
+
+    assert "unknown URL option 'foo'" in caught.value.message
 
 
 @pytest.mark.parametrize(

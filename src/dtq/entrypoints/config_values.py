@@ -37,6 +37,10 @@ _MAX_PORT = 65535
 _REDIS_SCHEMES = ("redis", "rediss", "unix")
 _REDIS_CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 _CLUSTER_FORM = "redis+cluster://host:port[,host:port...]"
+_REDIS_DB_PATH = re.compile(r"(/[0-9]*)?")
+_UNEXPECTED_KEYWORD = re.compile(r"unexpected keyword argument '([^']+)'")
+# options the Redis adapter sets itself, which a URL's would override (redis-py: the URL wins)
+_FIXED_OPTIONS = frozenset({"decode_responses", "encoding", "encoding_errors"})
 
 
 class ConfigError(Exception):
@@ -128,10 +132,20 @@ def redis_address(value: str, *, variable: str = "REDIS_ADDR") -> str:
     Raises:
         ConfigError: spaces, no host, no port (``host:port`` form and every cluster seed), a port
             outside 1..65535, a URL scheme other than the five above, several hosts without
-            the cluster scheme, or a path or query on a cluster seed list.
+            the cluster scheme, a path or query on a cluster seed list, a malformed URL
+            (e.g. an unclosed ``[``), a URL path that is not a database number, a query
+            option redis-py's connections do not take or whose value they refuse, or one the
+            Redis adapter sets itself (``decode_responses``, ``encoding``, ``encoding_errors``).
     """
     if any(ch.isspace() for ch in value):
         raise ConfigError(variable, f"must not contain spaces, got {value!r}")
+    try:
+        return _redis_address(value, variable=variable)
+    except ValueError as exc:  # urlsplit's own refusals, e.g. "Invalid IPv6 URL"
+        raise ConfigError(variable, f"{str(exc).rstrip('.')}, got {value!r}") from None
+
+
+def _redis_address(value: str, *, variable: str) -> str:
     scheme, sep, rest = value.partition("://")
     if sep and scheme.lower() in _REDIS_CLUSTER_SCHEMES:
         _cluster_seeds(value, rest, variable=variable)
@@ -143,6 +157,8 @@ def redis_address(value: str, *, variable: str = "REDIS_ADDR") -> str:
         raise ConfigError(
             variable, f"several hosts are a Redis Cluster seed list: {_CLUSTER_FORM}, got {value!r}"
         )
+    if sep:
+        _redis_url_options(value, variable=variable)
     if sep and scheme.lower() == "unix":
         return value
     parts = urlsplit(value if sep else f"redis://{value}")
@@ -158,6 +174,34 @@ def redis_address(value: str, *, variable: str = "REDIS_ADDR") -> str:
     if not parts.hostname or (port is None and not sep):
         raise ConfigError(variable, f"{expected}, got {value!r}")
     return value
+
+
+def _redis_url_options(value: str, *, variable: str) -> None:
+    """Check a redis, rediss or unix URL as redis-py reads it: a database ``/<n>`` (n >= 0,
+    or ``?db=n`` on a unix socket), and only query options its connections take, with values
+    they accept (``socket_timeout=abc`` and ``foo=bar`` fail here, not at the first command)."""
+    from redis.asyncio import ConnectionPool  # only for a URL: the CLI starts faster without
+
+    path = urlsplit(value).path
+    if value.partition("://")[0].lower() != "unix" and not _REDIS_DB_PATH.fullmatch(path):
+        raise ConfigError(
+            variable, f"the URL's path is a database number (/0, /1, ...), got {value!r}"
+        )
+    try:
+        pool = ConnectionPool.from_url(value)
+        pool.make_connection()  # type: ignore[no-untyped-call]  # the object only: no I/O
+    except TypeError as exc:
+        unknown = _UNEXPECTED_KEYWORD.search(str(exc))
+        name = unknown.group(1) if unknown else str(exc)
+        raise ConfigError(variable, f"unknown URL option {name!r}, got {value!r}") from None
+    except ValueError as exc:
+        raise ConfigError(variable, f"{str(exc).rstrip('.')}, got {value!r}") from None
+    fixed = sorted(_FIXED_OPTIONS.intersection(pool.connection_kwargs))
+    if fixed:
+        raise ConfigError(variable, f"dtq sets the URL option {fixed[0]!r} itself, got {value!r}")
+    db = pool.connection_kwargs.get("db", 0)
+    if not isinstance(db, int) or db < 0:
+        raise ConfigError(variable, f"the database number must be 0 or more, got {value!r}")
 
 
 def _cluster_seeds(value: str, rest: str, *, variable: str) -> None:
