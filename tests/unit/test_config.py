@@ -175,7 +175,7 @@ def test_every_variable_is_parsed() -> None:
 )
 def test_go_durations_are_parsed_to_seconds(text: str, seconds: float) -> None:
     assert parse_duration(text, variable="X") == pytest.approx(seconds)
-    assert load_settings({"LEASE_DURATION": text}).lease_duration == pytest.approx(seconds)
+    assert load_settings({"RETRY_BACKOFF": text}).retry_backoff == pytest.approx(seconds)
 
 
 @pytest.mark.parametrize(
@@ -205,6 +205,23 @@ def test_non_go_durations_are_refused_naming_the_variable(text: str) -> None:
 def test_zero_and_negative_durations_are_refused(variable: str, text: str) -> None:
     with pytest.raises(ConfigError, match=f"^{variable}: must be a positive duration"):
         load_settings({variable: text})
+
+
+def test_a_duration_below_a_microsecond_says_so() -> None:
+    """1ns is positive, but below the microsecond every duration is counted in."""
+    with pytest.raises(ConfigError) as caught:
+        load_settings({"RECONCILE_INTERVAL": "1ns"})
+
+    assert caught.value.message == (
+        "must be at least 1us (durations count whole microseconds), got '1ns'"
+    )
+
+
+@pytest.mark.parametrize("text", ["1ms", "999ms", "1us"])
+def test_a_lease_under_a_second_is_refused(text: str) -> None:
+    with pytest.raises(ConfigError, match=r"^LEASE_DURATION: must be at least 1s"):
+        load_settings({"LEASE_DURATION": text})
+    assert load_settings({"LEASE_DURATION": "1s"}).lease_duration == 1.0
 
 
 def test_stale_running_after_defaults_to_twice_the_lease_duration() -> None:

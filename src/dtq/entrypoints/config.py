@@ -14,6 +14,7 @@ An empty value counts as unset (``WORKER_ID=`` in a ``.env`` file means "generat
 from __future__ import annotations
 
 import os
+import re
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -117,6 +118,8 @@ _MIN_HEARTBEAT_INTERVAL = 1.0
 _ARTIFACT_BACKENDS: tuple[ArtifactBackend, ...] = ("fs", "s3")
 _API_AUTHS: tuple[ApiAuth, ...] = ("tokens", "none")
 _BOOLEANS: tuple[str, ...] = ("true", "false")
+# what cannot be a positive duration as written: 0 in any unit, or a negative one
+_NOT_POSITIVE = re.compile(r"\s*(-|[+]?0*(\.0*)?[a-zµ]*\s*$)")
 _BOOLEAN_ALIASES = {
     "1": "true",
     "yes": "true",
@@ -408,7 +411,13 @@ class _Reader:
     ) -> float:
         seconds = self._parsed(name, default, lambda v: parse_duration(v, variable=name))
         if seconds <= 0:
-            raise ConfigError(name, f"must be a positive duration, got {self.raw(name)!r}")
+            raw = self.raw(name)
+            if raw is not None and not _NOT_POSITIVE.match(raw):  # e.g. 1ns: no whole µs
+                raise ConfigError(
+                    name,
+                    f"must be at least 1us (durations count whole microseconds), got {raw!r}",
+                )
+            raise ConfigError(name, f"must be a positive duration, got {raw!r}")
         if minimum is not None and seconds < minimum:
             raise ConfigError(name, f"must be at least {minimum:g}s, got {self.raw(name)!r}")
         if seconds > maximum and self.raw(name) is not None:  # a derived default may exceed it
@@ -448,6 +457,8 @@ class _Reader:
         if key in aliases:
             return aliases[key]
         allowed = "|".join(str(c) for c in choices)
+        if aliases:
+            allowed += f" (or {', '.join(aliases)}; any case)"
         raise ConfigError(name, f"must be one of {allowed}, got {value!r}")
 
 
@@ -474,7 +485,7 @@ def load_settings(environ: Mapping[str, str]) -> Settings:
 
     redis_addr = redis_address(env.text("REDIS_ADDR", "127.0.0.1:6379"))
 
-    lease = env.duration("LEASE_DURATION", 30.0)
+    lease = env.duration("LEASE_DURATION", 30.0, minimum=1.0)
     stale = env.duration("STALE_RUNNING_AFTER", 2 * lease)
     if stale < lease:
         # A run younger than its own lease window is never stale; a shorter threshold would
