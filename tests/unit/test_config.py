@@ -639,3 +639,13 @@ def test_bad_retention_settings_are_refused_naming_the_variable(
 ) -> None:
     with pytest.raises(ConfigError, match=f"^{variable}: {message}"):
         load_settings({variable: value})
+
+
+def test_a_refused_boolean_lists_every_spelling_taken() -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_settings({"METRICS_AUTH": "maybe"})
+
+    assert caught.value.message == (
+        "must be one of true|false (or 1, yes, on, 0, no, off; any case), got 'maybe'"
+    )
+    assert load_settings({"METRICS_AUTH": "YES"}).metrics_auth is True
