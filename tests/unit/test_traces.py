@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import http.server
 import json
+import logging
 import subprocess
 import sys
 import threading
@@ -393,3 +394,21 @@ def test_spans_are_exported_over_otlp_http_to_the_endpoint() -> None:
     assert (path, content_type) == ("/v1/traces", "application/x-protobuf")
     assert bytes.fromhex(TRACE_ID) in body  # the caller's trace id, in the exported span
     assert b"submit" in body
+
+
+@pytest.mark.parametrize(
+    "endpoint", ["garbage", "127.0.0.1:4318", "ftp://collector:4318", "http://"]
+)
+def test_a_malformed_endpoint_is_one_warning_at_start_and_tracing_stays_off(
+    endpoint: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Not an ERROR with a traceback on every export batch ('Invalid URL garbage/v1/traces')."""
+    with caplog.at_level(logging.WARNING, logger="dtq.tracing"):
+        on = tracing.setup({"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint}, service_name="probe")
+
+    assert (on, tracing.enabled()) == (False, False)
+    [record] = caplog.records
+    assert record.getMessage() == (
+        f"OTEL_EXPORTER_OTLP_ENDPOINT={endpoint!r} is not an http:// or https:// URL with a"
+        " host: tracing stays off"
+    )

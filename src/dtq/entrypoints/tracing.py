@@ -32,6 +32,7 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 from uuid import UUID
 
 if TYPE_CHECKING:
@@ -94,11 +95,21 @@ def setup(environ: Mapping[str, str], *, service_name: str) -> bool:
         service_name: ``service.name`` unless ``OTEL_SERVICE_NAME`` says otherwise.
 
     Returns:
-        True when tracing is on. Asked for but the ``otel`` extra is missing: a warning and
-        False (a process never fails to start over tracing).
+        True when tracing is on. Asked for but the ``otel`` extra is missing, or an endpoint
+        that is not an http(s) URL with a host: a warning and False (a process never fails to
+        start over tracing).
     """
     if not wanted(environ):
         return False
+    for name in ENDPOINT_VARS:
+        endpoint = environ.get(name, "").strip()
+        if endpoint and not _http_url(endpoint):
+            _log.warning(
+                "%s=%r is not an http:// or https:// URL with a host: tracing stays off",
+                name,
+                endpoint[:200],
+            )
+            return False
     try:
         from opentelemetry import trace
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -125,6 +136,15 @@ def setup(environ: Mapping[str, str], *, service_name: str) -> bool:
     _state.provider = provider
     install(provider)
     return True
+
+
+def _http_url(value: str) -> bool:
+    try:
+        parts = urlsplit(value)
+        _ = parts.port  # raises ValueError when malformed
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
 
 
 def _global_provider_set(trace: Any) -> bool:
