@@ -282,3 +282,26 @@ async def test_a_database_outage_during_authentication_is_a_503(api: Api) -> Non
     assert response.status_code == 503
     assert response.headers["retry-after"] == "1"
     assert reader not in response.text
+
+
+async def test_an_authorization_header_given_twice_is_a_400_naming_it() -> None:
+    """Two credentials are ambiguous: the first one was taken silently (a read token first
+    gave 403, the submit token first 201). Over real HTTP: the test client would merge them."""
+    import httpx
+
+    from tests.unit.http_server import serving
+
+    async with serving(replace(SETTINGS, api_auth="tokens")) as server:
+        tokens = server.services.api.tokens
+        submit = (await tokens.create("submitter", {Scope.SUBMIT, Scope.READ})).secret
+        reader = (await tokens.create("reader", {Scope.READ})).secret
+        twice = [("Authorization", f"Bearer {submit}"), ("Authorization", f"Bearer {reader}")]
+        async with httpx.AsyncClient(base_url=server.url) as client:
+            posted = await client.post("/v1/tasks", json={"kind": "echo"}, headers=twice)
+            listed = await client.get("/v1/jobs", headers=twice)
+            once = await client.get("/v1/jobs", headers=twice[:1])
+
+    for answer in (posted, listed):
+        assert answer.status_code == 400, answer.text
+        assert answer.json()["error"]["field"] == "Authorization"
+    assert once.status_code == 200

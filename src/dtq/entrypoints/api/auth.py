@@ -34,6 +34,7 @@ from litestar.openapi.spec import Components, SecurityScheme
 from litestar.routes import HTTPRoute
 
 from dtq.application.tokens import Principal, TokenService
+from dtq.domain.errors import ValidationError
 from dtq.domain.tokens import Scope, Unauthenticated
 from dtq.entrypoints.api import responses
 
@@ -101,6 +102,7 @@ def auth_guard(tokens: TokenService, *, metrics_auth: bool) -> Guard:
     body, whichever path serves it.
 
     Raises (from the guard):
+        ValidationError: the ``Authorization`` header is given more than once (HTTP 400).
         Unauthenticated: HTTP 401.
         Forbidden: HTTP 403.
         BackendUnavailable: the database could not be asked (HTTP 503).
@@ -112,8 +114,11 @@ def auth_guard(tokens: TokenService, *, metrics_auth: bool) -> Guard:
         needed = required_scope(method, scope["path_template"], metrics_auth=metrics_auth)
         if needed is None:
             return
+        given = connection.headers.getall("authorization", [])
+        if len(given) > 1:  # two credentials: which one is meant is anyone's guess
+            raise ValidationError("Authorization given more than once", field="Authorization")
         state = scope.setdefault("state", {})
-        await authorize(tokens, state, connection.headers.get("authorization"), needed)
+        await authorize(tokens, state, given[0] if given else None, needed)
 
     return guard
 
