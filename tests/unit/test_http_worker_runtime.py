@@ -14,7 +14,7 @@ import httpx
 import pytest
 from structlog.testing import capture_logs
 
-from dtq.application.commands import JobView, SubmitJob, TaskSpec
+from dtq.application.commands import JobView, SubmitJob, TaskSpec, TaskView
 from dtq.entrypoints.config import Settings
 from dtq.entrypoints.worker.http import open_http_worker_services
 from dtq.worker import Options, PermanentError, Runtime, Task
@@ -122,6 +122,22 @@ async def test_a_permanent_error_fails_the_task_without_retrying(api: Api) -> No
     assert task.last_error == "PermanentError: bad payload"
 
 
+async def through_one_retry(api: Api, task_id: UUID, job_id: UUID) -> tuple[TaskView, JobView]:
+    """Wait for the task's first failure, make its retry due and promote it, then wait for the
+    job to finish: the task as it stood after the failure, and the finished job."""
+    queries = api.services.api.queries
+    async with asyncio.timeout(10):
+        while (await queries.get_task(task_id)).task.last_error is None:
+            await asyncio.sleep(0.02)
+    failed = await queries.get_task(task_id)
+    api.clock.advance(60)  # past RETRY_BACKOFF: the retry is due
+    promoter = asyncio.create_task(promote_forever(api))
+    try:
+        return failed, await wait_job(api, job_id)
+    finally:
+        promoter.cancel()
+
+
 async def test_a_handler_timeout_is_a_failure_retried_by_policy(api: Api) -> None:
     runtime = Runtime(Options(poll_timeout=0.2, shutdown_grace=1.0))
     calls: list[int] = []
@@ -138,16 +154,7 @@ async def test_a_handler_timeout_is_a_failure_retried_by_policy(api: Api) -> Non
     )
     [task_id] = submitted.task_ids.values()
     async with working(api, runtime):
-        async with asyncio.timeout(10):
-            while (await api.services.api.queries.get_task(task_id)).task.last_error is None:
-                await asyncio.sleep(0.02)
-        view = await api.services.api.queries.get_task(task_id)
-        api.clock.advance(60)  # past RETRY_BACKOFF: the retry is due
-        promoter = asyncio.create_task(promote_forever(api))
-        try:
-            job = await wait_job(api, submitted.job_id)
-        finally:
-            promoter.cancel()
+        view, job = await through_one_retry(api, task_id, submitted.job_id)
 
     assert view.runs[0].error == "timed out after 0.1 s"
     assert (job.job.status, calls) == ("completed", [1, 2])
@@ -178,15 +185,7 @@ async def test_progress_none_before_a_failure_gives_the_retry_a_clean_start(api:
     )
     [task_id] = submitted.task_ids.values()
     async with working(api, runtime):
-        async with asyncio.timeout(10):
-            while (await api.services.api.queries.get_task(task_id)).task.last_error is None:
-                await asyncio.sleep(0.02)
-        api.clock.advance(60)  # past RETRY_BACKOFF: the retry is due
-        promoter = asyncio.create_task(promote_forever(api))
-        try:
-            job = await wait_job(api, submitted.job_id)
-        finally:
-            promoter.cancel()
+        _, job = await through_one_retry(api, task_id, submitted.job_id)
 
     [task] = job.tasks
     assert renewed.is_set()
