@@ -19,6 +19,7 @@ from dtq.domain.errors import BackendUnavailable
 from dtq.entrypoints import cli, gctuning
 from dtq.entrypoints import config as dtq_config
 from dtq.entrypoints.cli import common as cli_common
+from dtq.entrypoints.cli import worker as cli_worker
 from dtq.entrypoints.cli.orchestrator import serve
 from dtq.entrypoints.config import Settings
 from dtq.entrypoints.worker.runtime import Runtime, demo_runtime
@@ -169,6 +170,39 @@ def test_a_worker_without_app_is_refused_instead_of_running_the_demo(
     assert status == 2
     line = one_error_line(capsys.readouterr().err)
     assert line.startswith("dtq: --app: required")
+
+
+@pytest.mark.parametrize("app", ["", "   ", "\t"])
+@pytest.mark.parametrize("over_http", [False, True])
+def test_a_worker_with_a_blank_app_is_refused_like_a_missing_one(
+    app: str, over_http: bool, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--app ''`` ran the demo echo runtime on the production backend (load_runtime took the
+    empty text for "not given")."""
+    monkeypatch.setenv("CRDB_DSN", "postgresql://nobody@127.0.0.1:1/none")
+    served: list[Runtime] = []
+
+    async def serve(settings: Settings, runtime: Runtime, *url: str) -> int:
+        served.append(runtime)
+        return 0
+
+    monkeypatch.setattr(cli_worker, "work", serve)
+    monkeypatch.setattr(cli_worker, "work_over_http", serve)
+    orchestrator = ["--orchestrator", "http://127.0.0.1:1"] if over_http else []
+    monkeypatch.setattr(sys, "argv", ["dtq-worker", "--app", app, *orchestrator])
+
+    status = cli.worker_main()
+
+    assert served == []
+    assert status == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert line.startswith("dtq: --app: required")
+
+
+@pytest.mark.parametrize("spec", ["", "  "])
+def test_load_runtime_refuses_a_blank_spec_instead_of_loading_the_demo(spec: str) -> None:
+    with pytest.raises(cli.UsageError, match="expected 'module:attribute'"):
+        cli.load_runtime(spec)
 
 
 # --- --app loading ------------------------------------------------------------------------------

@@ -23,7 +23,8 @@ def load_runtime(spec: str | None) -> Runtime:
 
     Args:
         spec: ``package.module:attribute``; the attribute is a ``Runtime`` or a zero-argument
-            callable returning one. None loads the demo runtime.
+            callable returning one. None loads the demo runtime; an empty spec is malformed,
+            never the demo.
 
     Returns:
         The runtime.
@@ -36,7 +37,7 @@ def load_runtime(spec: str | None) -> Runtime:
     """
     from dtq.entrypoints.worker.runtime import Runtime
 
-    text = spec or DEFAULT_APP
+    text = DEFAULT_APP if spec is None else spec
     module_name, sep, attr_path = text.partition(":")
     if not sep or not module_name or not attr_path:
         raise UsageError("--app", f"expected 'module:attribute', got {text!r}")

@@ -44,15 +44,21 @@ def add_parser(commands: Any, parents: Sequence[argparse.ArgumentParser]) -> Non
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    """Load settings and ``--app``, then work until a signal."""
+    """Load settings and ``--app``, then work until a signal.
+
+    Raises:
+        UsageError: ``--app`` is missing or blank (the demo runtime is never a worker's), or
+            cannot be loaded; ``--orchestrator`` is not an http(s) URL.
+    """
     settings = cli_settings(args, service="dtq-worker")
     if args.concurrency is not None:
         settings = dataclasses.replace(settings, worker_concurrency=args.concurrency)
     orchestrator = _orchestrator_url(args.orchestrator)
     if orchestrator is None:
         settings.require_dsn()
-    if args.app is None:
-        # Checked here, not by argparse, so configuration errors are still reported first.
+    if args.app is None or not args.app.strip():
+        # Checked here, not by argparse, so configuration errors are still reported first. A
+        # blank --app ('' from an unset shell variable) is as missing as no --app at all.
         raise UsageError(
             "--app",
             "required: the Runtime with your handlers, e.g. --app myapp.tasks:runtime (a worker "
