@@ -499,6 +499,36 @@ def test_a_port_in_use_is_one_line_saying_so(capsys: pytest.CaptureFixture[str])
     assert "in use" in last
 
 
+@pytest.mark.parametrize("taken", [True, False])
+def test_a_worker_metrics_address_that_cannot_be_bound_is_one_line_saying_so(
+    taken: bool, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As the orchestrator's own listen address: one line and exit 1 (it was a 48-line
+    traceback ending in ``OSError: [Errno 98] Address already in use``, exit 1)."""
+    from dtq.entrypoints import container
+
+    real_open = container.open_worker_services
+    monkeypatch.setattr(  # the worker's bundle on the memory backend: nothing else to reach
+        container,
+        "open_worker_services",
+        lambda settings, backend: real_open(settings, backend="memory"),
+    )
+    monkeypatch.setenv("CRDB_DSN", "postgresql://nobody@127.0.0.1:1/none")
+    with socket.create_server(("127.0.0.1", 0)) as held:
+        port = held.getsockname()[1]
+        host = "127.0.0.1" if taken else "192.0.2.1"  # TEST-NET-1: no interface has it
+        monkeypatch.setenv("WORKER_METRICS_LISTEN", f"{host}:{port}")
+
+        status = cli.main(["worker", "--app", "tests.e2e.app:runtime"])
+
+    assert status == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert line.startswith(
+        f"dtq: WORKER_METRICS_LISTEN: the metrics server could not start on {host}:{port}: "
+    )
+    assert ("in use" if taken else "assign") in line
+
+
 async def test_the_orchestrator_tunes_its_garbage_collector_once_its_app_is_built(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

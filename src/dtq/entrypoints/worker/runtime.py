@@ -22,7 +22,7 @@ import structlog
 from prometheus_client import CollectorRegistry, start_http_server
 from structlog.typing import FilteringBoundLogger
 
-from dtq.domain.errors import DuplicateKind
+from dtq.domain.errors import BackendUnavailable, DuplicateKind
 from dtq.entrypoints import eventloop, gctuning, tracing
 from dtq.entrypoints.bundles import WorkerServices
 from dtq.entrypoints.config import Settings, listen_address, load_settings
@@ -152,7 +152,8 @@ class Runtime:
         Raises:
             RuntimeError: this runtime is already running.
             ConfigError: ``metrics_listen`` is not ``[host]:port``.
-            OSError: the metrics port cannot be bound.
+            BackendUnavailable: the metrics address cannot be bound (one line naming
+                ``WORKER_METRICS_LISTEN``, the address and the reason).
         """
         if self._running:
             raise RuntimeError("this Runtime is already running")
@@ -285,12 +286,26 @@ def stop_on_signals(
 
 @asynccontextmanager
 async def _serve_metrics(listen: str | None, registry: CollectorRegistry) -> AsyncIterator[None]:
-    """Serve ``registry`` at ``http://listen/`` (any path) while the block runs; off if unset."""
+    """Serve ``registry`` at ``http://listen/`` (any path) while the block runs; off if unset.
+
+    Raises:
+        ConfigError: ``listen`` is not ``[host]:port``.
+        BackendUnavailable: the address cannot be bound (in use, not this machine's, a host
+            name that does not resolve), naming ``WORKER_METRICS_LISTEN``, the address and the
+            reason, as the orchestrator reports its own listen address.
+    """
     if not listen:
         yield
         return
     host, port = listen_address(listen, variable="WORKER_METRICS_LISTEN")
-    server, thread = start_http_server(port, addr=host, registry=registry)
+    try:
+        server, thread = start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:
+        shown = f"[{host}]" if ":" in host else host
+        raise BackendUnavailable(
+            f"WORKER_METRICS_LISTEN: the metrics server could not start on {shown}:{port}: "
+            f"{exc.strerror or exc}"
+        ) from None
     _log.info("worker metrics listening", host=host, port=server.server_port)
     try:
         yield
