@@ -41,15 +41,24 @@ library only, so importing this module loads no database, Redis, metrics or logg
 
 from __future__ import annotations
 
+import math
 import os
 import warnings
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Mapping,
+)
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any, Protocol, TypeAlias
 from uuid import UUID
 
 from dtq.domain.entities import DEFAULT_PRIORITY
 from dtq.domain.errors import InvalidPayload
+from dtq.domain.names import priority_problem
 from dtq.domain.payload import MAX_PROGRESS_BYTES, check_progress
 
 if TYPE_CHECKING:
@@ -217,8 +226,19 @@ class Options:
         heartbeat_every: deprecated alias of ``lease_renew_every`` (DeprecationWarning); when
             given it replaces ``lease_renew_every`` and reads back as None.
 
+    Every field is checked when the options are made, so a value that would break a run
+    fails here, naming the field (``Options.concurrency must be a positive integer or None,
+    not 1.5``): durations are ``int`` or ``float`` seconds (not bools), finite, above 0
+    (``shutdown_grace``: 0 or more); counts are ``int`` (not bools, not ``2.0``) of at least 1,
+    ``concurrency`` at most 4096 as ``WORKER_CONCURRENCY``; ``priorities`` is a non-empty
+    sequence (a list is kept as a tuple; a lone str is refused, not split into letters) of
+    names the API accepts (1 to 32 of ``a-z 0-9 _ -``).
+
     Raises:
-        ValueError: a value is out of range (non-positive durations, empty priorities, ...).
+        TypeError: a value of the wrong type (``"60"``, ``1.5`` for a count, ``"default"`` for
+            ``priorities``).
+        ValueError: a value out of range (non-positive or non-finite durations, empty
+            priorities, a priority the API refuses, ...).
     """
 
     default_timeout: float | None = None
@@ -241,26 +261,80 @@ class Options:
             )
             object.__setattr__(self, "lease_renew_every", self.heartbeat_every)
             object.__setattr__(self, "heartbeat_every", None)
-        if self.default_timeout is not None and self.default_timeout <= 0:
-            raise ValueError("default_timeout must be > 0 seconds, or None for no deadline")
-        if self.lease_renew_every <= 0:
-            raise ValueError("lease_renew_every must be > 0 seconds")
-        if self.concurrency is not None and self.concurrency < 1:
-            raise ValueError("concurrency must be >= 1, or None for WORKER_CONCURRENCY")
-        if self.shutdown_grace < 0:
-            raise ValueError("shutdown_grace must be >= 0 seconds")
-        if self.sync_threads < 1:
-            raise ValueError("sync_threads must be >= 1")
-        if self.poll_timeout <= 0:
-            raise ValueError("poll_timeout must be > 0 seconds")
-        if self.claim_batch is not None and self.claim_batch < 1:
-            raise ValueError("claim_batch must be >= 1 task, or None to adapt it")
-        if self.complete_batch < 1:
-            raise ValueError("complete_batch must be >= 1 task")
-        priorities = tuple(self.priorities)
-        if not priorities or not all(isinstance(p, str) and p for p in priorities):
-            raise ValueError("priorities must be a non-empty sequence of tier names")
-        object.__setattr__(self, "priorities", priorities)
+        if self.default_timeout is not None:
+            _seconds("default_timeout", self.default_timeout, none=True)
+        _seconds("lease_renew_every", self.lease_renew_every)
+        _seconds("shutdown_grace", self.shutdown_grace, zero=True)
+        _seconds("poll_timeout", self.poll_timeout)
+        if self.concurrency is not None:
+            _count("concurrency", self.concurrency, none=True, maximum=MAX_CONCURRENCY)
+        _count("sync_threads", self.sync_threads)
+        if self.claim_batch is not None:
+            _count("claim_batch", self.claim_batch, none=True)
+        _count("complete_batch", self.complete_batch)
+        object.__setattr__(self, "priorities", _priorities(self.priorities))
+
+
+#: Most handler slots (``Options.concurrency``), as ``WORKER_CONCURRENCY`` allows.
+MAX_CONCURRENCY = 4096
+
+
+def _seconds(name: str, value: object, *, zero: bool = False, none: bool = False) -> None:
+    """Check ``Options.<name>``: a real number (not a bool) of seconds, finite, above 0 (0
+    allowed with ``zero``); ``none`` says in the message that None is allowed too.
+
+    Raises:
+        TypeError: not a number.
+        ValueError: NaN, infinite, or not above 0 (below 0 with ``zero``).
+    """
+    or_none = " or None" if none else ""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"Options.{name} must be a number of seconds{or_none}, not {value!r}")
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
+        sign = "a non-negative" if zero else "a positive"
+        raise ValueError(
+            f"Options.{name} must be {sign} finite number of seconds{or_none}, not {value!r}"
+        )
+
+
+def _count(name: str, value: object, *, none: bool = False, maximum: int | None = None) -> None:
+    """Check ``Options.<name>``: an ``int`` (not a bool) of at least 1 and at most ``maximum``;
+    ``none`` says in the message that None is allowed too.
+
+    Raises:
+        TypeError: not an integer (``1.5``, ``2.0``, ``"8"``, ``True``).
+        ValueError: below 1 or above ``maximum``.
+    """
+    wanted = f"Options.{name} must be a positive integer{' or None' if none else ''}"
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{wanted}, not {value!r}")
+    if value < 1:
+        raise ValueError(f"{wanted}, not {value!r}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"Options.{name} must be at most {maximum}, not {value!r}")
+
+
+def _priorities(value: object) -> tuple[str, ...]:
+    """``Options.priorities`` as a tuple: a non-empty sequence (not a str) of priorities the API
+    accepts (:func:`dtq.domain.names.priority_problem`).
+
+    Raises:
+        TypeError: a str (it would be one tier per letter), or not iterable.
+        ValueError: empty, or a name the API refuses (named).
+    """
+    wanted = "Options.priorities must be a sequence of priority names"
+    if isinstance(value, str | bytes):
+        raise TypeError(f"{wanted}, not the {type(value).__name__} {value!r}; e.g. ({value!r},)")
+    if not isinstance(value, Iterable):
+        raise TypeError(f"{wanted}, not {value!r}")
+    priorities = tuple(value)
+    if not priorities:
+        raise ValueError(f"{wanted}, not empty")
+    for priority in priorities:
+        problem = priority_problem(priority)
+        if problem is not None:
+            raise ValueError(f"Options.priorities: {problem}")
+    return priorities
 
 
 def __getattr__(name: str) -> Any:

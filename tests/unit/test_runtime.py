@@ -79,6 +79,110 @@ def test_options_reject_out_of_range_values(kwargs: dict[str, object]) -> None:
         Options(**kwargs)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        (
+            {"default_timeout": float("nan")},
+            ValueError,
+            "Options.default_timeout must be a positive finite number of seconds or None, not nan",
+        ),
+        ({"default_timeout": float("inf")}, ValueError, "Options.default_timeout must be"),
+        (
+            {"default_timeout": "60"},
+            TypeError,
+            "Options.default_timeout must be a number of seconds or None, not '60'",
+        ),
+        ({"default_timeout": True}, TypeError, "Options.default_timeout must be a number"),
+        ({"lease_renew_every": float("nan")}, ValueError, "Options.lease_renew_every must be"),
+        ({"lease_renew_every": float("inf")}, ValueError, "Options.lease_renew_every must be"),
+        ({"poll_timeout": float("nan")}, ValueError, "Options.poll_timeout must be"),
+        ({"poll_timeout": "1"}, TypeError, "Options.poll_timeout must be a number"),
+        ({"shutdown_grace": float("nan")}, ValueError, "Options.shutdown_grace must be"),
+        ({"shutdown_grace": float("inf")}, ValueError, "Options.shutdown_grace must be"),
+        (
+            {"concurrency": 1.5},
+            TypeError,
+            "Options.concurrency must be a positive integer or None, not 1.5",
+        ),
+        ({"concurrency": True}, TypeError, "Options.concurrency must be a positive integer"),
+        ({"concurrency": 4097}, ValueError, "Options.concurrency must be at most 4096, not 4097"),
+        ({"sync_threads": 2.0}, TypeError, "Options.sync_threads must be a positive integer"),
+        ({"claim_batch": "8"}, TypeError, "Options.claim_batch must be a positive integer"),
+        ({"complete_batch": 1.5}, TypeError, "Options.complete_batch must be a positive integer"),
+        (
+            {"priorities": "default"},
+            TypeError,
+            "Options.priorities must be a sequence of priority names, not the str 'default'",
+        ),
+        ({"priorities": 5}, TypeError, "Options.priorities must be a sequence of priority names"),
+        (
+            {"priorities": ("a b",)},
+            ValueError,
+            "Options.priorities: 'a b' is not a priority: 1 to 32 characters of a-z, 0-9, '_' or",
+        ),
+        ({"priorities": ("High",)}, ValueError, "Options.priorities: 'High' is not a priority"),
+        (
+            {"priorities": ("x" * 33,)},
+            ValueError,
+            "Options.priorities: 'xxxxxxxxxxxxxxxxxxxx...' (33 characters) is not a priority",
+        ),
+        ({"priorities": (5,)}, ValueError, "Options.priorities: 5 is not a priority"),
+    ],
+)
+def test_options_refuse_values_that_would_break_at_run_time_naming_the_field(
+    kwargs: dict[str, object], error: type[Exception], message: str
+) -> None:
+    """NaN timed every attempt out with 'cannot convert float NaN to integer', 1.5 slots never
+    claimed, a str was split into one tier per letter, 'a b' is a tier no submit can use."""
+    with pytest.raises(error) as caught:
+        Options(**kwargs)  # type: ignore[arg-type]
+
+    assert str(caught.value).startswith(message), caught.value
+    assert "\n" not in str(caught.value)
+
+
+def test_options_take_any_sequence_of_valid_priorities_as_a_tuple() -> None:
+    options = Options(
+        priorities=["high", "default"],  # type: ignore[arg-type]
+        concurrency=4096,
+        default_timeout=1,
+    )
+
+    assert options.priorities == ("high", "default")
+
+
+@pytest.mark.parametrize(
+    ("kind", "message"),
+    [
+        ("a b", "kind 'a b' is refused by the API: 1 to 200 characters of letters, digits,"),
+        ("x" * 300, "kind 'xxxxxxxxxxxxxxxxxxxx...' (300 characters) is refused by the API: 1 to"),
+        ("echo\n", "kind 'echo\\n' is refused by the API"),
+        ("é", "kind 'é' is refused by the API"),
+        (" ", "kind ' ' is refused by the API"),
+        (5, "kind 5 is refused by the API"),
+    ],
+)
+def test_a_kind_the_api_refuses_cannot_be_registered(kind: object, message: str) -> None:
+    """Such a handler could never receive a task: every submit of its kind is a 400."""
+    runtime = Runtime()
+
+    with pytest.raises(ValueError, match="is refused by the API") as caught:
+        runtime.register(kind, lambda task: None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="is refused by the API"):
+        runtime.handler(kind)(lambda task: None)  # type: ignore[arg-type]
+
+    assert str(caught.value).startswith(message), caught.value
+    assert runtime.kinds == ()
+
+
+def test_the_longest_kind_the_api_accepts_can_be_registered() -> None:
+    runtime = Runtime()
+    runtime.register("a." + "x" * 198, lambda task: None)
+
+    assert len(runtime.kinds[0]) == 200
+
+
 # -- outcomes ---------------------------------------------------------------------------------
 
 

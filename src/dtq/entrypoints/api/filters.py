@@ -40,8 +40,9 @@ from dtq.application.filters import (
     TaskKeyset,
 )
 from dtq.domain.errors import ValidationError
+from dtq.domain.names import NAME_PATTERN, PRIORITY_PATTERN
 from dtq.domain.status import JobStatus, TaskStatus
-from dtq.entrypoints.api.schemas import JOB_NAME_PATTERN, NAME_PATTERN, PRIORITY_PATTERN
+from dtq.entrypoints.api.schemas import JOB_NAME_PATTERN
 from dtq.entrypoints.api.timing import RFC_3339
 
 #: The listing routes' shared query parameters (``GET /v1/tasks``, ``GET /v1/jobs``), checked

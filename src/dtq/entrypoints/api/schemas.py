@@ -10,6 +10,8 @@ Identifier rules (kept strict on purpose; documented in the OpenAPI schema):
 * ``kind`` and task ``name``: 1..200 characters of ``A-Z a-z 0-9 . _ : -`` (no spaces), so they
   are safe in logs, metric labels, URLs and Redis keys.
 * ``priority``: 1..32 characters of ``a-z 0-9 _ -`` (it names a Redis list, spec §5).
+
+  Both rules live in :mod:`dtq.domain.names`, which the worker runtime applies too.
 * job ``name``: up to 200 characters, no control characters (Unicode category Cc: C0, DEL and
   C1; ``\\u0000`` cannot be stored, ``\\u009b`` is a terminal's CSI), line separators or
   bidirectional overrides (``JOB_NAME_FORBIDDEN``), not
@@ -35,10 +37,9 @@ from uuid import UUID
 import msgspec
 
 from dtq.domain.entities import DEFAULT_PRIORITY
+from dtq.domain.names import NAME_HINT, NAME_MAX, NAME_PATTERN, PRIORITY_HINT, PRIORITY_PATTERN
 from dtq.domain.status import JobStatus, RunStatus, TaskStatus
 
-NAME_PATTERN = r"^[A-Za-z0-9._:-]+(?!\n)$"
-PRIORITY_PATTERN = r"^[a-z0-9_-]{1,32}(?!\n)$"
 #: The format characters (Unicode category Cf, Unicode 14.0 of Python 3.11), as the inside of a
 #: character class: invisible, so a job name of them alone is as blank as one of spaces. Those
 #: of the BMP are ``\\uXXXX`` escapes, which Python and ECMA regex read alike; the others are
@@ -67,8 +68,8 @@ NO_CONTROL_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]*(?!\n)$"
 IDEMPOTENCY_KEY_MAX = 255
 #: What each pattern means, in the words a 400 uses instead of the regex.
 PATTERN_HINTS: dict[str, str] = {
-    NAME_PATTERN: "letters, digits, '.', '_', ':' or '-' only",
-    PRIORITY_PATTERN: "1 to 32 characters of a-z, 0-9, '_' or '-'",
+    NAME_PATTERN: NAME_HINT,
+    PRIORITY_PATTERN: PRIORITY_HINT,
     JOB_NAME_PATTERN: (
         "no control characters, line separators or bidirectional overrides, and not blank:"
         " not only whitespace or invisible characters (leave it empty for no name)"
@@ -83,7 +84,7 @@ Kind = Annotated[
     str,
     msgspec.Meta(
         min_length=1,
-        max_length=200,
+        max_length=NAME_MAX,
         pattern=NAME_PATTERN,
         description="Handler key (spec §6), 1..200 of A-Z a-z 0-9 . _ : -",
         examples=["echo", "email.send.v2"],
@@ -93,7 +94,7 @@ TaskName = Annotated[
     str,
     msgspec.Meta(
         min_length=1,
-        max_length=200,
+        max_length=NAME_MAX,
         pattern=NAME_PATTERN,
         description="Task name, unique within its job; 1..200 of A-Z a-z 0-9 . _ : -",
         examples=["a", "resize:thumb"],

@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from structlog.typing import FilteringBoundLogger
 
 from dtq.domain.errors import BackendUnavailable, DuplicateKind
+from dtq.domain.names import kind_problem
 from dtq.entrypoints import eventloop, gctuning, tracing
 from dtq.entrypoints.bundles import WorkerServices
 from dtq.entrypoints.config import Settings, listen_address, load_settings
@@ -92,12 +93,15 @@ class Runtime:
 
         Raises:
             DuplicateKind: ``kind`` already has a handler (spec §6 Registration).
-            ValueError: ``kind`` is empty or not a string, ``handler`` is not callable, or
-                ``timeout`` is not a positive finite number of seconds.
+            ValueError: ``kind`` is one the API refuses (not a string of 1 to 200 letters,
+                digits, ``.``, ``_``, ``:`` or ``-``: no task could ever have it), naming it;
+                ``handler`` is not callable; or ``timeout`` is not a positive finite number of
+                seconds.
         """
+        problem = kind_problem(kind)
+        if problem is not None:
+            raise ValueError(problem)
         seconds = _timeout_seconds(kind, timeout)
-        if not isinstance(kind, str) or not kind.strip():
-            raise ValueError(f"kind must be a non-empty string, got {kind!r}")
         if not callable(handler):
             raise ValueError(f"handler for kind {kind!r} is not callable: {handler!r}")
         if kind in self._handlers:
