@@ -498,6 +498,34 @@ def test_a_payload_msgspec_would_convert_is_refused_naming_its_path(
     assert sent == []
 
 
+@pytest.mark.parametrize(
+    ("payload", "path"),
+    [
+        ({"a": {"b": "\ud800"}}, "payload.a.b"),
+        ({"a": ["ok", "x\udcff"]}, "payload.a[1]"),
+        ({"a": {"k\ud800": 1}}, "payload.a"),
+        ("\udfff", "payload"),
+    ],
+)
+def test_a_lone_surrogate_is_refused_naming_its_path(payload: object, path: str) -> None:
+    """As NaN is (``payload.x: nan is not a JSON number``); it said only 'a lone UTF-16
+    surrogate escape (a surrogate must be half of a pair)'."""
+    sent = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(201, json={})
+
+    client = Client("http://dtq.test", transport=httpx.MockTransport(handler))
+    with client, pytest.raises(InvalidRequest) as caught:
+        client.submit_task("echo", payload)
+
+    message = str(caught.value)
+    assert message.startswith(f"{path}: "), message
+    assert "lone UTF-16 surrogate" in message
+    assert sent == []
+
+
 def test_a_duration_that_is_not_a_timedelta_or_a_string_is_refused_by_name() -> None:
     with (
         Client("http://127.0.0.1:9") as client,

@@ -120,9 +120,14 @@ def encode_body(value: Any) -> bytes | None:
     try:
         return msgspec.json.encode(value)
     except UnicodeEncodeError:
-        raise InvalidRequest(
-            "a lone UTF-16 surrogate escape (a surrogate must be half of a pair)"
-        ) from None
+        # Found again with its path only now: encoding each string up front would cost every
+        # request a second pass over its text.
+        check_json(value, text=True)
+        raise InvalidRequest(_SURROGATE) from None
+
+
+#: Why a string holding a lone surrogate is refused.
+_SURROGATE = "a lone UTF-16 surrogate escape (a surrogate must be half of a pair)"
 
 
 #: The Python types a JSON body is made of; msgspec would also encode others by converting
@@ -130,17 +135,23 @@ def encode_body(value: Any) -> bytes | None:
 _SCALARS = (str, int, bool, type(None))
 
 
-def check_json(value: Any) -> None:
+def check_json(value: Any, *, text: bool = False) -> None:
     """Check that ``value`` is made only of dicts with string keys, lists, strings, integers,
     finite floats, booleans and None (a tuple would come back as a list: the same rule as a
-    handler's result, ``domain.payload.check_result``).
+    handler's result, ``domain.payload.check_result``); with ``text``, also that no string or
+    key holds a lone UTF-16 surrogate (UTF-8 has no form for one).
 
     Raises:
-        InvalidRequest: naming the path of the first part that is not (``payload.x[2]``).
+        InvalidRequest: naming the path of the first part that is not (``payload.x[2]``; a
+            key's problem is named at its object's path).
     """
     stack: list[tuple[Any, str]] = [(value, "")]
     while stack:
         item, path = stack.pop()
+        if isinstance(item, str):
+            if text and not _utf8(item):
+                _refuse(path, _SURROGATE)
+            continue
         if isinstance(item, _SCALARS):
             continue
         if isinstance(item, float):
@@ -151,11 +162,22 @@ def check_json(value: Any) -> None:
             for key, child in item.items():
                 if not isinstance(key, str):
                     _refuse(path, f"a key must be a string, got {type(key).__name__} {key!r}")
+                if text and not _utf8(key):
+                    _refuse(path, f"key {key!r}: {_SURROGATE}")
                 stack.append((child, f"{path}.{key}" if path else key))
         elif isinstance(item, list):
             stack.extend((child, f"{path}[{i}]") for i, child in enumerate(item))
         else:
             _refuse(path, f"{type(item).__name__} is not a JSON type")
+
+
+def _utf8(text: str) -> bool:
+    """Whether ``text`` has a UTF-8 form (no lone surrogate)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _refuse(path: str, reason: str) -> None:

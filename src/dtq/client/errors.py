@@ -100,7 +100,8 @@ class Unavailable(ApiError):
 
 class InvalidRequest(ValueError):
     """The request cannot be sent as given (an Idempotency-Key outside printable ASCII, a
-    string holding a lone UTF-16 surrogate); nothing was sent."""
+    string holding a lone UTF-16 surrogate); nothing was sent. The message starts with the
+    path of the part at fault where there is one (``payload.a.b: ...``)."""
 
 
 class TransportError(Exception):
