@@ -474,6 +474,55 @@ def test_a_missing_env_file_named_on_the_command_line_is_an_error(
     assert one_error_line(capsys.readouterr().err) == "dtq: --env-file: no such file: 'nowhere.env'"
 
 
+@pytest.mark.parametrize("command", [["migrate"], ["token", "list"], ["tasks", "list"]])
+def test_an_env_file_that_is_a_directory_is_one_line_saying_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    """It said "no such file: '/etc'" though /etc exists (and an API command read no file)."""
+    status = cli.main(["--env-file", str(tmp_path), *command])
+
+    assert status == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert line == f"dtq: --env-file: {str(tmp_path)!r} is a directory, not a file"
+
+
+def test_a_default_env_that_is_a_directory_is_ignored_as_a_missing_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``./.env`` is a common name for a virtualenv: only a named ``--env-file`` must be a file."""
+    (tmp_path / ".env").mkdir()
+
+    status = cli.main(["migrate"])
+
+    assert status == 2
+    assert one_error_line(capsys.readouterr().err).startswith("dtq: CRDB_DSN: required")
+
+
+@pytest.mark.parametrize("command", [["migrate"], ["tasks", "list"]])
+@pytest.mark.parametrize("default", [True, False])
+def test_an_env_file_with_a_line_dotenv_cannot_parse_is_one_line_naming_file_and_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str], default: bool
+) -> None:
+    """python-dotenv logged 'could not parse statement starting at line 2' without the file,
+    and the command went on without that line's variable. The line itself is not shown: it may
+    hold a secret."""
+    env_file = tmp_path / (".env" if default else "bad.env")
+    env_file.write_text("LOG_LEVEL=info\nDTQ_TOKEN s3cret\n# fine\n", encoding="utf-8")
+    option = [] if default else ["--env-file", str(env_file)]
+
+    status = cli.main([*option, *command])
+
+    assert status == 2
+    err = capsys.readouterr().err
+    line = one_error_line(err)
+    shown = ".env" if default else str(env_file)
+    assert line == (
+        f"dtq: {shown}: line 2 is not a NAME=value line, a comment or blank (python-dotenv"
+        " cannot parse it)"
+    )
+    assert "s3cret" not in err
+
+
 def test_migrate_with_the_database_down_is_one_line_naming_the_host_and_exits_2(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import io
 import logging
 import os
 import sys
 import threading
 from collections.abc import Coroutine, Mapping
 from typing import Any
+
+from dotenv.parser import parse_stream
 
 from dtq.domain.errors import BackendUnavailable
 from dtq.entrypoints import eventloop, tracing
@@ -98,18 +101,60 @@ def cli_settings(
     ``service.name``), traces too, from the same variables (``tracing.setup``, issue 16 item 5).
 
     Raises:
-        ConfigError: a variable has an unusable value.
-        UsageError: ``--env-file`` names a file that does not exist (the default ``.env`` may
-            be absent).
+        ConfigError: a variable has an unusable value; as :func:`env_file_environ`.
+        UsageError: as :func:`env_file_environ`.
     """
-    if args.env_file != ".env" and not os.path.isfile(args.env_file):
-        raise UsageError("--env-file", f"no such file: {args.env_file!r}")
-    environ = load_dotenv_file(args.env_file, environ=os.environ)
+    environ = env_file_environ(args.env_file)
     settings = load_settings({**(defaults or {}), **environ})
     configure_logging(settings.log_format, settings.log_level)
     if service is not None:
         tracing.setup(environ, service_name=service)
     return settings
+
+
+def env_file_environ(path: str) -> dict[str, str]:
+    """The process environment over the dotenv file ``path`` (``--env-file``; ``.env`` by
+    default, which may be absent, or a directory such as a virtualenv's).
+
+    Every line of the file must be ``NAME=value`` (``export`` allowed), a comment or blank:
+    python-dotenv skips any other with a warning that names neither the file nor the variable
+    lost, so it is refused here, by line number (the line is not shown: it may hold a secret).
+
+    Raises:
+        UsageError: ``path`` was named and does not exist, or is a directory; a line of the
+            file cannot be parsed (named ``<path>: line N``).
+        ConfigError: the file cannot be read, or is not UTF-8 text (named by its path).
+    """
+    if path != ".env":
+        if os.path.isdir(path):
+            raise UsageError("--env-file", f"{path!r} is a directory, not a file")
+        if not os.path.isfile(path):
+            raise UsageError("--env-file", f"no such file: {path!r}")
+    _check_dotenv_lines(path)
+    return load_dotenv_file(path, environ=os.environ)
+
+
+def _check_dotenv_lines(path: str) -> None:
+    """Refuse the first line of ``path`` python-dotenv cannot parse; nothing to check when it
+    is not a readable UTF-8 file (absent, or :func:`load_dotenv_file` says what is wrong).
+
+    Raises:
+        UsageError: ``<path>: line N is not a NAME=value line, ...``.
+    """
+    if not os.path.isfile(path):
+        return
+    try:
+        with open(path, encoding="utf-8") as stream:
+            text = stream.read()
+    except (OSError, UnicodeDecodeError):
+        return
+    for binding in parse_stream(io.StringIO(text)):
+        if binding.error:
+            raise UsageError(
+                path,
+                f"line {binding.original.line} is not a NAME=value line, a comment or blank "
+                "(python-dotenv cannot parse it)",
+            )
 
 
 def run(coro: Coroutine[Any, Any, int]) -> int:

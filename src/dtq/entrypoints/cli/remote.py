@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from functools import wraps
@@ -21,8 +20,13 @@ from rich.text import Text
 
 from dtq.client import ApiError, Client, TransportError
 from dtq.client.config import DEFAULT_URL, idempotency_key_problem, token_problem, url_problem
-from dtq.entrypoints.cli.common import EXIT_FAILURE, EXIT_USAGE, UsageError, fail
-from dtq.entrypoints.config import load_dotenv_file
+from dtq.entrypoints.cli.common import (
+    EXIT_FAILURE,
+    EXIT_USAGE,
+    UsageError,
+    env_file_environ,
+    fail,
+)
 from dtq.entrypoints.config_values import parse_duration
 
 #: Exit status of ``--wait`` and ``dtq watch`` when the job failed or was cancelled.
@@ -53,12 +57,14 @@ def resolve_connection(args: argparse.Namespace) -> None:
     as unset, as every dtq variable), else :data:`~dtq.client.config.DEFAULT_URL` and no token.
 
     Raises:
-        UsageError: an empty ``--url``, or a URL the client cannot connect to (not http(s), no
-            host, a port outside 1..65535, not parseable), naming ``--url/DTQ_URL``; an empty
+        UsageError: ``--env-file`` is missing, a directory or has a line that cannot be parsed
+            (:func:`~dtq.entrypoints.cli.common.env_file_environ`); an empty ``--url``, or a
+            URL the client cannot connect to (not http(s), no host, a port outside 1..65535,
+            not parseable), naming ``--url/DTQ_URL``; an empty
             ``--token``, or a token holding anything but printable ASCII without spaces, naming
             ``--token/DTQ_TOKEN`` (never showing the token).
     """
-    environ = load_dotenv_file(args.env_file, environ=os.environ)
+    environ = env_file_environ(args.env_file)
     subject = f"{args.url_option}/DTQ_URL"
     if args.url == "":
         raise UsageError(subject, "must not be empty")
