@@ -1,6 +1,7 @@
 """Explain on PostgreSQL and Redis (issue 14 item 7): the codes that read Redis through the
 ``RedisQueueInspector`` — queued (depth, position), delivery_in_flight (marker TTL), running
-(lease holder and deadline), lease_lost (reclaim time) — through the real wiring and HTTP route."""
+(lease holder and deadline), lease_lost (reclaim time) — through the real wiring and HTTP route,
+on one Redis server and on a Redis Cluster (``redis_cluster``: the same answers)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from uuid import UUID
 
 import httpx
 import pytest
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
 
 from dtq.adapters.cockroach import CockroachStore
 from dtq.adapters.redis import KeyLayout, RedisQueue
@@ -26,8 +27,20 @@ POLICY = ExecutionPolicy(lease_duration=30.0, retry_backoff=0.1, stale_running_a
 MARKER_TTL = 15.0
 
 
+@pytest.fixture(params=["redis", "redis_cluster"])
+def redis_backend(request: pytest.FixtureRequest) -> tuple[Redis | RedisCluster, str]:
+    """The client and key prefix of one Redis server, or of the local Redis Cluster."""
+    name = "redis" if request.param == "redis" else "redis_cluster"
+    client: Redis | RedisCluster = request.getfixturevalue(f"{name}_client")
+    prefix: str = request.getfixturevalue(f"{name}_prefix")
+    return client, prefix
+
+
 @pytest.fixture
-async def services(pg_store: CockroachStore, redis_client: Redis, redis_prefix: str) -> Services:
+async def services(
+    pg_store: CockroachStore, redis_backend: tuple[Redis | RedisCluster, str]
+) -> Services:
+    redis_client, redis_prefix = redis_backend
     queue = RedisQueue(redis_client, prefix=redis_prefix, marker_ttl=MARKER_TTL)
     services = services_on(pg_store, queue=queue, policy=POLICY)
     await services.worker.registry.heartbeat("w1", "host", {"kinds": ["echo"]})
@@ -80,8 +93,11 @@ async def test_a_popped_unclaimed_task_is_a_delivery_in_flight(
 
 
 async def test_a_claimed_task_is_running_under_its_redis_lease_then_lease_lost_without_it(
-    client: httpx.AsyncClient, services: Services, redis_client: Redis, redis_prefix: str
+    client: httpx.AsyncClient,
+    services: Services,
+    redis_backend: tuple[Redis | RedisCluster, str],
 ) -> None:
+    redis_client, redis_prefix = redis_backend
     task_id = await submit(client)
     await services.queue.pop_many(["default"], timeout=0.1, max_count=1)
     claim = await claim_one(services.worker.execution, task_id, "w1")

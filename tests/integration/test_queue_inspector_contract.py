@@ -1,5 +1,6 @@
 """Contract suite of the ``QueueInspector`` port (explain, issue 14 item 7), on ``InMemoryQueue``
-(FakeClock) and on ``RedisQueueInspector`` (the Redis server's clock).
+(FakeClock) and on ``RedisQueueInspector`` (the Redis server's clock), on one server and on a
+Redis Cluster (``redis_cluster``).
 
 Each test stages the state through the ``Queue`` port and reads it back through the inspector the
 queue adapter offers (``inspector()``), so the inspector's key layout cannot drift from the
@@ -15,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from uuid import uuid4
 
 import pytest
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
 
 from dtq.adapters.memory.clock import FakeClock
 from dtq.adapters.memory.queue import InMemoryQueue
@@ -43,7 +44,20 @@ def redis_queue(redis_client: Redis, redis_prefix: str) -> RedisQueue:
     return RedisQueue(redis_client, prefix=redis_prefix, marker_ttl=MARKER_TTL)
 
 
-@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.integration)])
+@pytest.fixture
+def redis_cluster_queue(
+    redis_cluster_client: RedisCluster, redis_cluster_prefix: str
+) -> RedisQueue:
+    return RedisQueue(redis_cluster_client, prefix=redis_cluster_prefix, marker_ttl=MARKER_TTL)
+
+
+@pytest.fixture(
+    params=[
+        "memory",
+        pytest.param("redis", marks=pytest.mark.integration),
+        pytest.param("redis_cluster", marks=pytest.mark.integration),
+    ]
+)
 def queue(request: pytest.FixtureRequest) -> InMemoryQueue | RedisQueue:
     queue: InMemoryQueue | RedisQueue = request.getfixturevalue(f"{request.param}_queue")
     return queue

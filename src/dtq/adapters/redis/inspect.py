@@ -5,7 +5,10 @@ Reads, in one MULTI/EXEC (one round trip, one instant), the keys ``RedisQueue`` 
 ``lease:task:{id}``, ZSCORE of ``"{priority}|{id}"`` in ``queue:scheduled``, LLEN of
 ``queue:ready:{priority}``, LPOS of the id searched from the list's oldest end (RANK -1, MAXLEN
 ``scan_limit``: O(scan_limit) on the server at most), the list's books (GET of its push counter,
-ZSCORE of the id in its listed set: ``scripts._BOOKS``) and TIME; given the task's kind, also the
+ZSCORE of the id in its listed set: ``scripts._BOOKS``) and the server's TIME (read by the
+``scripts.SERVER_TIME`` script on the scheduled set's key, so that on a Redis Cluster it has a
+slot, runs in the same MULTI on the slot's master and the snapshot is one instant there too:
+redis-py refuses the keyless TIME in a cluster pipeline); given the task's kind, also the
 LLEN, LPOS and books of the routed list of its (priority, kind) (kind-aware routing). The place
 comes from LPOS when the id is among the oldest ``scan_limit`` entries (its oldest entry), else
 from the books, exact at any depth (the entry of its latest push); only an id pushed without
@@ -20,6 +23,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
+from dtq.adapters.redis import scripts
 from dtq.adapters.redis.connection import RedisClient, as_text, idempotent
 from dtq.adapters.redis.keys import KeyLayout
 from dtq.application.ports import Lease, QueueSnapshot
@@ -101,7 +105,9 @@ class RedisQueueInspector:
                 pipe.hgetall(lease_key)
                 pipe.pttl(lease_key)
                 pipe.zscore(keys.scheduled, f"{priority}|{task_id}")
-                pipe.time()
+                # TIME through a script on the queue's key, not TIME itself: a keyless
+                # command has no slot, and redis-py refuses it in a cluster pipeline.
+                pipe.eval(scripts.SERVER_TIME, 1, keys.scheduled)
                 for list_key, pushes_key, listed_key in lists:
                     pipe.llen(list_key)
                     pipe.lpos(list_key, member, rank=-1, maxlen=self._scan_limit)
