@@ -19,6 +19,7 @@ from dtq.domain.tokens import (
     TokenNotFound,
     Unauthenticated,
     hash_secret,
+    new_secret,
     parse_scopes,
 )
 
@@ -159,14 +160,54 @@ async def test_another_process_sees_a_revocation_within_the_cache_bound(
 
 
 async def test_a_cache_hit_reads_nothing_from_the_store(
-    tokens: TokenService, store: InMemoryStore, clock: FakeClock
+    store: InMemoryStore, clock: FakeClock
 ) -> None:
+    tokens = TokenService(store=store, clock=clock, outage_grace=0)
     created = await tokens.create("ci", READ)
     await tokens.authenticate(created.secret)
     store.available = False  # any read would now raise BackendUnavailable
 
     assert (await tokens.authenticate(created.secret)).name == "ci"
     clock.advance(1.0)
+    with pytest.raises(BackendUnavailable):
+        await tokens.authenticate(created.secret)
+
+
+async def test_during_an_outage_a_confirmed_token_is_accepted_for_the_grace_only(
+    store: InMemoryStore, clock: FakeClock
+) -> None:
+    tokens = TokenService(store=store, clock=clock, outage_grace=60)
+    created = await tokens.create("workers", READ)
+    brief = await tokens.create("brief", READ, expires_in=30)
+    await tokens.authenticate(created.secret)
+    await tokens.authenticate(brief.secret)
+    store.available = False
+
+    clock.advance(20)
+    during = await tokens.authenticate(created.secret)
+    with pytest.raises(BackendUnavailable):  # never confirmed by this process
+        await tokens.authenticate(new_secret())
+    clock.advance(20)  # 40 s: past the brief token's expiry, within the grace
+    with pytest.raises(BackendUnavailable):
+        await tokens.authenticate(brief.secret)
+    still = await tokens.authenticate(created.secret)
+    clock.advance(21)  # 61 s since the database last said yes
+    with pytest.raises(BackendUnavailable):
+        await tokens.authenticate(created.secret)
+
+    assert (during.name, still.name) == ("workers", "workers")
+
+
+async def test_during_an_outage_a_token_revoked_here_is_not_accepted(
+    store: InMemoryStore, clock: FakeClock
+) -> None:
+    tokens = TokenService(store=store, clock=clock, outage_grace=60)
+    created = await tokens.create("ci", READ)
+    await tokens.authenticate(created.secret)
+    await tokens.revoke("ci")
+    store.available = False
+    clock.advance(2)
+
     with pytest.raises(BackendUnavailable):
         await tokens.authenticate(created.secret)
 

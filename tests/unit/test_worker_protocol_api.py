@@ -805,3 +805,40 @@ async def test_a_heartbeat_learns_a_run_so_it_renews_it_during_a_later_outage(ap
     assert renewal.state is LeaseState.EXTENDED
     assert lease is not None and lease.run_id == run_id
     assert lease.deadline_ms == int(renewal.lease_expires_at.timestamp() * 1000)
+
+
+async def test_with_tokens_a_heartbeat_renews_the_lease_while_the_database_is_down() -> None:
+    """The token check reads the database too: a worker's token confirmed before the outage
+    is taken during it, or every heartbeat was a 503 and the task ran twice (API_AUTH=tokens
+    is the default)."""
+    from dataclasses import replace
+
+    from dtq.domain.tokens import Scope
+    from tests.unit.api_harness import SETTINGS
+
+    async with running_api(replace(SETTINGS, api_auth="tokens")) as api:
+        tokens = api.services.api.tokens
+        worker = (await tokens.create("workers", {Scope.WORKER})).secret
+        submitter = (await tokens.create("submitter", {Scope.SUBMIT})).secret
+        bearer = {"Authorization": f"Bearer {worker}", **W1}
+        created = await api.client.post(
+            "/v1/tasks", json={"kind": "echo"}, headers={"Authorization": f"Bearer {submitter}"}
+        )
+        body = {"worker_id": "w1", "kinds": ["echo"], "wait": "0s"}
+        [claimed] = (await api.client.post("/v1/worker/claim", json=body, headers=bearer)).json()[
+            "tasks"
+        ]
+        run = f"/v1/worker/runs/{claimed['run_id']}"
+        before = api.queue.get_lease(UUID(created.json()["task_id"]))
+        api.store.available = False
+        api.clock.advance(5.0)  # past the token cache's second
+
+        beat = await api.client.post(f"{run}/heartbeat", json={}, headers=bearer)
+        stranger = await api.client.post(
+            f"{run}/heartbeat", json={}, headers={"Authorization": "Bearer dtq_" + "x" * 43, **W1}
+        )
+        after = api.queue.get_lease(UUID(created.json()["task_id"]))
+
+    assert beat.status_code == 200, beat.text
+    assert before is not None and after is not None and after.deadline_ms > before.deadline_ms
+    assert stranger.status_code == 503  # a token never seen cannot be checked: no guess

@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from uuid import uuid4
 
 from dtq.application.ports import Clock, Store, Transaction
+from dtq.domain.errors import BackendUnavailable
 from dtq.domain.tokens import (
     SECRET_PREFIX,
     ApiToken,
@@ -41,6 +42,9 @@ MAX_LIFETIME = 3650 * 86400.0
 CACHE_TTL = 1.0
 #: Most secrets' results kept in the cache; the oldest entry is dropped when it is full.
 CACHE_SIZE = 4096
+#: How long, in seconds, a token the database confirmed stays usable while the database cannot
+#: be asked (an outage): its holder's Redis-only calls (an HTTP worker's heartbeats) go on.
+OUTAGE_GRACE = 600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +101,9 @@ class Revoked:
 class _Cached:
     principal: Principal | None  # None: refused
     reason: str  # why refused (the Unauthenticated detail)
-    until: datetime  # host clock
+    until: datetime  # host clock: reused without asking until then
+    confirmed: datetime  # host clock: when the database said so
+    expires: datetime | None  # host clock: the token's expiry, None: never
 
 
 class TokenService:
@@ -109,6 +115,8 @@ class TokenService:
             (``tx.now()``) when a token is read.
         cache_ttl: seconds an authentication result may be reused (0 disables the cache).
         cache_size: most cached results.
+        outage_grace: seconds a token the database accepted stays accepted while the database
+            cannot be asked (see :meth:`authenticate`); 0: never.
     """
 
     def __init__(
@@ -118,11 +126,13 @@ class TokenService:
         clock: Clock,
         cache_ttl: float = CACHE_TTL,
         cache_size: int = CACHE_SIZE,
+        outage_grace: float = OUTAGE_GRACE,
     ) -> None:
         self._store = store
         self._clock = clock
         self._ttl = timedelta(seconds=cache_ttl)
         self._size = cache_size
+        self._grace = timedelta(seconds=outage_grace)
         self._cache: dict[str, _Cached] = {}
 
     async def create(
@@ -197,10 +207,17 @@ class TokenService:
         Args:
             secret: what the request presented (the part after ``Bearer``), or None.
 
+        While the database cannot be asked, a token it accepted in this process within the
+        last ``outage_grace`` seconds (and not expired since) is accepted still, so that calls
+        served without the database go on (an HTTP worker's heartbeats renew its leases in
+        Redis alone); a revocation written just before the outage may thus take up to that
+        long to reach this process. Any other token is a 503 then.
+
         Raises:
             Unauthenticated: no secret, an unknown one, or an expired or revoked token (HTTP 401).
                 The message never contains the secret or its hash.
-            BackendUnavailable: the database could not be asked (HTTP 503).
+            BackendUnavailable: the database could not be asked, and the token was not
+                confirmed within ``outage_grace`` (HTTP 503).
         """
         digest = secret_digest(secret)
         now = self._clock.now()
@@ -211,11 +228,21 @@ class TokenService:
         async def read(tx: Transaction) -> tuple[ApiToken | None, datetime]:
             return await tx.tokens.get_by_hash(digest), await tx.now()
 
-        token, db_now = await self._store.run(read)
+        try:
+            token, db_now = await self._store.run(read)
+        except BackendUnavailable:
+            if cached is not None and cached.principal is not None and self._usable(cached, now):
+                return cached.principal
+            raise
         entry = _judge(token, digest, db_now, now, self._ttl)
-        if self._ttl > timedelta(0):
+        if self._ttl > timedelta(0) or self._grace > timedelta(0):
             self._remember(digest, entry)
         return _result(entry)
+
+    def _usable(self, cached: _Cached, now: datetime) -> bool:
+        """Whether an accepted result may stand in for the database's answer at ``now``."""
+        fresh = now - cached.confirmed <= self._grace
+        return fresh and (cached.expires is None or now < cached.expires)
 
     def _remember(self, digest: str, entry: _Cached) -> None:
         self._cache.pop(digest, None)
@@ -238,10 +265,12 @@ def _judge(
     try:
         principal = principal_of(token, digest, db_now)
     except Unauthenticated as exc:
-        return _Cached(None, exc.detail, until)
+        return _Cached(None, exc.detail, until, host_now, None)
+    expires = None
     if token is not None and token.expires_at is not None:
-        until = min(until, host_now + (token.expires_at - db_now))
-    return _Cached(principal, "", until)
+        expires = host_now + (token.expires_at - db_now)
+        until = min(until, expires)
+    return _Cached(principal, "", until, host_now, expires)
 
 
 def secret_digest(secret: str | None) -> str:
