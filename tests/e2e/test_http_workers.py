@@ -15,6 +15,7 @@ import pytest
 
 from tests.e2e.conftest import BIN, ROOT, Cluster
 from tests.e2e.test_drills import layered_dag
+from tests.tcp_proxy import CuttableProxy
 
 pytestmark = pytest.mark.e2e
 
@@ -129,6 +130,85 @@ def test_the_node_worker_records_an_unstorable_error_and_result_as_failures(
     assert failed["last_error"] == "bad\\u0000byte \\ud800"
     assert (refused["status"], refused["attempt"]) == ("failed", 1)  # permanent: no retry
     assert refused["last_error"].startswith('UnstorableResult: {"error":{"code":"invalid_payload"')
+
+
+#: A handler added to a copy of the example: a task that runs for 4 s.
+SLOW_HANDLER = (
+    '  "node.slow": async (payload) => {\n'
+    "    await new Promise((resolve) => setTimeout(resolve, 4000));\n"
+    "    return payload;\n"
+    "  },\n"
+)
+
+
+def test_the_node_worker_survives_an_orchestrator_outage_and_delivers_its_reports(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """The orchestrator is unreachable (connections reset, then refused) for 6 s while the
+    Node worker runs two 4 s tasks: their results are sent again until they get through, the
+    heartbeats and the claims that fail meanwhile are retried, and the process keeps running
+    (it used to exit with ``TypeError: fetch failed`` from the first report)."""
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed: the Node.js worker example cannot run here")
+    source = NODE_WORKER.read_text()
+    anchor = '  "node.refuse": async'
+    assert anchor in source
+    copy = tmp_path / "worker.mjs"
+    copy.write_text(source.replace(anchor, SLOW_HANDLER + anchor))
+    # leases that outlast the outage: the runs stay the worker's, so its reports must land
+    cluster.env.update(LEASE_DURATION="30s", STALE_RUNNING_AFTER="30s")
+    cluster.start_orchestrator()
+    host, port = cluster.url.removeprefix("http://").split(":")
+    proxy = CuttableProxy(host, int(port))
+    proxy.restore()
+    try:
+        # submitted before the worker starts, so that its first claim takes both
+        submitted = cluster.post(
+            "/v1/jobs",
+            {
+                "tasks": [
+                    {"name": n, "kind": "node.slow", "payload": n, "max_attempts": 1}
+                    for n in ("a", "b")
+                ]
+            },
+        )
+        env = http_env(
+            cluster,
+            DTQ_URL=f"http://127.0.0.1:{proxy.port}",
+            WORKER_ID="node-3",
+            HEARTBEAT_MS="500",
+        )
+        start_process(cluster, "node", [node, str(copy)], env)
+        cluster.wait_job(submitted["job_id"], timeout=30, until="running")
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            tasks = cluster.get(f"/v1/jobs/{submitted['job_id']}")["tasks"]
+            if all(t["status"] == "running" for t in tasks):
+                break
+            time.sleep(0.05)
+        assert [t["status"] for t in tasks] == ["running", "running"]
+
+        proxy.cut()  # the handlers end 4 s in, while the orchestrator is out of reach
+        time.sleep(6)
+        assert cluster.procs["node"].poll() is None, cluster.log("node")
+        proxy.restore()
+
+        job = cluster.wait_job(submitted["job_id"], timeout=30)
+        assert job["status"] == "completed", cluster.log("node")
+        assert sorted(t["result"] for t in job["tasks"]) == ["a", "b"]
+        for task in job["tasks"]:  # each ran once, and that run's report was recorded
+            runs = cluster.get(f"/v1/tasks/{task['id']}")["runs"]
+            assert [(r["worker_id"], r["status"]) for r in runs] == [("node-3", "succeeded")]
+        assert cluster.procs["node"].poll() is None, cluster.log("node")
+
+        # it still claims after the outage, and stops cleanly
+        again = cluster.post("/v1/tasks", {"kind": "node.echo", "payload": "after"})
+        assert cluster.wait_job(again["job_id"], timeout=30)["status"] == "completed"
+        cluster.signal("node", signal.SIGTERM)
+        assert cluster.wait_exit("node", timeout=15) == 0
+    finally:
+        proxy.close()
 
 
 def test_an_http_only_python_worker_finishes_a_50_task_dag_across_a_sigkill(
