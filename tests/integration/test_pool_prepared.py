@@ -69,3 +69,15 @@ async def test_the_stores_rollback_statement_keeps_them_too(pg_pool: Pool) -> No
         row = await (await conn.execute(_PROBE, ("k",))).fetchone()
         assert row == (0,)
         assert await _prepared_on_server(conn) == 1
+
+
+async def test_pool_connections_carry_the_tcp_bounds(pg_pool: Pool) -> None:
+    """libpq took the bounds (an unknown parameter would have refused the connection)."""
+    from dtq.adapters.cockroach.pool import TCP_BOUNDS
+
+    async with pg_pool.connection() as conn:
+        params = conn.info.get_parameters()
+
+    assert {name: params.get(name) for name in TCP_BOUNDS} == {
+        name: str(value) for name, value in TCP_BOUNDS.items()
+    }

@@ -1,11 +1,13 @@
 """The psycopg pool behind ``CockroachStore``: session setup, bounded waits, fast reconnect.
 
-Three bounds keep a database outage visible within seconds instead of half a minute (issue 12):
+Four bounds keep a database outage visible within seconds instead of half a minute (issue 12):
 
 * **acquire**: a caller waits at most ``acquire_timeout`` seconds for a pool connection, then gets
   ``psycopg_pool.PoolTimeout`` (the store turns it into ``BackendUnavailable``, the API into 503);
 * **connect**: one connection attempt takes at most ``connect_timeout`` seconds (libpq's
   ``connect_timeout``; psycopg's own default is 130 s when a host drops packets);
+* **in flight**: libpq's TCP user timeout and keepalives (``TCP_BOUNDS``) fail a query or an
+  idle connection to a host that stopped answering within seconds;
 * **reconnect**: the pool gives up a background reconnection after ``reconnect_timeout`` seconds
   instead of backing off (1 s, 2 s, 4 s...) for psycopg_pool's default 5 minutes; the next caller
   that finds the pool empty starts a fresh attempt at once, so the pool is whole again within about
@@ -89,6 +91,17 @@ Pool = AsyncConnectionPool[AsyncConnection[TupleRow]]
 
 #: libpq refuses a ``connect_timeout`` below 2 s (it rounds it up).
 _MIN_CONNECT_TIMEOUT = 2
+#: libpq's TCP bounds on an open connection (each unless the DSN sets it): a query sent to a
+#: host that stopped answering (powered off, partitioned: its packets dropped, no reset) fails
+#: once the kernel has waited ``tcp_user_timeout`` ms for an acknowledgement, instead of the
+#: kernel's ~15 minutes of retransmissions; an idle one is probed after ``keepalives_idle`` s.
+TCP_BOUNDS: dict[str, int] = {
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 3,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 10_000,
+}
 
 #: libpq's per-host failure line: ``connection to server at "h" (addr), port 5432 failed: why``.
 _HOST_FAILURE = re.compile(
@@ -140,6 +153,22 @@ async def _configure(conn: AsyncConnection[TupleRow]) -> None:
     await conn.set_isolation_level(IsolationLevel.SERIALIZABLE)
 
 
+def pool_dsn(dsn: str, acquire_timeout: float) -> str:
+    """``dsn`` with the pool's bounds added where it sets none: ``connect_timeout`` (the
+    acquire timeout rounded up, at least 2 s) and :data:`TCP_BOUNDS`.
+
+    Raises:
+        psycopg.ProgrammingError: ``dsn`` cannot be parsed.
+    """
+    given = conninfo_to_dict(dsn)
+    bounds = {
+        "connect_timeout": max(_MIN_CONNECT_TIMEOUT, math.ceil(acquire_timeout)),
+        **TCP_BOUNDS,
+    }
+    missing = {name: value for name, value in bounds.items() if name not in given}
+    return make_conninfo(dsn, **missing) if missing else dsn
+
+
 async def open_pool(
     dsn: str,
     *,
@@ -158,7 +187,8 @@ async def open_pool(
 
     Args:
         dsn: libpq DSN (URL or ``key=value``); list several hosts for a multi-node cluster. A
-            ``connect_timeout`` in it wins over the one derived from ``acquire_timeout``.
+            ``connect_timeout`` in it wins over the one derived from ``acquire_timeout``, and
+            each of :data:`TCP_BOUNDS` it sets over ours (:func:`pool_dsn`).
         min_size: connections kept open.
         max_size: upper bound (CRDB.md: about 4 x the cluster's vCPUs in total).
         max_lifetime: seconds before a connection is replaced.
@@ -176,8 +206,7 @@ async def open_pool(
             why), or the pool did not fill within ``acquire_timeout`` after that.
     """
     connect_timeout = max(_MIN_CONNECT_TIMEOUT, math.ceil(acquire_timeout))
-    if "connect_timeout" not in conninfo_to_dict(dsn):
-        dsn = make_conninfo(dsn, connect_timeout=connect_timeout)
+    dsn = pool_dsn(dsn, acquire_timeout)
     try:
         probe = await AsyncConnection.connect(dsn, autocommit=True)
     except psycopg.Error as exc:
