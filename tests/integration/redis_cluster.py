@@ -3,8 +3,10 @@
 ``start_cluster`` runs three ``redis-server --cluster-enabled yes`` processes (no persistence) in
 a temp dir, joins them with ``redis-cli --cluster create ... --cluster-replicas 0``, and waits for
 ``cluster_state:ok`` on every node; ``LocalCluster.stop`` ends the processes it started and
-removes the dir. The session fixture in ``conftest.py`` starts one per test session (about a
-second). Keys are cleaned per slot (``delete_slot_keys``), never by SCAN, which is per node.
+removes the dir; ``master_of`` names the master serving a key's slot and ``stop_node`` kills one
+(for a test on a cluster of its own). The session fixture in ``conftest.py`` starts one per test
+session (about a second). Keys are cleaned per slot (``delete_slot_keys``), never by SCAN, which
+is per node.
 """
 
 from __future__ import annotations
@@ -43,6 +45,23 @@ class LocalCluster:
     def addr(self) -> str:
         """The ``REDIS_ADDR`` seed list of every master (``redis+cluster://...``)."""
         return "redis+cluster://" + ",".join(f"127.0.0.1:{port}" for port in self.ports)
+
+    def master_of(self, key: str) -> int:
+        """The port of the master that serves ``key``'s hash slot (by ``CLUSTER SLOTS``)."""
+        with redis.Redis(port=self.ports[0], socket_timeout=1.0) as client:
+            slot = int(client.execute_command("CLUSTER KEYSLOT", key))
+            ranges = client.execute_command("CLUSTER SLOTS")  # [start, end, [host, port, ...]]
+        for start, end, (_host, port, *_) in ranges:
+            if int(start) <= slot <= int(end):
+                return int(port)
+        raise LookupError(f"no master serves slot {slot}")
+
+    def stop_node(self, port: int) -> None:
+        """Stop the server on ``port`` (as a crash would end it: SIGKILL). The cluster stays
+        without it: a test that calls this should own its cluster (``start_cluster``)."""
+        proc = self.procs[self.ports.index(port)]
+        proc.kill()
+        proc.wait()
 
     def stop(self) -> None:
         """Terminate the servers this cluster started (killed after 5 s) and remove its dir."""

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -26,8 +26,8 @@ from dtq.application.commands import SubmitJob, TaskSpec
 from dtq.application.ports import Lease, LeaseState
 from dtq.domain.errors import BackendUnavailable
 from dtq.domain.status import TaskStatus
-from tests.integration.redis_cluster import LocalCluster
-from tests.integration.wiring import services_on
+from tests.integration.redis_cluster import ClusterUnavailable, LocalCluster, start_cluster
+from tests.integration.wiring import api_client, services_on
 from tests.single import pop_one
 
 pytestmark = pytest.mark.integration
@@ -188,6 +188,54 @@ async def test_an_unreachable_cluster_is_backend_unavailable() -> None:
             await queue.enqueue_many([(uuid.uuid4(), "default")])
         with pytest.raises(BackendUnavailable):
             await check_eviction_policy(client)
+    finally:
+        await client.aclose()
+
+
+@pytest.fixture
+def own_cluster() -> Iterator[LocalCluster]:
+    """A cluster of this test's own (about a second to start), for a test that stops a node."""
+    try:
+        cluster = start_cluster()
+    except ClusterUnavailable as exc:
+        pytest.skip(f"local Redis Cluster unavailable: {exc}")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+async def test_healthz_fails_when_the_master_of_the_queues_slot_is_down(
+    own_cluster: LocalCluster,
+) -> None:
+    client = connect_redis(own_cluster.addr)
+    assert isinstance(client, RedisCluster)
+    try:
+        await client.initialize()
+        default = client.get_default_node()  # where a keyless PING goes
+        assert default is not None
+        # A prefix whose slot is served by another master than the one a PING reaches.
+        prefix = next(
+            prefix
+            for prefix in (f"dtqtest:{uuid.uuid4().hex}:" for _ in range(100))
+            if own_cluster.master_of(KeyLayout(prefix).epoch) != default.port
+        )
+        queue = RedisQueue(client, prefix=prefix)
+        services = services_on(InMemoryStore(SystemClock()), queue=queue)
+        async with api_client(services) as http:
+            assert (await http.get("/healthz")).status_code == 200
+
+            own_cluster.stop_node(own_cluster.master_of(KeyLayout(prefix).epoch))
+            started = time.monotonic()
+            response = await http.get("/healthz")
+            took = time.monotonic() - started
+
+        assert response.status_code == 503, response.text
+        checks = response.json()["checks"]
+        assert checks["store"] == "ok" and checks["queue"] != "ok"
+        assert took < 2.0  # /healthz's bound holds (README)
+        with pytest.raises(BackendUnavailable, match="redis ping failed"):
+            await queue.ping()
     finally:
         await client.aclose()
 

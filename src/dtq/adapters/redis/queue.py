@@ -514,9 +514,17 @@ class RedisQueue(RedisLeases):
         return RedisQueueInspector(self._client, prefix=self._keys.prefix)
 
     async def ping(self) -> None:
-        """PING. Raises ``BackendUnavailable`` unless Redis answers."""
+        """Check that the server holding the queue's keys answers: EXISTS of the epoch key (a
+        read of one key, no write), not PING, which a Redis Cluster client sends to a node of
+        its choice; a keyed read goes to the master of the keys' slot, so that master being
+        down fails the check (``/healthz``).
+
+        Raises:
+            BackendUnavailable: that server failed, is unreachable, or (a ``redis://`` address
+                of a cluster node that does not serve the slot) answered MOVED.
+        """
         with wrap_errors("ping"):
-            await self._client.ping()
+            await self._client.exists(self._keys.epoch)
 
     # --- reconciler safety (issue 12 bugs 3 and 7) --------------------------------------------
 
