@@ -66,6 +66,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ArtifactData",
+    "ArtifactForbidden",
     "ArtifactNotFound",
     "ArtifactRef",
     "Artifacts",
@@ -96,6 +97,13 @@ class UnstorableProgress(PermanentError, ValueError):
 class ArtifactNotFound(PermanentError):
     """``task.artifacts.open`` was given a ref whose artifact does not exist (or a malformed
     ref). Uncaught, it fails the task at once: another attempt would not find it either."""
+
+
+class ArtifactForbidden(PermanentError):
+    """The orchestrator refused ``task.artifacts`` of a worker over HTTP (``--orchestrator``)
+    for its token: a 403 (the token lacks the ``submit`` scope an upload needs or the ``read``
+    scope a download needs; the message names it) or a 401 (the token was refused). Uncaught, it
+    fails the task at once: another attempt with the same token would be refused too."""
 
 
 #: A plain-JSON artifact ref: ``{"artifact_id": "<uuid>", "size": <int>, "sha256": "<hex>"}``

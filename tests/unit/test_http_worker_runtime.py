@@ -261,6 +261,53 @@ async def test_artifacts_go_through_the_orchestrator(api: Api) -> None:
     assert by_name["l"].result == 1000
 
 
+async def test_an_artifact_call_the_token_may_not_make_fails_at_once_naming_the_scope() -> None:
+    """A worker token of the ``worker`` scope alone: the orchestrator answers 403 to
+    ``/v1/artifacts``. That is permanent (another attempt is refused too), so the task fails
+    on its first attempt with the scope named; it was a ``BackendUnavailable`` ('artifact
+    upload answered 403') retried until ``max_attempts``."""
+    from dataclasses import replace
+
+    from dtq.domain.tokens import Scope
+
+    async with running_api(replace(SETTINGS, api_auth="tokens")) as api:
+        secret = (await api.services.api.tokens.create("workers", {Scope.WORKER})).secret
+        runtime = Runtime(Options(poll_timeout=0.2, shutdown_grace=1.0))
+
+        @runtime.handler("store")
+        async def store(task: Task) -> Any:
+            return await task.artifacts.put(b"x" * 10)
+
+        @runtime.handler("load")
+        async def load(task: Task) -> Any:
+            return [c async for c in await task.artifacts.open(str(UUID(int=1)))]
+
+        submitted = [
+            await api.services.api.submit.submit_job(
+                SubmitJob(tasks=(TaskSpec(name="t", kind=kind, max_attempts=3),))
+            )
+            for kind in ("store", "load")
+        ]
+        promoter = asyncio.create_task(promote_forever(api))  # would move retries back
+        try:
+            async with working(api, runtime, token=secret):
+                views = [await wait_job(api, job.job_id) for job in submitted]
+        finally:
+            promoter.cancel()
+
+    [stored], [loaded] = (view.tasks for view in views)
+    assert (stored.status, stored.attempt) == ("failed", 1)
+    assert stored.last_error == (
+        "ArtifactForbidden: the token lacks the 'submit' scope (artifact upload): the"
+        " orchestrator answered 403 forbidden: this route needs a token with the 'submit' scope"
+    )
+    assert (loaded.status, loaded.attempt) == ("failed", 1)
+    assert loaded.last_error is not None
+    assert loaded.last_error.startswith(
+        "ArtifactForbidden: the token lacks the 'read' scope (artifact download)"
+    )
+
+
 async def test_an_error_text_with_nul_is_still_recorded(api: Api) -> None:
     runtime = Runtime(Options(poll_timeout=0.2, shutdown_grace=1.0))
 

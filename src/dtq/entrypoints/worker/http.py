@@ -9,12 +9,14 @@ The fetch loop's two steps, pop then claim, are one request here: :meth:`HttpRea
 sends ``POST /v1/worker/claim`` and keeps the claims it brought; :meth:`HttpExecution.claim_many`
 hands them over. Errors: an unreachable orchestrator, a 5xx or a 429 raise ``BackendUnavailable``
 (the loops back off and retry, as for a database outage); a 409 on a report is ``STALE``, on a
-heartbeat ``LOST``. Artifacts (``task.artifacts``) go through ``/v1/artifacts``.
+heartbeat ``LOST``. Artifacts (``task.artifacts``) go through ``/v1/artifacts``; a 401 or 403
+there is ``ArtifactForbidden`` (permanent, naming the scope the token lacks).
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -33,7 +35,7 @@ from dtq.domain.payload import MAX_ERROR_CHARS, storable_text
 from dtq.domain.status import RunStatus, TaskStatus
 from dtq.entrypoints.config import parse_duration
 from dtq.entrypoints.worker.artifacts import chunks
-from dtq.worker import ArtifactData, ArtifactNotFound, ArtifactRef
+from dtq.worker import ArtifactData, ArtifactForbidden, ArtifactNotFound, ArtifactRef
 
 #: Longest claim ``wait`` the orchestrator accepts, in seconds (``MAX_CLAIM_WAIT``).
 MAX_WAIT = 30.0
@@ -420,8 +422,32 @@ class HttpRegistry:
         return True
 
 
+#: The scope a 403's message names (``this route needs a token with the 'submit' scope``).
+_SCOPE_NEEDED = re.compile(r"'(\w+)' scope")
+
+
+def _artifact_refusal(response: httpx.Response, what: str) -> ArtifactForbidden:
+    """The handler-visible error of a 401 or 403 on ``/v1/artifacts`` (``what``: ``artifact
+    upload`` or ``artifact download``), naming the scope the answer's JSON body names."""
+    try:
+        error = response.json()["error"]
+        code, message = str(error["code"]), str(error["message"])
+    except (ValueError, KeyError, TypeError):
+        code, message = f"http_{response.status_code}", "no JSON error body"
+    answered = f"the orchestrator answered {response.status_code} {code}: {message}"
+    needed = _SCOPE_NEEDED.search(message) if response.status_code == 403 else None
+    if needed is not None:
+        return ArtifactForbidden(f"the token lacks the {needed[1]!r} scope ({what}): {answered}")
+    return ArtifactForbidden(f"the token was refused ({what}): {answered}")
+
+
 class HttpArtifacts:
-    """``task.artifacts`` over ``/v1/artifacts`` (upload streams the data, open streams back)."""
+    """``task.artifacts`` over ``/v1/artifacts`` (upload streams the data, open streams back).
+
+    The worker's token needs the ``submit`` scope to upload and ``read`` to download, besides
+    ``worker``; a 401 or 403 is :class:`~dtq.worker.ArtifactForbidden` (the task fails at once),
+    a 5xx, a 429 or no answer ``BackendUnavailable`` (retried by the task's policy).
+    """
 
     def __init__(self, client: httpx.AsyncClient) -> None:
         self._client = client
@@ -431,7 +457,9 @@ class HttpArtifacts:
 
         Raises:
             TypeError: ``data`` is none of the accepted kinds.
-            BackendUnavailable: the upload failed.
+            ArtifactForbidden: the orchestrator refused the token (401, or 403: it lacks the
+                ``submit`` scope; the message names the scope).
+            BackendUnavailable: the upload failed otherwise.
         """
         try:
             response = await self._client.post(
@@ -442,13 +470,22 @@ class HttpArtifacts:
             )
         except httpx.HTTPError as exc:
             raise BackendUnavailable(f"artifact upload failed: {type(exc).__name__}") from exc
+        if response.status_code in (401, 403):
+            raise _artifact_refusal(response, "artifact upload")
         if response.status_code != 201:
             raise BackendUnavailable(f"artifact upload answered {response.status_code}")
         ref: dict[str, Any] = response.json()
         return ref
 
     async def open(self, ref: ArtifactRef | str) -> AsyncIterator[bytes]:
-        """See :meth:`dtq.worker.Artifacts.open`."""
+        """See :meth:`dtq.worker.Artifacts.open`.
+
+        Raises:
+            ArtifactNotFound: no artifact has that id (404), or the ref is malformed.
+            ArtifactForbidden: the orchestrator refused the token (401, or 403: it lacks the
+                ``read`` scope; the message names the scope).
+            BackendUnavailable: the download failed otherwise.
+        """
         artifact_id = ref if isinstance(ref, str) else ref.get("artifact_id")
         if not isinstance(artifact_id, str) or not artifact_id or "/" in artifact_id:
             raise ArtifactNotFound(f"not an artifact ref (no string 'artifact_id'): {ref!r}")
@@ -460,6 +497,10 @@ class HttpArtifacts:
         if response.status_code in (400, 404):
             await response.aclose()
             raise ArtifactNotFound(f"no artifact has id {artifact_id!r}")
+        if response.status_code in (401, 403):
+            await response.aread()  # the JSON error body, for the message
+            await response.aclose()
+            raise _artifact_refusal(response, "artifact download")
         if response.status_code != 200:
             await response.aclose()
             raise BackendUnavailable(f"artifact download answered {response.status_code}")
