@@ -21,6 +21,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -310,3 +311,79 @@ async def test_s3_store_unreachable_is_backend_unavailable_in_seconds() -> None:
     assert time.monotonic() - started < 20
     assert "\n" not in caught.value.detail
     assert caught.value.detail.startswith(f"artifact bucket {BUCKET}: ")
+
+
+def _store_on(endpoint: str, bucket: str) -> ArtifactStore:
+    from dtq.adapters.artifacts.s3 import S3ArtifactStore
+
+    return S3ArtifactStore(
+        bucket,
+        endpoint=endpoint,
+        region="us-east-1",
+        access_key_id="test",
+        secret_access_key="test",
+    )
+
+
+@pytest.mark.integration
+async def test_a_missing_bucket_is_backend_unavailable_never_artifact_not_found(
+    seaweed: str,
+) -> None:
+    """SeaweedFS answers a HEAD in a missing bucket 404 with no body (obstore: the same
+    FileNotFoundError as a missing key), a GET 404 ``NoSuchBucket`` (FileNotFoundError too) and
+    a PUT 403 ``AccessDenied``: none of them is a missing artifact. Each is a 503 saying the
+    bucket does not exist (the GET route answered 404 artifact_not_found, and a worker's
+    ``open`` failed its task for good as ArtifactNotFound)."""
+    from dtq.domain.errors import BackendUnavailable
+
+    store = _store_on(seaweed, f"nosuchbucket-{uuid.uuid4().hex[:8]}")
+    key = str(uuid.uuid4())
+    calls = {
+        "stat": lambda: store.stat(key),
+        "open": lambda: store.open(key, 0, None),
+        "delete": lambda: store.delete(key),
+        "put": lambda: store.put(key, _chunks(b"abc")),
+    }
+    for name, call in calls.items():
+        with pytest.raises(BackendUnavailable) as caught:
+            await call()
+        assert "does not exist" in caught.value.detail, (name, caught.value.detail)
+        assert "\n" not in caught.value.detail
+
+
+@pytest.mark.integration
+async def test_the_bucket_check_tells_a_missing_bucket_from_an_existing_one(seaweed: str) -> None:
+    from dtq.adapters.artifacts.s3 import S3ArtifactStore
+
+    existing, missing = _store_on(seaweed, BUCKET), _store_on(seaweed, "nosuchbucket")
+    assert isinstance(existing, S3ArtifactStore) and isinstance(missing, S3ArtifactStore)
+    assert await existing.bucket_exists() is True
+    assert await missing.bucket_exists() is False
+
+
+@pytest.mark.integration
+async def test_services_do_not_start_on_a_missing_bucket(seaweed: str) -> None:
+    """The orchestrator and the native worker open their services through ``open_services``:
+    a bucket that does not exist stops them at start with one line naming ARTIFACT_S3_BUCKET
+    (the CLI's exit status 2), as an unreachable database does; the existing one starts."""
+    from dtq.entrypoints.config import ConfigError, load_settings
+    from dtq.entrypoints.container import open_services
+
+    def settings(bucket: str) -> Any:
+        return load_settings(
+            {
+                "ARTIFACT_BACKEND": "s3",
+                "ARTIFACT_S3_BUCKET": bucket,
+                "ARTIFACT_S3_ENDPOINT": seaweed,
+                "AWS_ACCESS_KEY_ID": "test",
+                "AWS_SECRET_ACCESS_KEY": "test",
+            }
+        )
+
+    with pytest.raises(ConfigError) as caught:
+        async with open_services(settings("nosuchbucket"), backend="memory"):
+            pass
+    assert caught.value.variable == "ARTIFACT_S3_BUCKET"
+    assert "'nosuchbucket' does not exist" in str(caught.value)
+    async with open_services(settings(BUCKET), backend="memory") as services:
+        assert services.api.artifacts is not None

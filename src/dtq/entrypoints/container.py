@@ -162,6 +162,38 @@ def _artifact_store(settings: Settings) -> ArtifactStore:
     )
 
 
+async def check_artifact_store(settings: Settings, store: ArtifactStore) -> None:
+    """At start: with ``ARTIFACT_BACKEND=s3``, the bucket must exist (one ``LIST``).
+
+    A bucket the server cannot be asked about now (unreachable, a listing refused) is a
+    warning, not a stop: artifact calls answer 503 until it answers, as during an outage.
+
+    Raises:
+        ConfigError: the server answers that ``ARTIFACT_S3_BUCKET`` does not exist (the CLI
+            exits 2 with this one line, as for a database that cannot be reached).
+    """
+    if settings.artifact_backend != "s3":
+        return
+    from dtq.adapters.artifacts.s3 import S3ArtifactStore
+
+    if not isinstance(store, S3ArtifactStore):  # a test's override
+        return
+    bucket = settings.artifact_s3_bucket
+    where = settings.artifact_s3_endpoint or "AWS"
+    try:
+        exists = await store.bucket_exists()
+    except BackendUnavailable as exc:
+        structlog.get_logger("dtq.container").warning(
+            "could not check the artifact bucket; going on", bucket=bucket, error=exc.detail
+        )
+        return
+    if not exists:
+        raise ConfigError(
+            "ARTIFACT_S3_BUCKET",
+            f"the bucket {bucket!r} does not exist at {where}: create it, or name one that does",
+        )
+
+
 def _policy(settings: Settings) -> ExecutionPolicy:
     return settings.execution_policy()
 
@@ -423,7 +455,8 @@ async def open_services(
     Raises:
         ValueError: ``container`` was built for another backend.
         ConfigError: the real backend without ``CRDB_DSN``, or with a database that cannot be
-            reached at start.
+            reached at start; ``ARTIFACT_BACKEND=s3`` with a bucket that does not exist
+            (:func:`check_artifact_store`).
     """
     if container is None:
         container = build_container(settings, backend=backend)
@@ -433,6 +466,7 @@ async def open_services(
         container.store_retry_hook.override(providers.Object(on_store_retry))
     if on_push_missed is not None:
         container.push_missed_hook.override(providers.Object(on_push_missed))
+    await check_artifact_store(settings, container.artifact_store())
     try:
         services = Services(
             settings=settings,

@@ -4,6 +4,13 @@ Objects live at ``<prefix><id>``. An upload streams through ``obstore.put_async`
 iterator, which sends a multipart upload (parts of ``PART_SIZE``) and completes it only after
 the last chunk; an exception from the stream aborts it, so no object ever appears half-written.
 Reads are ranged ``GET`` s streamed chunk by chunk.
+
+A bucket that does not exist is never taken for a missing artifact: S3 servers answer a
+``HEAD`` in it 404 with no body, which obstore raises as the ``FileNotFoundError`` of a missing
+key (a ``GET``'s 404 body says ``NoSuchBucket``; SeaweedFS answers a ``PUT`` 403
+``AccessDenied``). So a miss, and a refused upload, is checked with :meth:`bucket_exists`, and a
+missing bucket is ``BackendUnavailable`` (503) saying so. ``open_services`` checks the bucket at
+start.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from datetime import timedelta
 from typing import Any
 
 import obstore
+from obstore.exceptions import PermissionDeniedError
 from obstore.store import S3Store
 
 from dtq.application.artifacts import ArtifactNotFound
@@ -33,7 +41,8 @@ class S3ArtifactStore:
     """Artifacts as objects of one bucket.
 
     Args:
-        bucket: the bucket (``ARTIFACT_S3_BUCKET``); it must exist.
+        bucket: the bucket (``ARTIFACT_S3_BUCKET``); it must exist (:meth:`bucket_exists`;
+            a call in a missing bucket raises ``BackendUnavailable`` saying so).
         endpoint: an S3-compatible endpoint URL (``ARTIFACT_S3_ENDPOINT``), or None for AWS.
         region: the signing region (``AWS_REGION``).
         access_key_id, secret_access_key: credentials (``AWS_ACCESS_KEY_ID`` /
@@ -89,6 +98,38 @@ class S3ArtifactStore:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return BackendUnavailable(f"artifact bucket {self._bucket}: {first}")
 
+    def _no_bucket(self) -> BackendUnavailable:
+        return BackendUnavailable(
+            f"artifact bucket {self._bucket}: the bucket does not exist (NoSuchBucket): create"
+            " it, or set ARTIFACT_S3_BUCKET to one that exists"
+        )
+
+    async def bucket_exists(self) -> bool:
+        """Whether the bucket exists: one ``LIST`` of the first page under the prefix.
+
+        Returns:
+            False when the server answers ``NoSuchBucket``; True when it lists.
+
+        Raises:
+            BackendUnavailable: the server could not be asked or refused the listing otherwise
+                (unreachable, bad credentials, no list permission).
+        """
+        try:
+            async for _ in obstore.list(self._store, prefix=self._prefix, chunk_size=1):
+                break
+        except Exception as exc:
+            if "NoSuchBucket" in str(exc):
+                return False
+            raise self._unavailable(exc) from exc
+        return True
+
+    async def _not_found(self, key: str, exc: FileNotFoundError) -> Exception:
+        """A 404's meaning: ``NoSuchBucket`` (or a bucket :meth:`bucket_exists` does not find)
+        is BackendUnavailable; otherwise the artifact is missing."""
+        if "NoSuchBucket" in str(exc) or not await self.bucket_exists():
+            return self._no_bucket()
+        return ArtifactNotFound(f"no artifact {key}", field="id")
+
     async def put(self, key: str, chunks: AsyncIterable[bytes]) -> int:
         """See :meth:`ArtifactStore.put`: one multipart upload, completed at the end."""
         size = 0
@@ -115,6 +156,9 @@ class S3ArtifactStore:
         except Exception as exc:
             if failure is not None:
                 raise failure from None
+            refused = isinstance(exc, FileNotFoundError | PermissionDeniedError)
+            if refused and not await self.bucket_exists():  # a 404 or 403 on a missing bucket
+                raise self._no_bucket() from exc
             raise self._unavailable(exc) from exc
         return size
 
@@ -125,8 +169,8 @@ class S3ArtifactStore:
             options["range"] = {"offset": start} if length is None else (start, start + length)
         try:
             result = await obstore.get_async(self._store, self._key(key), options=options)  # type: ignore[arg-type]
-        except FileNotFoundError:
-            raise ArtifactNotFound(f"no artifact {key}", field="id") from None
+        except FileNotFoundError as exc:
+            raise await self._not_found(key, exc) from None
         except Exception as exc:
             raise self._unavailable(exc) from exc
         return self._stream(result)
@@ -142,8 +186,8 @@ class S3ArtifactStore:
         """See :meth:`ArtifactStore.stat`."""
         try:
             meta = await obstore.head_async(self._store, self._key(key))
-        except FileNotFoundError:
-            raise ArtifactNotFound(f"no artifact {key}", field="id") from None
+        except FileNotFoundError as exc:
+            raise await self._not_found(key, exc) from None
         except Exception as exc:
             raise self._unavailable(exc) from exc
         return int(meta["size"])
