@@ -413,3 +413,33 @@ async def test_a_success_held_through_a_database_outage_longer_than_the_lease_is
     task = await api.services.api.queries.get_task(task_id)
     assert (task.task.result, task.task.attempt, calls) == ("done", 1, [1])
     assert [run.status for run in task.runs] == ["succeeded"]
+
+
+async def test_an_artifact_over_the_apis_limit_fails_at_once_saying_so() -> None:
+    """413 is the same answer on every attempt: the task fails on its first (it was a
+    BackendUnavailable, 'artifact upload answered 413', retried until max_attempts)."""
+    from dataclasses import replace
+
+    async with running_api(replace(SETTINGS, api_max_artifact_bytes=16)) as api:
+        runtime = Runtime(Options(poll_timeout=0.2, shutdown_grace=1.0))
+
+        @runtime.handler("store")
+        async def store(task: Task) -> Any:
+            return await task.artifacts.put(b"x" * 100)
+
+        submitted = await api.services.api.submit.submit_job(
+            SubmitJob(tasks=(TaskSpec(name="t", kind="store", max_attempts=3),))
+        )
+        promoter = asyncio.create_task(promote_forever(api))  # would move retries back
+        try:
+            async with working(api, runtime):
+                view = await wait_job(api, submitted.job_id)
+        finally:
+            promoter.cancel()
+
+    [task] = view.tasks
+    assert (task.status, task.attempt) == ("failed", 1)
+    assert task.last_error is not None
+    assert task.last_error.startswith(
+        "PermanentError: artifact upload refused: the orchestrator answered 413"
+    ), task.last_error

@@ -35,7 +35,13 @@ from dtq.domain.payload import MAX_ERROR_CHARS, storable_text
 from dtq.domain.status import RunStatus, TaskStatus
 from dtq.entrypoints.config import parse_duration
 from dtq.entrypoints.worker.artifacts import chunks
-from dtq.worker import ArtifactData, ArtifactForbidden, ArtifactNotFound, ArtifactRef
+from dtq.worker import (
+    ArtifactData,
+    ArtifactForbidden,
+    ArtifactNotFound,
+    ArtifactRef,
+    PermanentError,
+)
 
 #: Longest claim ``wait`` the orchestrator accepts, in seconds (``MAX_CLAIM_WAIT``).
 MAX_WAIT = 30.0
@@ -426,15 +432,21 @@ class HttpRegistry:
 _SCOPE_NEEDED = re.compile(r"'(\w+)' scope")
 
 
-def _artifact_refusal(response: httpx.Response, what: str) -> ArtifactForbidden:
-    """The handler-visible error of a 401 or 403 on ``/v1/artifacts`` (``what``: ``artifact
-    upload`` or ``artifact download``), naming the scope the answer's JSON body names."""
+def _answered(response: httpx.Response) -> tuple[str, str]:
+    """``("the orchestrator answered 413 payload_too_large: ...", message)`` of an error answer
+    (its JSON body's code and message, when it has one)."""
     try:
         error = response.json()["error"]
         code, message = str(error["code"]), str(error["message"])
     except (ValueError, KeyError, TypeError):
         code, message = f"http_{response.status_code}", "no JSON error body"
-    answered = f"the orchestrator answered {response.status_code} {code}: {message}"
+    return f"the orchestrator answered {response.status_code} {code}: {message}", message
+
+
+def _artifact_refusal(response: httpx.Response, what: str) -> ArtifactForbidden:
+    """The handler-visible error of a 401 or 403 on ``/v1/artifacts`` (``what``: ``artifact
+    upload`` or ``artifact download``), naming the scope the answer's JSON body names."""
+    answered, message = _answered(response)
     needed = _SCOPE_NEEDED.search(message) if response.status_code == 403 else None
     if needed is not None:
         return ArtifactForbidden(f"the token lacks the {needed[1]!r} scope ({what}): {answered}")
@@ -445,8 +457,9 @@ class HttpArtifacts:
     """``task.artifacts`` over ``/v1/artifacts`` (upload streams the data, open streams back).
 
     The worker's token needs the ``submit`` scope to upload and ``read`` to download, besides
-    ``worker``; a 401 or 403 is :class:`~dtq.worker.ArtifactForbidden` (the task fails at once),
-    a 5xx, a 429 or no answer ``BackendUnavailable`` (retried by the task's policy).
+    ``worker``; a 401 or 403 is :class:`~dtq.worker.ArtifactForbidden` and an upload's 413 or
+    400 a :class:`~dtq.worker.PermanentError` (the task fails at once), a 5xx, a 429 or no
+    answer ``BackendUnavailable`` (retried by the task's policy).
     """
 
     def __init__(self, client: httpx.AsyncClient) -> None:
@@ -459,6 +472,8 @@ class HttpArtifacts:
             TypeError: ``data`` is none of the accepted kinds.
             ArtifactForbidden: the orchestrator refused the token (401, or 403: it lacks the
                 ``submit`` scope; the message names the scope).
+            PermanentError: the orchestrator refused the data (413 over
+                ``API_MAX_ARTIFACT_BYTES``, 400), which another attempt would not change.
             BackendUnavailable: the upload failed otherwise.
         """
         try:
@@ -472,6 +487,8 @@ class HttpArtifacts:
             raise BackendUnavailable(f"artifact upload failed: {type(exc).__name__}") from exc
         if response.status_code in (401, 403):
             raise _artifact_refusal(response, "artifact upload")
+        if response.status_code in (400, 413):  # the same answer on every attempt
+            raise PermanentError(f"artifact upload refused: {_answered(response)[0]}")
         if response.status_code != 201:
             raise BackendUnavailable(f"artifact upload answered {response.status_code}")
         ref: dict[str, Any] = response.json()
