@@ -240,6 +240,49 @@ async def test_healthz_fails_when_the_master_of_the_queues_slot_is_down(
         await client.aclose()
 
 
+def _server_addr(client: Redis) -> str:
+    """``host:port`` of the one-server test Redis."""
+    options = client.get_connection_kwargs()
+    return f"{options['host']}:{options['port']}"
+
+
+async def _failure(addr: str) -> str:
+    """What ``RedisQueue.epoch`` (the first call of a reconcile pass) raises on ``addr``."""
+    client = connect_redis(addr)
+    try:
+        with pytest.raises(BackendUnavailable) as raised:
+            await RedisQueue(client, prefix="dtqtest:reason:").epoch("token")
+        return str(raised.value)
+    finally:
+        await client.aclose()
+
+
+async def test_a_cluster_address_of_a_one_server_redis_says_cluster_mode_is_not_enabled(
+    redis_client: Redis,
+) -> None:
+    message = await _failure(f"redis+cluster://{_server_addr(redis_client)}")
+
+    assert message.startswith("redis epoch failed: RedisClusterException: ")
+    assert "Cluster mode is not enabled on this node" in message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize("cluster", [True, False], ids=["cluster", "one-server"])
+async def test_refused_credentials_keep_the_servers_words_without_the_password(
+    cluster: bool, redis_cluster: LocalCluster, redis_client: Redis
+) -> None:
+    password = "s3cret-Pa55"
+    if cluster:
+        addr = f"redis+cluster://nobody:{password}@127.0.0.1:{redis_cluster.ports[0]}"
+    else:
+        addr = f"redis://nobody:{password}@{_server_addr(redis_client)}"
+
+    message = await _failure(addr)
+
+    assert "invalid username-password pair or user is disabled" in message
+    assert password not in message and "\n" not in message and len(message) < 300
+
+
 async def test_the_eviction_check_reads_every_master_of_the_cluster(
     redis_cluster: LocalCluster, redis_cluster_client: RedisCluster
 ) -> None:

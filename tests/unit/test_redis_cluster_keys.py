@@ -1,5 +1,6 @@
 """Redis Cluster (issue 17 item 6): the hash-tagged key layout, the ``REDIS_ADDR`` seed list and
-``REDIS_KEY_PREFIX`` checks, and ``connect_redis`` choosing the cluster client. No network."""
+``REDIS_KEY_PREFIX`` checks, ``connect_redis`` choosing the cluster client, and the words of the
+driver errors ``wrap_errors`` turns into ``BackendUnavailable``. No network."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ from redis.asyncio.connection import (
     UnixDomainSocketConnection,
 )
 from redis.crc import key_slot
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisClusterException
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from dtq.adapters.redis import KeyLayout, connect_redis, tagged_prefix
 from dtq.adapters.redis.connection import (
@@ -21,7 +25,9 @@ from dtq.adapters.redis.connection import (
     _InlineSend,
     parse_cluster_seeds,
     socket_timeout,
+    wrap_errors,
 )
+from dtq.domain.errors import BackendUnavailable
 from dtq.entrypoints.config import ConfigError, load_settings
 
 # --- key layout -----------------------------------------------------------------------------------
@@ -187,3 +193,46 @@ async def test_a_one_server_client_of_any_address_writes_in_the_callers_task(
         assert client.connection_pool.connection_kwargs["retry"].get_retries() == 0
     finally:
         await client.aclose()
+
+
+# --- driver errors keep their reason (issue: cluster errors were the bare class name) ----------
+
+
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [
+        (
+            RedisClusterException("Cluster mode is not enabled on this node"),
+            "redis ping failed: RedisClusterException: Cluster mode is not enabled on this node",
+        ),
+        (
+            RedisConnectionError("Error 111 connecting to 10.0.0.1:7000.\nConnection refused."),
+            "redis ping failed: ConnectionError: Error 111 connecting to 10.0.0.1:7000. "
+            "Connection refused.",
+        ),
+        (
+            RedisConnectionError("could not reach redis://app:hunter2@10.0.0.1:7000/0"),
+            "redis ping failed: ConnectionError: could not reach redis://***@10.0.0.1:7000/0",
+        ),
+        (RedisTimeoutError(), "redis ping failed: TimeoutError"),
+        (
+            OSError(101, "Network is unreachable"),
+            "redis ping failed: OSError: [Errno 101] Network is unreachable",
+        ),
+    ],
+)
+def test_wrapped_errors_keep_their_reason_on_one_line_without_credentials(
+    error: Exception, expected: str
+) -> None:
+    with pytest.raises(BackendUnavailable) as raised, wrap_errors("ping"):
+        raise error
+
+    assert str(raised.value) == expected
+    assert raised.value.__cause__ is error
+
+
+def test_a_wrapped_reason_is_cut_to_200_characters() -> None:
+    with pytest.raises(BackendUnavailable) as raised, wrap_errors("ping"):
+        raise RedisClusterException("x" * 1000)
+
+    assert str(raised.value) == "redis ping failed: RedisClusterException: " + "x" * 200

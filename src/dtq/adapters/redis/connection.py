@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeAlias, TypeVar
@@ -77,19 +78,39 @@ NO_RETRY = Retry(NoBackoff(), 0)
 _RESEND_BACKOFF = ExponentialWithJitterBackoff(base=0.05, cap=0.5)
 
 
+#: ``scheme://user:password@`` in a message: masked by ``_reason`` (redis-py's own messages name
+#: only ``host:port``; this guards against one that would quote an address with credentials).
+_URL_CREDENTIALS = re.compile(r"(\w[\w+.-]*://)[^\s/@]*@")
+
+#: How many characters of a driver error's message ``wrap_errors`` keeps.
+REASON_LIMIT = 200
+
+
+def _reason(exc: BaseException) -> str:
+    """``exc``'s message on one line (whitespace runs made one space), URL credentials masked
+    (``redis://***@host``), at most ``REASON_LIMIT`` characters; empty when it has none."""
+    text = " ".join(str(exc).split())
+    return _URL_CREDENTIALS.sub(r"\1***@", text)[:REASON_LIMIT]
+
+
 @contextmanager
 def wrap_errors(operation: str) -> Iterator[None]:
-    """Turn driver and socket errors into ``BackendUnavailable``: no redis error escapes. A
-    refusal by the server (``ResponseError``: a database index out of range, a missing AUTH)
-    keeps its words, at most 200 characters of them."""
+    """Turn driver and socket errors into ``BackendUnavailable``: no redis error escapes.
+
+    The message is ``redis <operation> failed: <class>: <reason>``, the reason being the
+    error's own words (a refusal by the server, ``Cluster mode is not enabled on this node``,
+    ``invalid username-password pair or user is disabled.``, ``Error 111 connecting to
+    host:port``) on one line, at most 200 characters, with any ``user:password@`` of a URL
+    masked; just ``redis <operation> failed: <class>`` for an error without words (a timeout).
+    The driver error is the ``__cause__``.
+    """
     try:
         yield
-    except ResponseError as exc:
-        raise BackendUnavailable(
-            f"redis {operation} failed: {type(exc).__name__}: {str(exc)[:200]}"
-        ) from exc
     except (RedisError, RedisClusterException, OSError) as exc:
-        raise BackendUnavailable(f"redis {operation} failed: {type(exc).__name__}") from exc
+        reason = _reason(exc)
+        raise BackendUnavailable(
+            f"redis {operation} failed: {type(exc).__name__}" + (f": {reason}" if reason else "")
+        ) from exc
 
 
 async def idempotent(operation: str, call: Callable[[], Awaitable[T]]) -> T:
