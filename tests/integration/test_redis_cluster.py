@@ -283,6 +283,33 @@ async def test_refused_credentials_keep_the_servers_words_without_the_password(
     assert password not in message and "\n" not in message and len(message) < 300
 
 
+async def test_a_one_server_address_of_a_cluster_node_says_to_use_the_cluster_address(
+    redis_cluster: LocalCluster,
+) -> None:
+    port = redis_cluster.ports[0]
+    prefix = next(  # keys another master serves: this node answers MOVED
+        prefix
+        for prefix in (f"dtqtest:{uuid.uuid4().hex}:" for _ in range(100))
+        if redis_cluster.master_of(KeyLayout(prefix).epoch) != port
+    )
+    client = connect_redis(f"redis://127.0.0.1:{port}")
+    queue = RedisQueue(client, prefix=prefix)
+    try:
+        for operation, call in [
+            ("ping", queue.ping),
+            ("enqueue_many", lambda: queue.enqueue_many([(uuid.uuid4(), "default")])),
+        ]:
+            with pytest.raises(BackendUnavailable) as raised:
+                await call()
+            message = str(raised.value)
+            assert message.startswith(
+                f"redis {operation} failed: this Redis is a cluster node (MOVED "
+            ), message
+            assert message.endswith(": set REDIS_ADDR=redis+cluster://host:port,...")
+    finally:
+        await client.aclose()
+
+
 async def test_the_eviction_check_reads_every_master_of_the_cluster(
     redis_cluster: LocalCluster, redis_cluster_client: RedisCluster
 ) -> None:

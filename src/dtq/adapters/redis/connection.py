@@ -51,7 +51,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
 from redis.connection import HiredisRespSerializer
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisClusterException, RedisError, ResponseError
+from redis.exceptions import MovedError, RedisClusterException, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.utils import HIREDIS_AVAILABLE
 
@@ -102,10 +102,18 @@ def wrap_errors(operation: str) -> Iterator[None]:
     ``invalid username-password pair or user is disabled.``, ``Error 111 connecting to
     host:port``) on one line, at most 200 characters, with any ``user:password@`` of a URL
     masked; just ``redis <operation> failed: <class>`` for an error without words (a timeout).
-    The driver error is the ``__cause__``.
+    A MOVED redirection, which only a one-server client sees (a ``redis://`` or ``host:port``
+    address of a Redis Cluster node that does not serve the keys' slot), says what to do:
+    ``redis <operation> failed: this Redis is a cluster node (MOVED <slot> <host:port>): set
+    REDIS_ADDR=redis+cluster://host:port,...``. The driver error is the ``__cause__``.
     """
     try:
         yield
+    except MovedError as exc:
+        raise BackendUnavailable(
+            f"redis {operation} failed: this Redis is a cluster node (MOVED {_reason(exc)}): "
+            "set REDIS_ADDR=redis+cluster://host:port,..."
+        ) from exc
     except (RedisError, RedisClusterException, OSError) as exc:
         reason = _reason(exc)
         raise BackendUnavailable(
