@@ -360,3 +360,25 @@ async def test_after_the_layout_change_the_reconciler_requeues_every_queued_task
     old = {_text(k) async for k in redis_client.scan_iter(match=f"{redis_prefix}*")}
     assert old and all(not name.startswith(keys.prefix) for name in old)
     assert old_ready in old
+
+
+async def test_the_documented_cleanup_of_a_tagged_deployment_matches_its_keys_only(
+    redis_client: Redis, redis_prefix: str
+) -> None:
+    """README migration step 3 for an old server already on the tagged layout: SCAN MATCH
+    ``{dto}:*`` (braces are literal in Redis's glob) finds every key a deployment leaves that
+    does not expire, and nothing of another prefix; the untagged pattern finds none of them."""
+    queue = RedisQueue(redis_client, prefix=redis_prefix)
+    keys = KeyLayout(redis_prefix)
+    await queue.enqueue_many([(uuid.uuid4(), "default")])
+    await queue.schedule(uuid.uuid4(), "low", datetime(2030, 1, 1, tzinfo=UTC))
+    await queue.epoch("token")
+    other = f"{{{redis_prefix[:-1]}x}}:epoch"  # another deployment's tag that starts alike
+    await redis_client.set(other, "1", px=30_000)
+
+    found = {_text(k) async for k in redis_client.scan_iter(match=f"{keys.prefix}*")}
+
+    assert {*keys.ready_books("default"), keys.scheduled, keys.epoch} <= found
+    assert other not in found and all(name.startswith(keys.prefix) for name in found)
+    assert not [k async for k in redis_client.scan_iter(match=f"{redis_prefix}*")]
+    await redis_client.delete(other)
