@@ -362,7 +362,8 @@ async def check_eviction_policy(client: RedisClient) -> str | None:
 
     Args:
         client: the Redis client the queue uses; on a Redis Cluster every master is asked and
-            the first that evicts is reported.
+            the first that evicts is reported by name (``... is 'allkeys-lru' on master
+            10.0.0.2:7000, not 'noeviction' ...``).
 
     Returns:
         A warning text when the policy evicts keys or cannot be read (CONFIG disabled, renamed
@@ -375,13 +376,14 @@ async def check_eviction_policy(client: RedisClient) -> str | None:
         "could not read Redis maxmemory-policy ({reason}); make sure it is 'noeviction', or "
         "evicted leases and markers will cause reruns and stalls"
     )
+    node: str | None = None  # the cluster master reported
     try:
         with wrap_errors("config_get"):
             if isinstance(client, RedisCluster):  # every master holds a share of the slots
                 replies = await client.config_get(
                     "maxmemory-policy", target_nodes=RedisCluster.PRIMARIES
                 )
-                reply = _worst_policy(replies)
+                node, reply = _worst_policy(replies)
             else:
                 reply = await client.config_get("maxmemory-policy")
     except BackendUnavailable as exc:
@@ -395,20 +397,25 @@ async def check_eviction_policy(client: RedisClient) -> str | None:
     policy = as_text(raw_policy)
     if policy == "noeviction":
         return None
+    where = f" on master {node}" if node else ""
     return (
-        f"Redis maxmemory-policy is {policy!r}, not 'noeviction': under memory pressure Redis "
-        "may evict leases (tasks reclaimed and rerun) and queue entries (delayed until reconcile)"
+        f"Redis maxmemory-policy is {policy!r}{where}, not 'noeviction': under memory pressure "
+        "Redis may evict leases (tasks reclaimed and rerun) and queue entries (delayed until "
+        "reconcile)"
     )
 
 
-def _worst_policy(replies: Any) -> dict[Any, Any]:
-    """Of a cluster's per-node CONFIG GET replies, one that is not ``noeviction`` if any is
-    (else any one; an empty dict when there is none)."""
-    per_node: list[dict[Any, Any]] = list(replies.values()) if isinstance(replies, dict) else []
-    if per_node and not all(isinstance(reply, dict) for reply in per_node):
-        per_node = [replies]  # one node answered: the reply itself is name -> value
-    for reply in per_node:
+def _worst_policy(replies: Any) -> tuple[str | None, dict[Any, Any]]:
+    """Of a cluster's per-node CONFIG GET replies (node ``host:port`` -> name -> value), one
+    that is not ``noeviction`` if any is (else any one; an empty dict when there is none), with
+    its node's name (None when redis-py returned one node's reply without it)."""
+    if not isinstance(replies, dict):
+        return None, {}
+    per_node: list[tuple[str | None, Any]] = [(str(n), r) for n, r in replies.items()]
+    if per_node and not all(isinstance(reply, dict) for _, reply in per_node):
+        per_node = [(None, replies)]  # one node answered: the reply itself is name -> value
+    for node, reply in per_node:
         value = next(iter(reply.values()), None)
         if value is None or as_text(value) != "noeviction":
-            return reply
-    return per_node[0] if per_node else {}
+            return node, reply
+    return per_node[0] if per_node else (None, {})
