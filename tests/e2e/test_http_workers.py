@@ -104,11 +104,9 @@ UNSTORABLE_HANDLERS = (
 )
 
 
-def test_the_node_worker_records_an_unstorable_error_and_result_as_failures(
-    cluster: Cluster, tmp_path: Path
-) -> None:
-    """The example escapes what the API refuses in an error text and fails a run whose result
-    the API refuses, instead of leaving the run to be reclaimed until its crash budget ends."""
+def node_worker_with(handlers: str, tmp_path: Path) -> tuple[str, Path]:
+    """``node`` and a copy of the example worker in ``tmp_path`` with ``handlers`` (JavaScript
+    entries of its handler table) added before its own; skips without Node.js."""
     node = shutil.which("node")
     if node is None:
         pytest.skip("node is not installed: the Node.js worker example cannot run here")
@@ -116,7 +114,16 @@ def test_the_node_worker_records_an_unstorable_error_and_result_as_failures(
     anchor = '  "node.refuse": async'
     assert anchor in source
     copy = tmp_path / "worker.mjs"
-    copy.write_text(source.replace(anchor, UNSTORABLE_HANDLERS + anchor))
+    copy.write_text(source.replace(anchor, handlers + anchor))
+    return node, copy
+
+
+def test_the_node_worker_records_an_unstorable_error_and_result_as_failures(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """The example escapes what the API refuses in an error text and fails a run whose result
+    the API refuses, instead of leaving the run to be reclaimed until its crash budget ends."""
+    node, copy = node_worker_with(UNSTORABLE_HANDLERS, tmp_path)
     cluster.start_orchestrator()
     env = http_env(cluster, DTQ_URL=cluster.url, WORKER_ID="node-2", HEARTBEAT_MS="500")
     start_process(cluster, "node", [node, str(copy)], env)
@@ -148,14 +155,7 @@ def test_the_node_worker_survives_an_orchestrator_outage_and_delivers_its_report
     Node worker runs two 4 s tasks: their results are sent again until they get through, the
     heartbeats and the claims that fail meanwhile are retried, and the process keeps running
     (it used to exit with ``TypeError: fetch failed`` from the first report)."""
-    node = shutil.which("node")
-    if node is None:
-        pytest.skip("node is not installed: the Node.js worker example cannot run here")
-    source = NODE_WORKER.read_text()
-    anchor = '  "node.refuse": async'
-    assert anchor in source
-    copy = tmp_path / "worker.mjs"
-    copy.write_text(source.replace(anchor, SLOW_HANDLER + anchor))
+    node, copy = node_worker_with(SLOW_HANDLER, tmp_path)
     # leases that outlast the outage: the runs stay the worker's, so its reports must land
     cluster.env.update(LEASE_DURATION="30s", STALE_RUNNING_AFTER="30s")
     cluster.start_orchestrator()
