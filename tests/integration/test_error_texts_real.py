@@ -10,7 +10,6 @@ import os
 from collections.abc import AsyncIterator
 from uuid import UUID
 
-import httpx
 import pytest
 
 from dtq.application.commands import JobView, SubmitJob, TaskSpec
@@ -19,8 +18,8 @@ from dtq.entrypoints.api import create_app
 from dtq.entrypoints.bundles import Services
 from dtq.entrypoints.config import Settings
 from dtq.entrypoints.metrics import OrchestratorMetrics, new_registry
-from dtq.entrypoints.worker.http import open_http_worker_services
 from dtq.worker import Options, PermanentError, Runtime, Task
+from tests.http_runtime import runtime_over_http
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(30)]
 
@@ -43,25 +42,10 @@ async def native(services: Services, runtime: Runtime) -> AsyncIterator[None]:
         await asyncio.wait_for(worker, timeout=10)
 
 
-@contextlib.asynccontextmanager
-async def over_http(services: Services, runtime: Runtime) -> AsyncIterator[None]:
-    stop = asyncio.Event()
+def over_http(services: Services, runtime: Runtime) -> contextlib.AbstractAsyncContextManager[None]:
     registry = new_registry()
     app = create_app(services.api, services.settings, OrchestratorMetrics(registry), registry)
-    async with open_http_worker_services(
-        "http://dtq",
-        worker_id=SETTINGS.worker_id,
-        kinds=runtime.kinds,
-        lease_duration=SETTINGS.lease_duration,
-        max_result_bytes=SETTINGS.api_max_result_bytes,
-        transport=httpx.ASGITransport(app=app),  # type: ignore[arg-type]  # Litestar's scope
-    ) as backend:
-        worker = asyncio.create_task(runtime.run(backend, runtime.configure(SETTINGS), stop=stop))
-        try:
-            yield
-        finally:
-            stop.set()
-            await asyncio.wait_for(worker, timeout=10)
+    return runtime_over_http(app, runtime, SETTINGS)
 
 
 async def wait_job(services: Services, job_id: UUID) -> JobView:

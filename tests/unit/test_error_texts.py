@@ -10,15 +10,14 @@ import os
 from collections.abc import AsyncIterator
 from uuid import UUID
 
-import httpx
 import pytest
 
 from dtq.application.commands import JobView, SubmitJob, TaskSpec
 from dtq.domain.payload import storable_text
 from dtq.domain.status import RunStatus, TaskStatus
 from dtq.entrypoints.config import Settings
-from dtq.entrypoints.worker.http import open_http_worker_services
 from dtq.worker import Options, PermanentError, Runtime, Task
+from tests.http_runtime import runtime_over_http
 from tests.unit.api_harness import Api, running_api
 from tests.unit.runtime_harness import build_harness
 
@@ -206,24 +205,9 @@ async def api() -> AsyncIterator[Api]:
         yield running
 
 
-@contextlib.asynccontextmanager
-async def working(api: Api, runtime: Runtime) -> AsyncIterator[None]:
+def working(api: Api, runtime: Runtime) -> contextlib.AbstractAsyncContextManager[None]:
     """Run ``runtime`` over HTTP against ``api`` for the block, then stop it gracefully."""
-    stop = asyncio.Event()
-    async with open_http_worker_services(
-        "http://dtq",
-        worker_id=WORKER.worker_id,
-        kinds=runtime.kinds,
-        lease_duration=WORKER.lease_duration,
-        max_result_bytes=WORKER.api_max_result_bytes,
-        transport=httpx.ASGITransport(app=api.app),  # type: ignore[arg-type]
-    ) as services:
-        worker = asyncio.create_task(runtime.run(services, runtime.configure(WORKER), stop=stop))
-        try:
-            yield
-        finally:
-            stop.set()
-            await asyncio.wait_for(worker, timeout=10)
+    return runtime_over_http(api.app, runtime, WORKER)
 
 
 async def run_one(api: Api, runtime: Runtime, kind: str) -> JobView:

@@ -18,6 +18,7 @@ from dtq.application.commands import JobView, SubmitJob, TaskSpec, TaskView
 from dtq.entrypoints.config import Settings
 from dtq.entrypoints.worker.http import open_http_worker_services
 from dtq.worker import Options, PermanentError, Runtime, Task
+from tests.http_runtime import runtime_over_http
 from tests.unit.api_harness import SETTINGS, Api, running_api
 
 WORKER = Settings(worker_id="http-worker", lease_duration=3.0, worker_heartbeat_interval=1.0)
@@ -29,26 +30,11 @@ async def api() -> AsyncIterator[Api]:
         yield running
 
 
-@contextlib.asynccontextmanager
-async def working(api: Api, runtime: Runtime, token: str | None = None) -> AsyncIterator[None]:
+def working(
+    api: Api, runtime: Runtime, token: str | None = None
+) -> contextlib.AbstractAsyncContextManager[None]:
     """Run ``runtime`` over HTTP against ``api`` for the block, then stop it gracefully."""
-    stop = asyncio.Event()
-    config = runtime.configure(WORKER)
-    async with open_http_worker_services(
-        "http://dtq",
-        worker_id=WORKER.worker_id,
-        kinds=runtime.kinds,
-        lease_duration=WORKER.lease_duration,
-        max_result_bytes=WORKER.api_max_result_bytes,
-        token=token,
-        transport=httpx.ASGITransport(app=api.app),  # type: ignore[arg-type]
-    ) as services:
-        worker = asyncio.create_task(runtime.run(services, config, stop=stop))
-        try:
-            yield
-        finally:
-            stop.set()
-            await asyncio.wait_for(worker, timeout=10)
+    return runtime_over_http(api.app, runtime, WORKER, token=token)
 
 
 async def wait_job(api: Api, job_id: UUID, timeout: float = 10.0) -> JobView:
