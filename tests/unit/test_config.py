@@ -509,6 +509,10 @@ def test_an_unknown_sslmode_is_refused_at_once(dsn: str) -> None:
             {"ARTIFACT_S3_ENDPOINT": "127.0.0.1:8333"},
             "ARTIFACT_S3_ENDPOINT: must be an http(s):// URL, got '127.0.0.1:8333'",
         ),
+        (
+            {"ARTIFACT_S3_ENDPOINT": "http://[::1"},
+            "ARTIFACT_S3_ENDPOINT: must be an http(s):// URL, got 'http://[::1'",
+        ),
         ({"API_MAX_ARTIFACT_BYTES": "0"}, "API_MAX_ARTIFACT_BYTES: must be at least 1, got 0"),
         ({"API_MAX_ARTIFACT_BYTES": "2TB"}, "API_MAX_ARTIFACT_BYTES: must be an integer"),
     ],

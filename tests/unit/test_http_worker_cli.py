@@ -30,7 +30,10 @@ def one_error_line(err: str) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize("url", ["ftp://host", "localhost:8080", "http://", "http://h?x=1"])
+@pytest.mark.parametrize(
+    "url",
+    ["ftp://host", "localhost:8080", "http://", "http://h?x=1", "http://[::1", "http://h:99999"],
+)
 def test_a_bad_orchestrator_url_exits_2_with_one_line(
     url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -23,6 +23,7 @@ from uuid import UUID
 
 from dtq.domain.errors import NotFound, ValidationError
 from dtq.domain.events import EVENT_TYPES
+from dtq.domain.urls import has_control, http_url_problem
 
 #: Length bounds of a webhook secret, in characters.
 SECRET_MIN = 16
@@ -57,20 +58,9 @@ def check_url(url: str) -> str:
     """
     if len(url) > URL_MAX:
         raise InvalidWebhook(f"the url has {len(url)} characters; at most {URL_MAX}", field="url")
-    if any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in url):
-        raise InvalidWebhook(
-            f"{url[:100]!r} holds a control character; percent-encode it", field="url"
-        )
-    try:
-        parts = urlsplit(url)
-        _ = parts.port  # raises ValueError when malformed
-        ok = parts.scheme in ("http", "https") and bool(parts.hostname)
-    except ValueError:
-        ok = False
-    if not ok or any(c.isspace() for c in url):
-        raise InvalidWebhook(
-            f"{url[:100]!r} is not an http:// or https:// url with a host", field="url"
-        )
+    problem = http_url_problem(url)
+    if problem is not None:
+        raise InvalidWebhook(f"{url[:100]!r} {problem}", field="url")
     return url
 
 
@@ -113,7 +103,7 @@ def check_secret(secret: str) -> str:
             f"the secret must have {SECRET_MIN}..{SECRET_MAX} characters, not {len(secret)}",
             field="secret",
         )
-    if any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in secret):
+    if has_control(secret):
         raise InvalidWebhook("the secret must not hold a control character", field="secret")
     return secret
 

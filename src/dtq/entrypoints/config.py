@@ -14,13 +14,11 @@ An empty value counts as unset (``WORKER_ID=`` in a ``.env`` file means "generat
 from __future__ import annotations
 
 import os
-import re
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
-from urllib.parse import urlsplit
 
 import psycopg
 from dotenv import dotenv_values
@@ -30,6 +28,7 @@ from dtq.application.commands import ExecutionPolicy
 from dtq.application.events import EventStreamPolicy
 from dtq.application.retention import RetentionPolicy
 from dtq.application.webhooks import WebhookPolicy
+from dtq.domain.urls import http_url_problem
 from dtq.entrypoints.config_values import (
     ConfigError,
     ascii_int,
@@ -118,8 +117,6 @@ _MIN_HEARTBEAT_INTERVAL = 1.0
 _ARTIFACT_BACKENDS: tuple[ArtifactBackend, ...] = ("fs", "s3")
 _API_AUTHS: tuple[ApiAuth, ...] = ("tokens", "none")
 _BOOLEANS: tuple[str, ...] = ("true", "false")
-# what cannot be a positive duration as written: 0 in any unit, or a negative one
-_NOT_POSITIVE = re.compile(r"\s*(-|[+]?0*(\.0*)?[a-zµ]*\s*$)")
 _BOOLEAN_ALIASES = {
     "1": "true",
     "yes": "true",
@@ -412,7 +409,12 @@ class _Reader:
         seconds = self._parsed(name, default, lambda v: parse_duration(v, variable=name))
         if seconds <= 0:
             raw = self.raw(name)
-            if raw is not None and not _NOT_POSITIVE.match(raw):  # e.g. 1ns: no whole µs
+            # e.g. 1ns: positive as written, but no whole microsecond
+            if (
+                raw is not None
+                and not raw.lstrip().startswith("-")
+                and any(map(str.isdigit, raw.replace("0", "")))
+            ):
                 raise ConfigError(
                     name,
                     f"must be at least 1us (durations count whole microseconds), got {raw!r}",
@@ -572,12 +574,9 @@ def _artifact_settings(env: _Reader) -> dict[str, Any]:
     if backend == "s3" and bucket is None:
         raise ConfigError("ARTIFACT_S3_BUCKET", "required when ARTIFACT_BACKEND=s3")
     endpoint = env.raw("ARTIFACT_S3_ENDPOINT")
-    if endpoint is not None:
-        parts = urlsplit(endpoint)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ConfigError(
-                "ARTIFACT_S3_ENDPOINT", f"must be an http(s):// URL, got {endpoint!r}"
-            )
+    problem = None if endpoint is None else http_url_problem(endpoint)
+    if problem is not None:
+        raise ConfigError("ARTIFACT_S3_ENDPOINT", f"must be an http(s):// URL, got {endpoint!r}")
     directory = env.raw("ARTIFACT_DIR")
     return {
         "artifact_backend": backend,

@@ -32,8 +32,9 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 from uuid import UUID
+
+from dtq.domain.urls import http_url_problem
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
@@ -103,7 +104,7 @@ def setup(environ: Mapping[str, str], *, service_name: str) -> bool:
         return False
     for name in ENDPOINT_VARS:
         endpoint = environ.get(name, "").strip()
-        if endpoint and not _http_url(endpoint):
+        if endpoint and http_url_problem(endpoint) is not None:
             _log.warning(
                 "%s=%r is not an http:// or https:// URL with a host: tracing stays off",
                 name,
@@ -136,15 +137,6 @@ def setup(environ: Mapping[str, str], *, service_name: str) -> bool:
     _state.provider = provider
     install(provider)
     return True
-
-
-def _http_url(value: str) -> bool:
-    try:
-        parts = urlsplit(value)
-        _ = parts.port  # raises ValueError when malformed
-    except ValueError:
-        return False
-    return parts.scheme in ("http", "https") and bool(parts.hostname)
 
 
 def _global_provider_set(trace: Any) -> bool:

@@ -39,6 +39,7 @@ import msgspec
 from dtq.domain.entities import DEFAULT_PRIORITY
 from dtq.domain.names import NAME_HINT, NAME_MAX, NAME_PATTERN, PRIORITY_HINT, PRIORITY_PATTERN
 from dtq.domain.status import JobStatus, RunStatus, TaskStatus
+from dtq.domain.urls import CONTROL_CHARACTERS
 
 #: The format characters (Unicode category Cf, Unicode 14.0 of Python 3.11), as the inside of a
 #: character class: invisible, so a job name of them alone is as blank as one of spaces. Those
@@ -54,7 +55,7 @@ FORMAT_CHARACTERS = (
 #: paragraph separators (U+2028, U+2029) and the bidirectional embeddings, overrides and
 #: isolates (U+202A-U+202E, U+2066-U+2069), which reorder or break the line a terminal or a page
 #: shows the name on.
-JOB_NAME_FORBIDDEN = r"\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+JOB_NAME_FORBIDDEN = rf"{CONTROL_CHARACTERS}\u2028\u2029\u202a-\u202e\u2066-\u2069"
 JOB_NAME_PATTERN = rf"^(?![\s{FORMAT_CHARACTERS}]+$)[^{JOB_NAME_FORBIDDEN}]*(?!\n)$"
 #: Worker ids of the HTTP worker protocol (``worker_protocol.WORKER_ID_PATTERN``).
 WORKER_ID_PATTERN = r"^[\x21-\x7e]{1,200}(?!\n)$"
@@ -64,7 +65,7 @@ IDEMPOTENCY_KEY_PATTERN = r"^[\x20-\x7e]+(?!\n)$"
 NO_NUL_PATTERN = r"^[^\x00]*$"
 #: One line of text: no control character (C0, DEL, C1), a final newline included (a worker's
 #: hostname).
-NO_CONTROL_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]*(?!\n)$"
+NO_CONTROL_PATTERN = rf"^[^{CONTROL_CHARACTERS}]*(?!\n)$"
 IDEMPOTENCY_KEY_MAX = 255
 #: What each pattern means, in the words a 400 uses instead of the regex.
 PATTERN_HINTS: dict[str, str] = {

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from dtq.domain.urls import http_url_problem
 from dtq.entrypoints.cli.apps import load_runtime
 from dtq.entrypoints.cli.common import (
     EXIT_OK,
@@ -78,9 +79,11 @@ def _orchestrator_url(value: str | None) -> str | None:
     """
     if value is None:
         return None
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query:
-        raise UsageError("--orchestrator", f"must be an http(s)://host[:port] URL, got {value!r}")
+    problem = http_url_problem(value) or ("has a query" if urlsplit(value).query else None)
+    if problem is not None:
+        raise UsageError(
+            "--orchestrator", f"must be an http(s)://host[:port] URL ({problem}), got {value!r}"
+        )
     return value.rstrip("/")
 
 
