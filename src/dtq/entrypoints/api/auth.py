@@ -34,9 +34,9 @@ from litestar.openapi.spec import Components, SecurityScheme
 from litestar.routes import HTTPRoute
 
 from dtq.application.tokens import Principal, TokenService
-from dtq.domain.errors import ValidationError
 from dtq.domain.tokens import Scope, Unauthenticated
 from dtq.entrypoints.api import responses
+from dtq.entrypoints.api.guards import single_header
 
 if TYPE_CHECKING:
     from litestar import Litestar
@@ -114,11 +114,9 @@ def auth_guard(tokens: TokenService, *, metrics_auth: bool) -> Guard:
         needed = required_scope(method, scope["path_template"], metrics_auth=metrics_auth)
         if needed is None:
             return
-        given = connection.headers.getall("authorization", [])
-        if len(given) > 1:  # two credentials: which one is meant is anyone's guess
-            raise ValidationError("Authorization given more than once", field="Authorization")
+        authorization = single_header(connection.headers, "Authorization")
         state = scope.setdefault("state", {})
-        await authorize(tokens, state, given[0] if given else None, needed)
+        await authorize(tokens, state, authorization, needed)
 
     return guard
 

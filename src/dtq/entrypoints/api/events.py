@@ -30,7 +30,7 @@ from dtq.application.events import (
 )
 from dtq.application.ports import Event, EventCursor
 from dtq.domain.errors import BackendUnavailable, ValidationError
-from dtq.entrypoints.api import filters, responses
+from dtq.entrypoints.api import filters, guards, responses
 
 _ENCODER = msgspec.json.Encoder()
 _log = structlog.get_logger("dtq.api.events")
@@ -113,8 +113,7 @@ class EventController(Controller):
         ``kinds`` (an empty one included) or event id, an unknown parameter or one given twice,
         a ``Last-Event-ID`` given twice; 404 for an unknown job."""
         filters.check_names((k for k, _ in request.query_params.multi_items()), EVENT_PARAMS)
-        if len(request.headers.getall("last-event-id", ())) > 1:
-            raise ValidationError("Last-Event-ID given more than once", field="Last-Event-ID")
+        guards.single_header(request.headers, "Last-Event-ID")
         cursor: EventCursor | None = None
         if last_event_id:
             cursor = parse_event_id(last_event_id, field="Last-Event-ID")

@@ -141,13 +141,25 @@ def worker_body(model: type[msgspec.Struct]) -> BeforeRequest:
     return _single_header("X-Worker-Id", json_body(model))
 
 
+def single_header(headers: Any, name: str) -> str | None:
+    """The value of the header ``name`` in ``headers`` (Litestar's or Starlette's ``Headers``,
+    matched case-insensitively), or None when it is absent.
+
+    Raises:
+        ValidationError: the header is given more than once (``field`` ``name``), with the
+            same value or not: which one is meant is anyone's guess.
+    """
+    values = headers.getall(name.lower(), ())
+    if len(values) > 1:
+        raise ValidationError(f"{name} given more than once", field=name)
+    return str(values[0]) if values else None
+
+
 def _single_header(name: str, body: BeforeRequest) -> BeforeRequest:
     """``body`` after refusing a request that gives the header ``name`` more than once."""
-    key = name.lower()
 
     async def guard(request: Request[Any, Any, Any]) -> None:
-        if len(request.headers.getall(key, ())) > 1:
-            raise ValidationError(f"{name} given more than once", field=name)
+        single_header(request.headers, name)
         await body(request)
 
     return guard
